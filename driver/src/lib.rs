@@ -1,0 +1,1 @@
+//! herd load driver.

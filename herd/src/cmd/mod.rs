@@ -1,0 +1,4 @@
+//! One module per subcommand.
+pub mod demo;
+pub mod probe;
+pub mod workload;

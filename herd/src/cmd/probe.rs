@@ -1,0 +1,193 @@
+//! `herd probe`: the kernel probe alone, next to whatever makes the load (k6, wrk, herd drive).
+
+use std::{
+    collections::HashMap,
+    io::Write as _,
+    path::PathBuf,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+use herd_probe::{
+    KernelProbe, ProbeOptions,
+    cgroup::{CgroupLayout, walk},
+    containers::ContainerSet,
+    sample::{Interval, interval},
+};
+use probe_common::Counter;
+
+use crate::signals;
+
+/// Options of `herd probe`.
+#[derive(Debug, clap::Args)]
+pub struct ProbeArgs {
+    /// Name a container: NAME=CGROUP_PATH, the cgroup v2 directory, absolute or relative to
+    /// the unified root (e.g. gateway=/system.slice/gateway.service). Repeatable. Sockets of
+    /// descendant cgroups count for the container; everything else counts as `host`.
+    #[arg(long = "container", value_name = "NAME=CGROUP_PATH")]
+    pub containers: Vec<String>,
+    /// How long to watch (e.g. 30s, 5m). Ctrl-C stops earlier and still prints the summary.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Sampling interval, 100ms or more.
+    #[arg(long, default_value = "1s", value_parser = parse_interval)]
+    pub interval: Duration,
+    /// Also write every interval as one JSON line to FILE (flushed each interval).
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// Print the kernel verifier's log if a program is rejected.
+    #[arg(long)]
+    pub verbose: bool,
+}
+
+/// Parses durations like `500ms`, `10s`, `2m`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("{e} (write e.g. 500ms, 10s, 2m)"))
+}
+
+fn parse_interval(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d < Duration::from_millis(100) {
+        return Err(format!("{s} is below the 100ms minimum interval"));
+    }
+    Ok(d)
+}
+
+/// Loads the probe, mapping the errors a user can fix to exit code 2.
+pub fn load(verbose: bool) -> Result<KernelProbe> {
+    KernelProbe::load(&ProbeOptions {
+        verifier_log: verbose,
+    })
+    .map_err(|e| {
+        if verbose && let Some(log) = e.verifier_log() {
+            eprintln!("verifier log:\n{log}");
+        }
+        let env = e.is_environment();
+        let err = anyhow::Error::new(e).context("starting herd's kernel probe");
+        if env { crate::environment(err) } else { err }
+    })
+}
+
+/// Samples `probe` every `every` until `total` elapsed, `until` returns true, or a stop signal
+/// arrives, calling `sink` with each interval. Returns the intervals' sum per container.
+pub fn watch(
+    probe: &KernelProbe,
+    set: &ContainerSet,
+    layout: &CgroupLayout,
+    every: Duration,
+    total: Duration,
+    mut until: impl FnMut() -> bool,
+    mut sink: impl FnMut(&Interval) -> Result<()>,
+) -> Result<Vec<[u64; probe_common::N_COUNTERS]>> {
+    let mut paths: HashMap<u64, PathBuf> = walk(&layout.unified);
+    let mut prev = probe.snapshot()?;
+    let mut sums = vec![[0u64; probe_common::N_COUNTERS]; set.names().len()];
+    let start = Instant::now();
+    let mut next = start + every;
+    loop {
+        let finished = until();
+        if !finished {
+            signals::sleep(next.saturating_duration_since(Instant::now()));
+        }
+        next += every;
+        let cur = probe.snapshot()?;
+        if cur.by_cgroup.keys().any(|id| !paths.contains_key(id)) {
+            paths = walk(&layout.unified);
+        }
+        let iv = interval(&prev, &cur, set, &paths);
+        for (sum, c) in sums.iter_mut().zip(&iv.containers) {
+            for (s, v) in sum.iter_mut().zip(c.counts.0) {
+                *s += v;
+            }
+        }
+        sink(&iv)?;
+        prev = cur;
+        if finished || signals::stop_requested() || start.elapsed() >= total {
+            return Ok(sums);
+        }
+    }
+}
+
+/// Formats one interval as a terminal line per active container.
+pub fn print_interval(iv: &Interval, since_ns: u64) {
+    let secs = iv.interval_ns.max(1) as f64 / 1e9;
+    let t = iv.at_ns.saturating_sub(since_ns) as f64 / 1e9;
+    let mut line = format!("{t:>7.1}s");
+    for c in &iv.containers {
+        line.push_str(&format!(
+            "  {} conn {:.0}/s acc {:.0}/s",
+            c.container,
+            c.counts.get(Counter::Connects) as f64 / secs,
+            c.counts.get(Counter::Accepts) as f64 / secs
+        ));
+    }
+    if iv.lost > 0 {
+        line.push_str(&format!("  LOST {}", iv.lost));
+    }
+    println!("{line}");
+}
+
+/// Prints the totals table.
+pub fn print_totals(names: &[&str], sums: &[[u64; probe_common::N_COUNTERS]]) {
+    let width = names.iter().map(|n| n.len()).max().unwrap_or(4).max(9);
+    print!("{:<width$}", "container");
+    for c in Counter::ALL {
+        print!(" {:>10}", c.name());
+    }
+    println!();
+    for (n, s) in names.iter().zip(sums) {
+        print!("{n:<width$}");
+        for c in Counter::ALL {
+            print!(" {:>10}", s[c as usize]);
+        }
+        println!();
+    }
+}
+
+/// Runs `herd probe`.
+pub fn run(args: &ProbeArgs) -> Result<()> {
+    let layout = CgroupLayout::detect().map_err(crate::environment)?;
+    let set = ContainerSet::from_args(&layout, &args.containers)?;
+    let mut out = match &args.out {
+        Some(p) => Some(std::io::BufWriter::new(
+            std::fs::File::create(p).with_context(|| format!("creating --out {}", p.display()))?,
+        )),
+        None => None,
+    };
+    let probe = load(args.verbose)?;
+    let names = set.names();
+    eprintln!(
+        "herd probe: watching {} for {} every {}; Ctrl-C stops",
+        names.join(", "),
+        humantime::format_duration(args.duration),
+        humantime::format_duration(args.interval)
+    );
+    let t0 = herd_probe::clock::now_ns();
+    let sums = watch(
+        &probe,
+        &set,
+        &layout,
+        args.interval,
+        args.duration,
+        || false,
+        |iv| {
+            print_interval(iv, t0);
+            if let Some(out) = out.as_mut() {
+                serde_json::to_writer(&mut *out, iv)?;
+                out.write_all(b"\n")?;
+                out.flush().context("writing --out")?;
+            }
+            Ok(())
+        },
+    )?;
+    drop(probe);
+    println!();
+    print_totals(&names, &sums);
+    if let Some(sig) = signals::received() {
+        eprintln!("herd probe: stopped by signal {sig}; programs detached");
+    }
+    if sums.is_empty() {
+        bail!("no containers");
+    }
+    Ok(())
+}

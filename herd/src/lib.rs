@@ -1,0 +1,66 @@
+//! herd: a load driver and an eBPF host profiler in one binary.
+//!
+//! `main` parses [`Cli`] and calls [`run`]; everything else lives here so integration tests
+//! drive the same code in-process.
+
+pub mod cmd;
+pub mod sandbox;
+pub mod signals;
+pub mod workload;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// An error the user fixes in their environment (privileges, kernel features, cgroup layout)
+/// rather than a failure of herd: the process exits with code 2.
+#[derive(Debug, thiserror::Error)]
+#[error("{0:#}")]
+pub struct EnvironmentError(pub anyhow::Error);
+
+/// Wraps `e` as an [`EnvironmentError`].
+pub fn environment(e: impl Into<anyhow::Error>) -> anyhow::Error {
+    anyhow::Error::new(EnvironmentError(e.into()))
+}
+
+/// herd drives virtual players against a service and counts, in the kernel and per container,
+/// what the load does to the host: TCP connects and accepts, TIME_WAIT, CPU throttling.
+#[derive(Debug, Parser)]
+#[command(name = "herd", version, about, long_about = None, propagate_version = true)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// herd's subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the embedded demo: containers on this host, real traffic, the kernel probe's
+    /// per-container counts checked against the workload's own (needs root).
+    Demo(cmd::demo::DemoArgs),
+    /// Run the kernel probe alone and print per-container TCP connects and accepts per
+    /// interval, next to any load tool (needs root or CAP_BPF + CAP_PERFMON).
+    Probe(cmd::probe::ProbeArgs),
+    /// Processes herd runs inside its containers (internal).
+    #[command(subcommand, hide = true)]
+    Workload(cmd::workload::WorkloadCmd),
+}
+
+/// Runs a parsed command line. Errors print as `Error: ...` with their context chain.
+pub fn run(cli: Cli) -> ExitCode {
+    signals::install();
+    let result = match &cli.command {
+        Command::Demo(a) => cmd::demo::run(a),
+        Command::Probe(a) => cmd::probe::run(a),
+        Command::Workload(w) => cmd::workload::run(w),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("Error: {e:#}");
+            let env = e.downcast_ref::<EnvironmentError>().is_some();
+            ExitCode::from(if env { 2 } else { 1 })
+        }
+    }
+}
