@@ -23,10 +23,10 @@ pub fn environment(e: impl Into<anyhow::Error>) -> anyhow::Error {
     anyhow::Error::new(EnvironmentError(e.into()))
 }
 
-/// herd drives virtual players against a service and counts, in the kernel and per container,
-/// what the load does to the host: TCP connects and accepts, TIME_WAIT, CPU throttling.
+/// herd: a load driver and an eBPF host probe in one binary. The probe counts, in the kernel
+/// and per container (cgroup), what load does to the host's TCP stack.
 #[derive(Debug, Parser)]
-#[command(name = "herd", version, about, long_about = None, propagate_version = true)]
+#[command(name = "herd", version, propagate_version = true)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]

@@ -10,6 +10,13 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
+/// Reports a line on stdout. The reader may already have stopped listening (a test that only
+/// waited for `ready`), which is not the workload's failure.
+fn say(line: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}").and_then(|()| out.flush());
+}
+
 /// Who closes a connection first; the side that closes first enters TIME_WAIT.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Closer {
@@ -31,8 +38,7 @@ pub fn tcp_server(
     let listener = TcpListener::bind(listen)
         .with_context(|| format!("binding the test server to {listen}"))?;
     listener.set_nonblocking(true)?;
-    println!("ready {}", listener.local_addr()?);
-    std::io::stdout().flush()?;
+    say(&format!("ready {}", listener.local_addr()?));
     let end = Instant::now() + deadline;
     let mut accepted = 0u64;
     let mut buf = [0u8; 64];
@@ -57,7 +63,7 @@ pub fn tcp_server(
             Err(e) => return Err(e).context("accepting"),
         }
     }
-    println!("accepted {accepted}");
+    say(&format!("accepted {accepted}"));
     Ok(())
 }
 
@@ -93,6 +99,6 @@ pub fn tcp_client(
             Err(_) => failed += 1,
         }
     }
-    println!("connected {ok} failed {failed}");
+    say(&format!("connected {ok} failed {failed}"));
     Ok(())
 }

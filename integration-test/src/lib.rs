@@ -1,1 +1,169 @@
-//! Fixtures for the privileged tests.
+//! Fixtures for herd's privileged tests: containers made of cgroups + netns + veth (from
+//! `herd::sandbox`), real client and server processes, and the privilege gate.
+//!
+//! Every test calls [`privileged`] first. Outside CI a host without root skips with a message
+//! saying why; under `CI=true` the same condition fails the test, so CI never passes by
+//! skipping.
+
+use std::{
+    io::{BufRead as _, BufReader},
+    net::Ipv4Addr,
+    path::Path,
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+use herd::sandbox::{Container, Sandbox};
+
+/// True when the test may run. Panics under `CI=true` when it may not.
+pub fn privileged(test: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if root {
+        return true;
+    }
+    let why =
+        format!("{test}: needs root (loads eBPF programs, creates cgroups and network namespaces)");
+    if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") {
+        panic!("{why}; CI must run the privileged tests as root");
+    }
+    eprintln!("SKIPPED {why}");
+    false
+}
+
+/// A client container and a server container joined by a veth pair, plus an idle bystander
+/// container that must see nothing.
+pub struct Pair {
+    /// The sandbox; dropping it removes everything.
+    pub sandbox: Sandbox,
+    /// Where the client runs.
+    pub client: Container,
+    /// Where the server runs.
+    pub server: Container,
+    /// A container with no processes.
+    pub idle: Container,
+    /// The server's address.
+    pub server_ip: Ipv4Addr,
+}
+
+impl Pair {
+    /// Creates the three containers and the link.
+    pub fn new(purpose: &str) -> Result<Self> {
+        let mut sandbox = Sandbox::new(purpose)?;
+        let client = sandbox.container("client", None)?;
+        let server = sandbox.container("server", None)?;
+        let idle = sandbox.container("idle", None)?;
+        let (_, server_ip) = sandbox.link(&client, &server)?;
+        Ok(Self {
+            sandbox,
+            client,
+            server,
+            idle,
+            server_ip,
+        })
+    }
+
+    /// Starts `herd workload tcp-server` in the server container and waits until it listens.
+    pub fn start_server(&mut self, port: u16, extra: &[&str]) -> Result<usize> {
+        let mut cmd = herd_cmd();
+        cmd.args(["workload", "tcp-server", "--listen"])
+            .arg(format!("{}:{port}", self.server_ip))
+            .args(extra)
+            .stdout(Stdio::piped());
+        let server = self.server.clone();
+        let h = self.sandbox.spawn(&server, cmd)?;
+        let out = self
+            .sandbox
+            .child(h)
+            .stdout
+            .take()
+            .context("server stdout")?;
+        let mut line = String::new();
+        BufReader::new(out).read_line(&mut line)?;
+        if !line.starts_with("ready") {
+            bail!("test server did not start: {line:?}");
+        }
+        Ok(h)
+    }
+
+    /// Runs `herd workload tcp-client` in the client container to completion and returns
+    /// its report line (`connected N failed M`).
+    pub fn run_client(&mut self, port: u16, count: u64, extra: &[&str]) -> Result<String> {
+        let mut cmd = herd_cmd();
+        cmd.args(["workload", "tcp-client", "--target"])
+            .arg(format!("{}:{port}", self.server_ip))
+            .arg("--count")
+            .arg(count.to_string())
+            .args(extra)
+            .stdout(Stdio::piped());
+        let client = self.client.clone();
+        let h = self.sandbox.spawn(&client, cmd)?;
+        let child = self.sandbox.child(h);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(st) = child.try_wait()? {
+                let mut out = String::new();
+                std::io::Read::read_to_string(
+                    child.stdout.as_mut().context("client stdout")?,
+                    &mut out,
+                )?;
+                if !st.success() {
+                    bail!("test client failed ({st}): {out}");
+                }
+                return Ok(out.trim().to_owned());
+            }
+            if Instant::now() > deadline {
+                bail!("test client did not finish in 60 s");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+/// The herd CLI built by this crate (`src/bin/herd.rs`). Cargo puts it next to the test
+/// binaries' `deps/` directory; `CARGO_BIN_EXE_herd` only exists inside test crates, so the
+/// library finds it the same way at run time.
+pub fn herd_cmd() -> Command {
+    let exe = std::env::current_exe().expect("test executable path");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("tests run from target/<profile>/deps");
+    let herd = dir.join("herd");
+    assert!(
+        herd.exists(),
+        "{} is missing; run the tests through `cargo test -p integration-test`, which builds it",
+        herd.display()
+    );
+    Command::new(herd)
+}
+
+/// Ids of every BPF program loaded in the kernel right now.
+pub fn loaded_program_ids() -> Vec<u32> {
+    aya::programs::loaded_programs()
+        .filter_map(Result::ok)
+        .map(|p| p.id())
+        .collect()
+}
+
+/// Ids of the BPF programs process `pid` holds file descriptors to (from
+/// `/proc/<pid>/fdinfo`, whose `prog_id:` line names the program behind each bpf fd).
+pub fn program_ids_of(pid: u32) -> Vec<u32> {
+    let dir = Path::new("/proc").join(pid.to_string()).join("fdinfo");
+    let mut ids = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            if let Ok(s) = std::fs::read_to_string(e.path()) {
+                ids.extend(
+                    s.lines()
+                        .filter_map(|l| l.strip_prefix("prog_id:"))
+                        .filter_map(|v| v.trim().parse::<u32>().ok()),
+                );
+            }
+        }
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}

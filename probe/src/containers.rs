@@ -31,22 +31,16 @@ pub enum ContainerError {
     )]
     Syntax(String),
     /// The cgroup does not exist or cannot be read.
-    #[error(
-        "--container {name}={path}: no cgroup v2 directory at {abs} ({source}); cgroups under {root}:\n{listing}"
-    )]
+    #[error("--container {arg}: no cgroup v2 directory at {abs} ({source}); {listing}")]
     NotFound {
-        /// Container name.
-        name: String,
-        /// Path as given.
-        path: String,
+        /// The argument as given.
+        arg: String,
         /// Absolute path tried.
         abs: String,
-        /// Unified root.
-        root: String,
         /// Some existing cgroups, to help the user pick.
         listing: String,
         /// The error.
-        source: CgroupError,
+        source: std::io::Error,
     },
     /// Two containers have the same name.
     #[error("--container {0}: the name is used twice")]
@@ -75,13 +69,14 @@ impl ContainerSet {
                 .map(Path::to_owned)
                 .unwrap_or_else(|_| PathBuf::from(path));
             let abs = layout.unified_path(&rel);
-            let id = cgroup_id(&abs).map_err(|source| ContainerError::NotFound {
-                name: name.to_owned(),
-                path: path.to_owned(),
+            let id = cgroup_id(&abs).map_err(|e| ContainerError::NotFound {
+                arg: arg.clone(),
                 abs: abs.display().to_string(),
-                root: layout.unified.display().to_string(),
                 listing: listing(&layout.unified),
-                source,
+                source: match e {
+                    CgroupError::Io { source, .. } => source,
+                    other => std::io::Error::other(other.to_string()),
+                },
             })?;
             set.add(Container {
                 name: name.to_owned(),
@@ -134,7 +129,7 @@ impl ContainerSet {
     }
 }
 
-/// Up to 20 cgroup directories directly under `root`, for error messages.
+/// Up to 20 cgroup directories near the top of `root`, for error messages.
 fn listing(root: &Path) -> String {
     let mut all: Vec<String> = walk(root)
         .into_values()
@@ -143,7 +138,7 @@ fn listing(root: &Path) -> String {
         .collect();
     all.sort();
     all.truncate(20);
-    all.join("\n")
+    format!("cgroups under {}:\n{}", root.display(), all.join("\n"))
 }
 
 #[cfg(test)]

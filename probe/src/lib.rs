@@ -26,7 +26,7 @@ pub use error::ProbeError;
 use probe_common::{CgroupCounters, Counter, Loss, N_COUNTERS, globals};
 
 /// The eBPF object built by `build.rs` from the `probe-ebpf` crate.
-static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/herd-probe"));
+static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/probe-ebpf"));
 
 /// Each program, the raw tracepoint it attaches to, and what it needs from the kernel.
 const PROGRAMS: &[(&str, &str, &str)] = &[(

@@ -1,1 +1,351 @@
-fn main() {}
+//! Project tasks. `cargo xtask setup` installs what a fresh machine lacks; `cargo xtask ci`
+//! runs every gate (the README's test command); `cargo xtask demo` runs herd's main job.
+//!
+//! Everything is idempotent: a second `setup` checks and returns in seconds.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    time::Instant,
+};
+
+use anyhow::{Context as _, Result, bail};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(about = "herd's project tasks")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Install the pinned nightly with rust-src, bpf-linker (built against that nightly's LLVM,
+    /// into target/tools) and the Debian packages the tests and benchmarks use.
+    Setup,
+    /// Setup, then every gate: fmt, clippy (host and eBPF), unit tests and the privileged
+    /// integration tests.
+    Ci,
+    /// Setup, build herd in release mode, and run `herd demo` (needs root).
+    Demo {
+        /// Arguments passed to `herd demo`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+}
+
+/// Debian packages the project needs at test or run time, with why.
+const DEBIAN_PACKAGES: &[(&str, &str)] = &[
+    ("iproute2", "`ip netns`/veth for herd's containers"),
+    ("procps", "`ps`/`kill` used by tests"),
+];
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_owned()
+}
+
+fn nightly() -> Result<String> {
+    let f = root().join("probe-ebpf/nightly-toolchain");
+    Ok(std::fs::read_to_string(&f)
+        .with_context(|| format!("reading {}", f.display()))?
+        .trim()
+        .to_owned())
+}
+
+fn status(cmd: &mut Command) -> Result<()> {
+    eprintln!("xtask: {}", show(cmd));
+    let st = cmd
+        .status()
+        .with_context(|| format!("starting {}", show(cmd)))?;
+    if !st.success() {
+        bail!("`{}` failed ({st})", show(cmd));
+    }
+    Ok(())
+}
+
+fn output(cmd: &mut Command) -> Option<String> {
+    let out = cmd.output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn show(cmd: &Command) -> String {
+    let mut s = cmd.get_program().to_string_lossy().into_owned();
+    for a in cmd.get_args() {
+        s.push(' ');
+        s.push_str(&a.to_string_lossy());
+    }
+    s
+}
+
+fn is_root() -> bool {
+    output(Command::new("id").arg("-u")).is_some_and(|s| s.trim() == "0")
+}
+
+fn setup() -> Result<()> {
+    let started = Instant::now();
+    let nightly = nightly()?;
+
+    // 1. The pinned nightly with rust-src (for -Z build-std=core on bpfel-unknown-none) and
+    //    clippy (the eBPF crate's lint gate). Adding a component never moves the pin.
+    let installed = output(Command::new("rustup").args([
+        "component",
+        "list",
+        "--installed",
+        "--toolchain",
+        &nightly,
+    ]))
+    .unwrap_or_default();
+    let has = |c: &str| installed.lines().any(|l| l.starts_with(c));
+    if installed.is_empty() {
+        status(Command::new("rustup").args([
+            "toolchain",
+            "install",
+            &nightly,
+            "--profile",
+            "minimal",
+            "--component",
+            "rust-src,clippy",
+        ]))?;
+    } else if !has("rust-src") || !has("clippy") {
+        status(Command::new("rustup").args([
+            "component",
+            "add",
+            "--toolchain",
+            &nightly,
+            "rust-src",
+            "clippy",
+        ]))?;
+    }
+
+    // 2. Stable's clippy and rustfmt for the gates.
+    let have = |c: &str| output(Command::new("cargo").args([c, "--version"])).is_some();
+    if !have("clippy") || !have("fmt") {
+        status(Command::new("rustup").args(["component", "add", "clippy", "rustfmt"]))?;
+    }
+
+    // 3. bpf-linker, linked against the nightly's own LLVM so no system LLVM is needed. It
+    //    loads that LLVM at run time, so the nightly must stay pinned (never updated in place).
+    let tools = root().join("target/tools");
+    let linker = tools.join("bin/bpf-linker");
+    let linker_ok = output(Command::new(&linker).arg("--version")).is_some();
+    if !linker_ok {
+        let sysroot = output(
+            Command::new("rustc")
+                .arg(format!("+{nightly}"))
+                .args(["--print", "sysroot"]),
+        )
+        .context("asking the pinned nightly for its sysroot")?;
+        let lib = Path::new(sysroot.trim()).join("lib");
+        let llvm = std::fs::read_dir(&lib)
+            .with_context(|| format!("listing {}", lib.display()))?
+            .flatten()
+            .filter_map(|e| e.file_name().into_string().ok())
+            .find(|n| n.starts_with("libLLVM-") && n.ends_with(".so"))
+            .with_context(|| format!("no libLLVM-*.so in {}", lib.display()))?;
+        let llvm = llvm
+            .trim_start_matches("lib")
+            .trim_end_matches(".so")
+            .to_owned();
+        let major = llvm
+            .strip_prefix("LLVM-")
+            .and_then(|v| v.split(['-', '.']).next())
+            .context("reading the LLVM major version")?
+            .to_owned();
+        let lib = lib.display().to_string();
+        status(
+            Command::new("cargo")
+                .arg(format!("+{nightly}"))
+                .args([
+                    "install",
+                    "bpf-linker",
+                    "--version",
+                    "=0.13.0",
+                    "--locked",
+                    "--root",
+                ])
+                .arg(&tools)
+                .args(["--no-default-features", "--features"])
+                .arg(format!("llvm-{major},no-llvm-linking"))
+                .env("CARGO_TARGET_DIR", tools.join("build"))
+                .env(
+                    "RUSTFLAGS",
+                    format!("-L native={lib} -l dylib={llvm} -C link-arg=-Wl,-rpath,{lib}"),
+                ),
+        )?;
+    }
+
+    // 4. Debian packages.
+    let missing: Vec<&str> = DEBIAN_PACKAGES
+        .iter()
+        .map(|(p, _)| *p)
+        .filter(|p| {
+            !output(Command::new("dpkg-query").args(["-W", "-f=${Status}", p]))
+                .is_some_and(|s| s.contains("install ok installed"))
+        })
+        .collect();
+    if !missing.is_empty() {
+        if !is_root() {
+            bail!(
+                "these Debian packages are missing: {} (needed for: {}); rerun as root so \
+                 setup can apt-get install them",
+                missing.join(" "),
+                DEBIAN_PACKAGES
+                    .iter()
+                    .filter(|(p, _)| missing.contains(p))
+                    .map(|(p, why)| format!("{p}: {why}"))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            );
+        }
+        status(Command::new("apt-get").args(["update", "-q"]))?;
+        status(
+            Command::new("apt-get")
+                .args(["install", "-y", "-q", "--no-install-recommends"])
+                .args(&missing)
+                .env("DEBIAN_FRONTEND", "noninteractive"),
+        )?;
+    }
+    eprintln!(
+        "xtask: setup complete in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+fn cargo() -> Command {
+    let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    c.current_dir(root());
+    c
+}
+
+fn ci() -> Result<()> {
+    let started = Instant::now();
+    setup()?;
+    let nightly = nightly()?;
+    status(cargo().args(["fmt", "--all", "--check"]))?;
+    // probe-ebpf only compiles for the BPF target; it gets its own clippy run below.
+    status(cargo().args([
+        "clippy",
+        "--workspace",
+        "--exclude",
+        "probe-ebpf",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+    // The eBPF crate, with the toolchain and target it really builds for.
+    status(
+        Command::new("cargo")
+            .current_dir(root().join("probe-ebpf"))
+            .arg(format!("+{nightly}"))
+            .args([
+                "clippy",
+                "--release",
+                "--target",
+                "bpfel-unknown-none",
+                "-Z",
+                "build-std=core",
+                "--target-dir",
+            ])
+            .arg(root().join("target/ebpf-clippy"))
+            .args(["--", "-D", "warnings"])
+            .env_remove("RUSTC")
+            .env_remove("RUSTC_WORKSPACE_WRAPPER"),
+    )?;
+    if std::env::var_os("CI").is_some() && !is_root() {
+        bail!("CI=true but not root: the privileged integration tests cannot run; run CI as root");
+    }
+    // Unit and in-process integration tests, then the privileged tests (real kernel, real
+    // cgroups and netns), which fail loudly under CI=true when they cannot get root.
+    status(cargo().args([
+        "test",
+        "--workspace",
+        "--all-targets",
+        "--exclude",
+        "integration-test",
+        "--exclude",
+        "probe-ebpf",
+    ]))?;
+    privileged_tests()?;
+    eprintln!(
+        "xtask: ci passed in {:.0}s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Runs the privileged integration tests, streaming their output, and prints how many ran:
+/// CI must show they executed, not that they were skipped.
+fn privileged_tests() -> Result<()> {
+    use std::io::BufRead as _;
+    let mut cmd = cargo();
+    cmd.args([
+        "test",
+        "--package",
+        "integration-test",
+        "--",
+        "--test-threads",
+        "2",
+    ]);
+    eprintln!("xtask: {}", show(&cmd));
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .context("starting the privileged tests")?;
+    let (mut passed, mut failed) = (0, 0);
+    for line in std::io::BufReader::new(child.stdout.take().context("test stdout")?).lines() {
+        let line = line?;
+        println!("{line}");
+        if line.starts_with("test ") && line.ends_with(" ok") {
+            passed += 1;
+        } else if line.starts_with("test ") && line.ends_with(" FAILED") {
+            failed += 1;
+        }
+    }
+    let st = child.wait()?;
+    if is_root() {
+        println!("privileged: {passed} passed, {failed} failed (as root, against the real kernel)");
+    } else {
+        println!(
+            "privileged: not root, so the tests that need root skipped themselves; {passed} \
+             passed, {failed} failed"
+        );
+    }
+    if !st.success() {
+        bail!("the privileged integration tests failed ({st})");
+    }
+    if passed == 0 {
+        bail!("no privileged test ran");
+    }
+    Ok(())
+}
+
+fn demo(args: &[String]) -> Result<()> {
+    setup()?;
+    status(cargo().args(["build", "--release", "--package", "herd"]))?;
+    let herd = root().join("target/release/herd");
+    let mut cmd = Command::new(&herd);
+    cmd.arg("demo").args(args);
+    if !is_root() {
+        // The probe and the containers need root; say so instead of failing halfway.
+        bail!(
+            "herd demo needs root (it loads eBPF programs and creates cgroups and network namespaces); rerun as root, e.g. `sudo -E cargo xtask demo`"
+        );
+    }
+    status(&mut cmd)
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().task {
+        Task::Setup => setup(),
+        Task::Ci => ci(),
+        Task::Demo { args } => demo(&args),
+    }
+}
