@@ -26,13 +26,16 @@ pub enum Closer {
     Server,
 }
 
-/// Serves TCP on `listen`: for each connection reads until EOF (or, with `Closer::Server`,
-/// reads one byte and closes). Prints `ready <addr>` once listening, then `accepted N` when
-/// `max_conns` connections were handled or `deadline` passed.
+/// Serves TCP on `listen`, one thread per connection. Without `echo`, each connection is read
+/// until EOF (or, with `Closer::Server`, one byte is read and the server closes). With `echo`,
+/// every byte read is answered with one byte until the client closes (a keep-alive
+/// request/response protocol). Prints `ready <addr>` once listening, then `accepted N` when
+/// `max_conns` connections were accepted or `deadline` passed.
 pub fn tcp_server(
     listen: SocketAddr,
     max_conns: u64,
     closer: Closer,
+    echo: Option<Duration>,
     deadline: Duration,
 ) -> Result<()> {
     let listener = TcpListener::bind(listen)
@@ -40,22 +43,26 @@ pub fn tcp_server(
     listener.set_nonblocking(true)?;
     say(&format!("ready {}", listener.local_addr()?));
     let end = Instant::now() + deadline;
+    if max_conns == 0 {
+        // A listener that never accepts, with an accept queue of one: once that slot is taken
+        // the kernel drops further SYNs (tcp_conn_request: ListenOverflows), so clients time
+        // out. Calling listen() again on a listening socket just resizes its backlog.
+        // SAFETY: a valid listening fd.
+        unsafe { libc::listen(std::os::fd::AsRawFd::as_raw_fd(&listener), 0) };
+        while Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        say("accepted 0");
+        return Ok(());
+    }
     let mut accepted = 0u64;
-    let mut buf = [0u8; 64];
+    let mut handlers = Vec::new();
     while accepted < max_conns && Instant::now() < end {
         match listener.accept() {
-            Ok((mut s, _)) => {
+            Ok((s, _)) => {
                 accepted += 1;
-                s.set_nonblocking(false)?;
-                s.set_read_timeout(Some(Duration::from_secs(5)))?;
-                match closer {
-                    // Wait for the client's FIN so the client is the active closer.
-                    Closer::Client => while matches!(s.read(&mut buf), Ok(n) if n > 0) {},
-                    Closer::Server => {
-                        let _ = s.read(&mut buf);
-                        let _ = s.shutdown(Shutdown::Both);
-                    }
-                }
+                handlers.push(std::thread::spawn(move || serve_one(s, closer, echo)));
+                handlers.retain(|h| !h.is_finished());
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 std::thread::sleep(Duration::from_millis(1))
@@ -63,17 +70,140 @@ pub fn tcp_server(
             Err(e) => return Err(e).context("accepting"),
         }
     }
+    for h in handlers {
+        let _ = h.join();
+    }
     say(&format!("accepted {accepted}"));
+    Ok(())
+}
+
+fn serve_one(mut s: TcpStream, closer: Closer, echo: Option<Duration>) {
+    let _ = s.set_nonblocking(false);
+    let _ = s.set_nodelay(true);
+    let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+    let mut buf = [0u8; 64];
+    if let Some(delay) = echo {
+        while let Ok(n) = s.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            // The service time of a request: what makes requests overlap and pools matter.
+            if !delay.is_zero() {
+                std::thread::sleep(delay);
+            }
+            if s.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+        return;
+    }
+    match closer {
+        // Wait for the client's FIN so the client is the active closer.
+        Closer::Client => while matches!(s.read(&mut buf), Ok(n) if n > 0) {},
+        Closer::Server => {
+            let _ = s.read(&mut buf);
+            let _ = s.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+/// A keep-alive client with a bounded idle pool, the way Go's `http.Transport` behaves:
+/// `concurrency` workers share the pool; a worker takes an idle connection if there is one,
+/// else connects; after its request (one byte out, one byte back) it returns the connection to
+/// the pool if fewer than `max_idle` are idle, else closes it. `max_idle = 2` is Go's
+/// `DefaultMaxIdleConnsPerHost`, the seeds' churn bug. Between requests a worker waits
+/// `think`: while it does, the connection it returned can be taken or closed, as when a
+/// gateway's callers, not its connections, drive the request rate. Prints
+/// `requests R connects C failed F`.
+pub fn tcp_pool_client(
+    target: SocketAddr,
+    requests: u64,
+    concurrency: u64,
+    max_idle: usize,
+    think: Duration,
+    deadline: Duration,
+) -> Result<()> {
+    use std::sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    };
+    if requests > 1_000_000 || concurrency == 0 || concurrency > 1_000 {
+        bail!("--requests must be at most 1 000 000 and --concurrency between 1 and 1 000");
+    }
+    let end = Instant::now() + deadline;
+    let pool: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+    let next = Arc::new(AtomicU64::new(0));
+    let connects = Arc::new(AtomicU64::new(0));
+    let failed = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicU64::new(0));
+    let workers: Vec<_> = (0..concurrency)
+        .map(|_| {
+            let (pool, next, connects, failed, done) = (
+                pool.clone(),
+                next.clone(),
+                connects.clone(),
+                failed.clone(),
+                done.clone(),
+            );
+            std::thread::spawn(move || {
+                let mut byte = [0u8; 1];
+                while next.fetch_add(1, Ordering::Relaxed) < requests && Instant::now() < end {
+                    let idle = pool.lock().map(|mut p| p.pop()).unwrap_or(None);
+                    let mut conn = match idle {
+                        Some(c) => c,
+                        None => match TcpStream::connect_timeout(&target, Duration::from_secs(2)) {
+                            Ok(c) => {
+                                connects.fetch_add(1, Ordering::Relaxed);
+                                let _ = c.set_nodelay(true);
+                                let _ = c.set_read_timeout(Some(Duration::from_secs(5)));
+                                c
+                            }
+                            Err(_) => {
+                                failed.fetch_add(1, Ordering::Relaxed);
+                                continue;
+                            }
+                        },
+                    };
+                    if conn.write_all(b"r").is_err() || conn.read_exact(&mut byte).is_err() {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                    done.fetch_add(1, Ordering::Relaxed);
+                    if let Ok(mut p) = pool.lock()
+                        && p.len() < max_idle
+                    {
+                        p.push(conn);
+                    }
+                    if !think.is_zero() {
+                        std::thread::sleep(think);
+                    }
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        let _ = w.join();
+    }
+    // Close the idle connections client-first, like a transport shutting down.
+    pool.lock().map(|mut p| p.clear()).ok();
+    say(&format!(
+        "requests {} connects {} failed {}",
+        done.load(Ordering::Relaxed),
+        connects.load(Ordering::Relaxed),
+        failed.load(Ordering::Relaxed)
+    ));
     Ok(())
 }
 
 /// Opens `count` connections to `target`, one after another: connect, send one byte, and
 /// (with `Closer::Client`) close first, else wait for the server's close. Prints
-/// `connected N failed M`. Bounded by `count` and `deadline`.
+/// `connected N failed M`. Bounded by `count` and `deadline`; each connect waits at most
+/// `connect_timeout` (make it longer than the kernel's SYN retries to see ETIMEDOUT).
 pub fn tcp_client(
     target: SocketAddr,
     count: u64,
     closer: Closer,
+    connect_timeout: Duration,
     deadline: Duration,
 ) -> Result<()> {
     if count > 1_000_000 {
@@ -86,7 +216,7 @@ pub fn tcp_client(
         if Instant::now() >= end {
             break;
         }
-        match TcpStream::connect_timeout(&target, Duration::from_secs(2)) {
+        match TcpStream::connect_timeout(&target, connect_timeout) {
             Ok(mut s) => {
                 ok += 1;
                 let _ = s.write_all(b"x");

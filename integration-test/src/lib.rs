@@ -90,13 +90,18 @@ impl Pair {
     /// Runs `herd workload tcp-client` in the client container to completion and returns
     /// its report line (`connected N failed M`).
     pub fn run_client(&mut self, port: u16, count: u64, extra: &[&str]) -> Result<String> {
+        let target = format!("{}:{port}", self.server_ip);
+        let count = count.to_string();
+        let mut args = vec!["tcp-client", "--target", &target, "--count", &count];
+        args.extend_from_slice(extra);
+        self.run_workload_in_client(&args)
+    }
+
+    /// Runs `herd workload <args>` in the client container to completion (60 s at most) and
+    /// returns its report line.
+    pub fn run_workload_in_client(&mut self, args: &[&str]) -> Result<String> {
         let mut cmd = herd_cmd();
-        cmd.args(["workload", "tcp-client", "--target"])
-            .arg(format!("{}:{port}", self.server_ip))
-            .arg("--count")
-            .arg(count.to_string())
-            .args(extra)
-            .stdout(Stdio::piped());
+        cmd.arg("workload").args(args).stdout(Stdio::piped());
         let client = self.client.clone();
         let h = self.sandbox.spawn(&client, cmd)?;
         let child = self.sandbox.child(h);
@@ -118,6 +123,23 @@ impl Pair {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
+    }
+
+    /// Sets a per-netns sysctl (`net.ipv4.*`) inside `c`'s network namespace.
+    pub fn sysctl(&self, c: &Container, key: &str, value: &str) -> Result<()> {
+        let path = format!("/proc/sys/{}", key.replace('.', "/"));
+        let out = Command::new("ip")
+            .args(["netns", "exec", &c.netns, "sh", "-c"])
+            .arg(format!("echo '{value}' > {path}"))
+            .output()?;
+        if !out.status.success() {
+            bail!(
+                "setting {key}={value} in {}: {}",
+                c.netns,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(())
     }
 }
 

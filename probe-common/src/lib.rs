@@ -8,8 +8,8 @@
 
 /// One per-cgroup TCP counter. The discriminant is the index into [`CgroupCounters::v`].
 ///
-/// Adding a counter: add a variant before `Count`, bump nothing else; the map value grows
-/// with it and user space reads it by name through [`Counter::ALL`].
+/// Adding a counter: add a variant before `Count`, extend [`Counter::ALL`] and
+/// [`Counter::name`]; the map value grows with it and user space reads it by name.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Counter {
@@ -17,22 +17,101 @@ pub enum Counter {
     Connects = 0,
     /// TCP passive opens completed: a child socket went SYN_RECV → ESTABLISHED.
     Accepts = 1,
+    /// Sockets that became timewait sockets: FIN_WAIT2/CLOSING → CLOSE with no socket error
+    /// (`tcp_time_wait()` → `tcp_done()`).
+    TimeWaitEntries = 2,
+    /// connect() failures: ECONNREFUSED (a reset answered the SYN).
+    ConnectRefused = 3,
+    /// connect() failures: ETIMEDOUT (SYN retries exhausted).
+    ConnectTimedOut = 4,
+    /// connect() failures: EADDRNOTAVAIL (no free ephemeral port for the destination).
+    ConnectAddrNotAvail = 5,
+    /// connect() failures: ENETUNREACH.
+    ConnectNetUnreach = 6,
+    /// connect() failures: EHOSTUNREACH.
+    ConnectHostUnreach = 7,
+    /// connect() failures with any other errno.
+    ConnectOtherError = 8,
+    /// Resets sent (`tcp/tcp_send_reset`).
+    ResetsSent = 9,
+    /// Resets received (`tcp/tcp_receive_reset`).
+    ResetsReceived = 10,
+    /// Segments retransmitted (`tcp/tcp_retransmit_skb`).
+    Retransmits = 11,
     /// Number of counters; not a counter.
-    Count = 2,
+    Count = 12,
 }
 
 impl Counter {
     /// Every real counter, in index order.
-    pub const ALL: [Counter; Counter::Count as usize] = [Counter::Connects, Counter::Accepts];
+    pub const ALL: [Counter; Counter::Count as usize] = [
+        Counter::Connects,
+        Counter::Accepts,
+        Counter::TimeWaitEntries,
+        Counter::ConnectRefused,
+        Counter::ConnectTimedOut,
+        Counter::ConnectAddrNotAvail,
+        Counter::ConnectNetUnreach,
+        Counter::ConnectHostUnreach,
+        Counter::ConnectOtherError,
+        Counter::ResetsSent,
+        Counter::ResetsReceived,
+        Counter::Retransmits,
+    ];
 
     /// The stable, snake_case name used in JSON output and metric names.
     pub const fn name(self) -> &'static str {
         match self {
             Counter::Connects => "connects",
             Counter::Accepts => "accepts",
+            Counter::TimeWaitEntries => "time_wait_entries",
+            Counter::ConnectRefused => "connect_refused",
+            Counter::ConnectTimedOut => "connect_timed_out",
+            Counter::ConnectAddrNotAvail => "connect_addr_not_avail",
+            Counter::ConnectNetUnreach => "connect_net_unreach",
+            Counter::ConnectHostUnreach => "connect_host_unreach",
+            Counter::ConnectOtherError => "connect_other_error",
+            Counter::ResetsSent => "resets_sent",
+            Counter::ResetsReceived => "resets_received",
+            Counter::Retransmits => "retransmits",
             Counter::Count => "count",
         }
     }
+
+    /// The counter for a connect() failure with `errno` (positive).
+    pub const fn for_connect_errno(errno: i32) -> Counter {
+        match errno {
+            errno::ECONNREFUSED => Counter::ConnectRefused,
+            errno::ETIMEDOUT => Counter::ConnectTimedOut,
+            errno::EADDRNOTAVAIL => Counter::ConnectAddrNotAvail,
+            errno::ENETUNREACH => Counter::ConnectNetUnreach,
+            errno::EHOSTUNREACH => Counter::ConnectHostUnreach,
+            _ => Counter::ConnectOtherError,
+        }
+    }
+}
+
+/// The errno values the probe classifies (`include/uapi/asm-generic/errno.h`, the same on
+/// every architecture herd supports).
+pub mod errno {
+    /// EINTR
+    pub const EINTR: i32 = 4;
+    /// EADDRNOTAVAIL
+    pub const EADDRNOTAVAIL: i32 = 99;
+    /// ENETUNREACH
+    pub const ENETUNREACH: i32 = 101;
+    /// EISCONN
+    pub const EISCONN: i32 = 106;
+    /// ETIMEDOUT
+    pub const ETIMEDOUT: i32 = 110;
+    /// ECONNREFUSED
+    pub const ECONNREFUSED: i32 = 111;
+    /// EHOSTUNREACH
+    pub const EHOSTUNREACH: i32 = 113;
+    /// EALREADY
+    pub const EALREADY: i32 = 114;
+    /// EINPROGRESS
+    pub const EINPROGRESS: i32 = 115;
 }
 
 /// Number of per-cgroup counters.
@@ -55,21 +134,150 @@ pub enum Loss {
     CgroupMapFull = 0,
     /// Reading the socket's cgroup failed (the pointer chain was null or unreadable).
     CgroupUnreadable = 1,
-    /// Number of drop reasons; not a reason.
-    Count = 2,
+    /// `SOCKS` was full: a socket's lifetime and connect latency were not tracked.
+    SockMapFull = 2,
+    /// `PAIRS` was full: a destination pair's event was lost.
+    PairMapFull = 3,
+    /// Number of loss reasons; not a reason.
+    Count = 4,
 }
 
 impl Loss {
-    /// Every drop reason, in index order.
-    pub const ALL: [Loss; Loss::Count as usize] = [Loss::CgroupMapFull, Loss::CgroupUnreadable];
+    /// Every loss reason, in index order.
+    pub const ALL: [Loss; Loss::Count as usize] = [
+        Loss::CgroupMapFull,
+        Loss::CgroupUnreadable,
+        Loss::SockMapFull,
+        Loss::PairMapFull,
+    ];
 
     /// The stable, snake_case name used in output.
     pub const fn name(self) -> &'static str {
         match self {
             Loss::CgroupMapFull => "cgroup_map_full",
             Loss::CgroupUnreadable => "cgroup_unreadable",
+            Loss::SockMapFull => "sock_map_full",
+            Loss::PairMapFull => "pair_map_full",
             Loss::Count => "count",
         }
+    }
+}
+
+/// Capacity of the per-socket map (the issue asks for at least 64 k sockets).
+pub const MAX_SOCKS: u32 = 65_536;
+
+/// Capacity of the per-destination-pair map.
+pub const MAX_PAIRS: u32 = 4_096;
+
+/// Buckets of the log2 histograms in [`PairStats`]: bucket `i` counts values in
+/// `[2^i, 2^(i+1))` (bucket 0 also holds 0), the last bucket everything larger.
+pub const HIST_BUCKETS: usize = 26;
+
+/// A source container → remote address:port pair, for sockets this host opened (active).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct PairKey {
+    /// cgroup v2 id of the socket's owner.
+    pub cgroup: u64,
+    /// Remote address: 4 bytes for IPv4 (rest zero), 16 for IPv6, network byte order.
+    pub addr: [u8; 16],
+    /// Remote port, host byte order.
+    pub port: u16,
+    /// AF_INET (2) or AF_INET6 (10).
+    pub family: u16,
+    /// Explicit padding; always zero so keys compare bytewise.
+    pub _pad: u32,
+}
+
+/// Per-pair counters and histograms.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PairStats {
+    /// New connections (SYN sent) toward the pair.
+    pub connects: u64,
+    /// Handshakes completed (SYN_SENT → ESTABLISHED).
+    pub established: u64,
+    /// Timewait entries of sockets toward the pair.
+    pub time_wait_entries: u64,
+    /// Connections to the pair that closed (any path), with a known open time.
+    pub closed: u64,
+    /// Connect latency, SYN sent → ESTABLISHED, log2 buckets of microseconds.
+    pub connect_latency_us: [u64; HIST_BUCKETS],
+    /// Connection lifetime, SYN sent → CLOSE, log2 buckets of milliseconds.
+    pub lifetime_ms: [u64; HIST_BUCKETS],
+}
+
+impl Default for PairStats {
+    fn default() -> Self {
+        Self {
+            connects: 0,
+            established: 0,
+            time_wait_entries: 0,
+            closed: 0,
+            connect_latency_us: [0; HIST_BUCKETS],
+            lifetime_ms: [0; HIST_BUCKETS],
+        }
+    }
+}
+
+impl PairStats {
+    /// Adds `o` into `self` (summing per-CPU copies, or intervals).
+    pub fn add(&mut self, o: &PairStats) {
+        self.connects += o.connects;
+        self.established += o.established;
+        self.time_wait_entries += o.time_wait_entries;
+        self.closed += o.closed;
+        for (a, b) in self.connect_latency_us.iter_mut().zip(o.connect_latency_us) {
+            *a += b;
+        }
+        for (a, b) in self.lifetime_ms.iter_mut().zip(o.lifetime_ms) {
+            *a += b;
+        }
+    }
+
+    /// `self - o`, saturating at 0 per field (a delta between two cumulative readings).
+    pub fn delta(&self, o: &PairStats) -> PairStats {
+        let mut d = *self;
+        d.connects = d.connects.saturating_sub(o.connects);
+        d.established = d.established.saturating_sub(o.established);
+        d.time_wait_entries = d.time_wait_entries.saturating_sub(o.time_wait_entries);
+        d.closed = d.closed.saturating_sub(o.closed);
+        for (a, b) in d.connect_latency_us.iter_mut().zip(o.connect_latency_us) {
+            *a = a.saturating_sub(b);
+        }
+        for (a, b) in d.lifetime_ms.iter_mut().zip(o.lifetime_ms) {
+            *a = a.saturating_sub(b);
+        }
+        d
+    }
+}
+
+/// What the programs remember about one live socket (keyed by its kernel address).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SockInfo {
+    /// When the socket entered SYN_SENT (active) or ESTABLISHED (passive), bpf_ktime ns.
+    pub opened_ns: u64,
+    /// The destination pair for active sockets (cgroup 0 for passive ones).
+    pub pair: PairKey,
+    /// 1 for active (connect) sockets, 0 for accepted ones.
+    pub active: u32,
+    /// Explicit padding.
+    pub _pad: u32,
+}
+
+/// log2 bucket of `v` for [`HIST_BUCKETS`]-bucket histograms, without loops (the verifier
+/// prefers straight-line code).
+#[inline(always)]
+pub const fn log2_bucket(v: u64) -> usize {
+    if v == 0 {
+        return 0;
+    }
+    let b = 63 - v.leading_zeros() as usize;
+    if b >= HIST_BUCKETS {
+        HIST_BUCKETS - 1
+    } else {
+        b
     }
 }
 
@@ -88,6 +296,18 @@ pub mod globals {
     pub const CGROUP_KN: &str = "CGROUP_KN_OFF";
     /// `offsetof(struct kernfs_node, id)`.
     pub const KERNFS_NODE_ID: &str = "KERNFS_NODE_ID_OFF";
+    /// `offsetof(struct sock, sk_err)`.
+    pub const SOCK_ERR: &str = "SOCK_ERR_OFF";
+    /// `offsetof(struct sock, sk_protocol)`.
+    pub const SOCK_PROTOCOL: &str = "SOCK_PROTOCOL_OFF";
+    /// `offsetof(struct sock_common, skc_daddr)` (struct sock starts with it).
+    pub const SKC_DADDR: &str = "SKC_DADDR_OFF";
+    /// `offsetof(struct sock_common, skc_v6_daddr)`.
+    pub const SKC_V6_DADDR: &str = "SKC_V6_DADDR_OFF";
+    /// `offsetof(struct sock_common, skc_dport)`.
+    pub const SKC_DPORT: &str = "SKC_DPORT_OFF";
+    /// `offsetof(struct sock_common, skc_family)`.
+    pub const SKC_FAMILY: &str = "SKC_FAMILY_OFF";
 }
 
 /// TCP states as numbered by the kernel (`include/net/tcp_states.h`); part of the UAPI-stable
@@ -121,6 +341,43 @@ pub mod tcp_state {
 
 #[cfg(feature = "user")]
 mod pod {
-    // SAFETY: repr(C), only u64 fields, no padding; every bit pattern is a valid value.
+    // SAFETY (all): repr(C), fixed-width integer fields, explicit padding only; every bit
+    // pattern is a valid value.
     unsafe impl aya::Pod for super::CgroupCounters {}
+    unsafe impl aya::Pod for super::PairKey {}
+    unsafe impl aya::Pod for super::PairStats {}
+    unsafe impl aya::Pod for super::SockInfo {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log2_buckets() {
+        assert_eq!(log2_bucket(0), 0);
+        assert_eq!(log2_bucket(1), 0);
+        assert_eq!(log2_bucket(2), 1);
+        assert_eq!(log2_bucket(3), 1);
+        assert_eq!(log2_bucket(1024), 10);
+        assert_eq!(log2_bucket(u64::MAX), HIST_BUCKETS - 1);
+    }
+
+    #[test]
+    fn layouts_have_no_implicit_padding() {
+        assert_eq!(core::mem::size_of::<PairKey>(), 8 + 16 + 2 + 2 + 4);
+        assert_eq!(core::mem::size_of::<SockInfo>(), 8 + 32 + 4 + 4);
+        assert_eq!(
+            core::mem::size_of::<PairStats>(),
+            8 * (4 + 2 * HIST_BUCKETS)
+        );
+        for (i, c) in Counter::ALL.iter().enumerate() {
+            assert_eq!(*c as usize, i);
+        }
+        for (i, l) in Loss::ALL.iter().enumerate() {
+            assert_eq!(*l as usize, i);
+        }
+        assert_eq!(Counter::for_connect_errno(111), Counter::ConnectRefused);
+        assert_eq!(Counter::for_connect_errno(1), Counter::ConnectOtherError);
+    }
 }

@@ -1,19 +1,29 @@
 //! herd's kernel programs.
 //!
-//! Only program types that load on locked-down hosts are used here (see
-//! `docs/build.md`): raw tracepoints need neither kprobes nor tracefs, and every struct offset
-//! they dereference is resolved from the running kernel's BTF by the loader and handed in as a
-//! read-only global, so nothing of the build machine's kernel is baked into this object.
+//! Only program types that load on locked-down hosts are used (see `docs/build.md`): raw
+//! tracepoints, which need neither kprobes nor tracefs, and one classic tracepoint
+//! (`syscalls/sys_exit_connect`, the only place a synchronous connect() error is visible).
+//! Every struct offset they dereference is resolved from the running kernel's BTF by the loader
+//! and handed in as a read-only global, so nothing of the build machine's kernel is baked in.
+//!
+//! Aggregation happens here: per-CPU counters and log2 histograms; user space only reads the
+//! maps once per interval.
 #![no_std]
 #![no_main]
 
 use aya_ebpf::{
-    helpers::bpf_probe_read_kernel,
-    macros::{map, raw_tracepoint},
-    maps::{PerCpuArray, PerCpuHashMap},
-    programs::RawTracePointContext,
+    helpers::{
+        bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_ktime_get_ns,
+        bpf_probe_read_kernel,
+    },
+    macros::{map, raw_tracepoint, tracepoint},
+    maps::{HashMap, LruHashMap, PerCpuArray, PerCpuHashMap},
+    programs::{RawTracePointContext, TracePointContext},
 };
-use probe_common::{CgroupCounters, Counter, Loss, MAX_CGROUPS, tcp_state};
+use probe_common::{
+    CgroupCounters, Counter, Loss, MAX_CGROUPS, MAX_PAIRS, MAX_SOCKS, PairKey, PairStats, SockInfo,
+    errno, log2_bucket, tcp_state,
+};
 
 /// Per-cgroup TCP counters, keyed by cgroup v2 id. Per-CPU so increments need no atomics
 /// (`fetch_add` does not exist on the BPF target); user space sums the CPUs.
@@ -21,24 +31,66 @@ use probe_common::{CgroupCounters, Counter, Loss, MAX_CGROUPS, tcp_state};
 static CGROUP_COUNTERS: PerCpuHashMap<u64, CgroupCounters> =
     PerCpuHashMap::with_max_entries(MAX_CGROUPS, 0);
 
+/// Per source container → destination counters and histograms (active sockets only: the
+/// remote port of accepted sockets is the client's ephemeral port, which would explode the map).
+#[map]
+static PAIRS: PerCpuHashMap<PairKey, PairStats> = PerCpuHashMap::with_max_entries(MAX_PAIRS, 0);
+
+/// One all-zero `PairStats`, the template for new pairs: at 448 bytes it does not fit on the
+/// 512-byte BPF stack next to everything else. Never written.
+#[map]
+static ZERO_PAIR: PerCpuArray<PairStats> = PerCpuArray::with_max_entries(1, 0);
+
+/// Live sockets seen opening, keyed by the kernel address of their `struct sock`, for connect
+/// latency and lifetime. Not per-CPU: a socket's transitions can run on any CPU.
+#[map]
+static SOCKS: HashMap<u64, SockInfo> = HashMap::with_max_entries(MAX_SOCKS, 0);
+
+/// Threads inside connect() whose socket reached SYN_SENT, so `sys_exit_connect` can tell a
+/// failure already counted from the socket's own error from one it must count itself. LRU: an
+/// entry whose syscall exit never comes (io_uring, TCP fast open via sendmsg) ages out.
+#[map]
+static CONNECTING: LruHashMap<u64, u64> = LruHashMap::with_max_entries(16_384, 0);
+
 /// Events that could not be recorded, indexed by [`Loss`]. Never silent: user space reports them.
 #[map]
 static LOSSES: PerCpuArray<u64> = PerCpuArray::with_max_entries(Loss::Count as u32, 0);
 
-// Struct-member offsets from the running kernel's BTF (see `probe_common::globals`). Zero means
-// "not resolved": the loader refuses to attach in that case, so zero never reaches a read.
+// Struct-member offsets from the running kernel's BTF (see `probe_common::globals`). The loader
+// refuses to attach unless every one resolved.
 #[unsafe(no_mangle)]
 static SOCK_CGROUP_OFF: u64 = 0;
 #[unsafe(no_mangle)]
 static CGROUP_KN_OFF: u64 = 0;
 #[unsafe(no_mangle)]
 static KERNFS_NODE_ID_OFF: u64 = 0;
+#[unsafe(no_mangle)]
+static SOCK_ERR_OFF: u64 = 0;
+#[unsafe(no_mangle)]
+static SOCK_PROTOCOL_OFF: u64 = 0;
+#[unsafe(no_mangle)]
+static SKC_DADDR_OFF: u64 = 0;
+#[unsafe(no_mangle)]
+static SKC_V6_DADDR_OFF: u64 = 0;
+#[unsafe(no_mangle)]
+static SKC_DPORT_OFF: u64 = 0;
+#[unsafe(no_mangle)]
+static SKC_FAMILY_OFF: u64 = 0;
+
+const AF_INET: u16 = 2;
+const AF_INET6: u16 = 10;
+const IPPROTO_TCP: u16 = 6;
 
 #[inline(always)]
-fn global(v: &'static u64) -> u64 {
+fn global(v: &'static u64) -> usize {
     // read_volatile keeps the compiler from folding the zero initialiser into the code; the
     // loader rewrites .rodata before the verifier sees it.
-    unsafe { core::ptr::read_volatile(v) }
+    unsafe { core::ptr::read_volatile(v) as usize }
+}
+
+#[inline(always)]
+fn read<T>(base: *const u8, off: usize) -> Option<T> {
+    unsafe { bpf_probe_read_kernel(base.add(off) as *const T).ok() }
 }
 
 #[inline(always)]
@@ -55,21 +107,15 @@ fn lose(reason: Loss) {
 /// softirq, where `bpf_get_current_cgroup_id()` returns whoever the CPU happened to run.
 #[inline(always)]
 fn sock_cgroup_id(sk: *const u8) -> Option<u64> {
-    unsafe {
-        let cgrp: *const u8 =
-            bpf_probe_read_kernel(sk.add(global(&SOCK_CGROUP_OFF) as usize) as *const *const u8)
-                .ok()?;
-        if cgrp.is_null() {
-            return None;
-        }
-        let kn: *const u8 =
-            bpf_probe_read_kernel(cgrp.add(global(&CGROUP_KN_OFF) as usize) as *const *const u8)
-                .ok()?;
-        if kn.is_null() {
-            return None;
-        }
-        bpf_probe_read_kernel(kn.add(global(&KERNFS_NODE_ID_OFF) as usize) as *const u64).ok()
+    let cgrp: *const u8 = read(sk, global(&SOCK_CGROUP_OFF))?;
+    if cgrp.is_null() {
+        return None;
     }
+    let kn: *const u8 = read(cgrp, global(&CGROUP_KN_OFF))?;
+    if kn.is_null() {
+        return None;
+    }
+    read(kn, global(&KERNFS_NODE_ID_OFF))
 }
 
 #[inline(always)]
@@ -89,23 +135,224 @@ fn count(cgroup: u64, counter: Counter) {
     }
 }
 
+#[inline(always)]
+fn count_sock(sk: *const u8, counter: Counter) {
+    match sock_cgroup_id(sk) {
+        Some(cgroup) => count(cgroup, counter),
+        None => lose(Loss::CgroupUnreadable),
+    }
+}
+
+/// The pair's stats slot for this CPU, created zeroed if new.
+#[inline(always)]
+#[expect(
+    clippy::needless_borrows_for_generic_args,
+    reason = "passing the map value by reference keeps 448 bytes off the 512-byte BPF stack"
+)]
+fn pair_stats(key: &PairKey) -> Option<*mut PairStats> {
+    if let Some(p) = PAIRS.get_ptr_mut(key) {
+        return Some(p);
+    }
+    let zero = ZERO_PAIR.get_ptr(0)?;
+    // BPF_NOEXIST: if another CPU created the key meanwhile, ours is created by that insert.
+    let _ = PAIRS.insert(key, unsafe { &*zero }, 1);
+    let p = PAIRS.get_ptr_mut(key);
+    if p.is_none() {
+        lose(Loss::PairMapFull);
+    }
+    p
+}
+
+#[inline(always)]
+fn pair_key(sk: *const u8, cgroup: u64) -> Option<PairKey> {
+    let family: u16 = read(sk, global(&SKC_FAMILY_OFF))?;
+    let dport_be: u16 = read(sk, global(&SKC_DPORT_OFF))?;
+    let mut key = PairKey {
+        cgroup,
+        port: u16::from_be(dport_be),
+        family,
+        ..PairKey::default()
+    };
+    if family == AF_INET {
+        let a: [u8; 4] = read(sk, global(&SKC_DADDR_OFF))?;
+        key.addr[..4].copy_from_slice(&a);
+    } else if family == AF_INET6 {
+        key.addr = read(sk, global(&SKC_V6_DADDR_OFF))?;
+    } else {
+        return None;
+    }
+    Some(key)
+}
+
 /// `trace_inet_sock_set_state(const struct sock *sk, int oldstate, int newstate)`, fired from
 /// `inet_sk_state_store`/`inet_sk_set_state` for every TCP state change (kernel ≥ 4.16).
 #[raw_tracepoint(tracepoint = "inet_sock_set_state")]
 pub fn inet_sock_set_state(ctx: RawTracePointContext) -> i32 {
     let sk: *const u8 = ctx.arg(0);
-    let old: i32 = ctx.arg::<u64>(1) as i32;
-    let new: i32 = ctx.arg::<u64>(2) as i32;
-    let counter = match (old, new) {
-        // tcp_v4_connect/tcp_v6_connect: CLOSE → SYN_SENT, the kernel's TcpActiveOpens.
-        (tcp_state::CLOSE, tcp_state::SYN_SENT) => Counter::Connects,
+    let old = ctx.arg::<u64>(1) as i32;
+    let new = ctx.arg::<u64>(2) as i32;
+    // SCTP also reports through this tracepoint with its own state numbers.
+    if read::<u16>(sk, global(&SOCK_PROTOCOL_OFF)) != Some(IPPROTO_TCP) {
+        return 0;
+    }
+    match (old, new) {
+        // tcp_v4_connect/tcp_v6_connect, in the connecting thread: the kernel's TcpActiveOpens.
+        (tcp_state::CLOSE, tcp_state::SYN_SENT) => on_connect(sk),
+        (tcp_state::SYN_SENT, tcp_state::ESTABLISHED) => on_established(sk),
         // tcp_rcv_state_process on the child socket: the handshake completed.
-        (tcp_state::SYN_RECV, tcp_state::ESTABLISHED) => Counter::Accepts,
-        _ => return 0,
+        (tcp_state::SYN_RECV, tcp_state::ESTABLISHED) => on_accept(sk),
+        (_, tcp_state::CLOSE) => on_close(sk, old),
+        _ => {}
+    }
+    0
+}
+
+#[inline(always)]
+fn on_connect(sk: *const u8) {
+    let Some(cgroup) = sock_cgroup_id(sk) else {
+        lose(Loss::CgroupUnreadable);
+        return;
     };
-    match sock_cgroup_id(sk) {
-        Some(cgroup) => count(cgroup, counter),
-        None => lose(Loss::CgroupUnreadable),
+    count(cgroup, Counter::Connects);
+    let _ = CONNECTING.insert(bpf_get_current_pid_tgid(), sk as u64, 0);
+    let Some(pair) = pair_key(sk, cgroup) else {
+        return;
+    };
+    if let Some(p) = pair_stats(&pair) {
+        unsafe { (*p).connects += 1 };
+    }
+    let info = SockInfo {
+        opened_ns: unsafe { bpf_ktime_get_ns() },
+        pair,
+        active: 1,
+        _pad: 0,
+    };
+    if SOCKS.insert(sk as u64, info, 0).is_err() {
+        lose(Loss::SockMapFull);
+    }
+}
+
+#[inline(always)]
+fn on_established(sk: *const u8) {
+    let Some(info) = (unsafe { SOCKS.get(sk as u64) }) else {
+        return;
+    };
+    let latency_us = (unsafe { bpf_ktime_get_ns() } - info.opened_ns) / 1_000;
+    if let Some(p) = pair_stats(&info.pair) {
+        unsafe {
+            (*p).established += 1;
+            (*p).connect_latency_us[log2_bucket(latency_us)] += 1;
+        }
+    }
+}
+
+#[inline(always)]
+fn on_accept(sk: *const u8) {
+    count_sock(sk, Counter::Accepts);
+    let info = SockInfo {
+        opened_ns: unsafe { bpf_ktime_get_ns() },
+        ..SockInfo::default()
+    };
+    if SOCKS.insert(sk as u64, info, 0).is_err() {
+        lose(Loss::SockMapFull);
+    }
+}
+
+#[inline(always)]
+fn on_close(sk: *const u8, old: i32) {
+    let err: i32 = read(sk, global(&SOCK_ERR_OFF)).unwrap_or(0);
+    let time_wait = err == 0 && (old == tcp_state::FIN_WAIT2 || old == tcp_state::CLOSING);
+    if time_wait {
+        // tcp_time_wait() allocates the timewait socket, then tcp_done() moves the full socket
+        // to CLOSE: the only TIME_WAIT entry a tracepoint shows. A reset or timeout in these
+        // states sets sk_err first (tcp_done_with_error), so err == 0 singles out timewait.
+        count_sock(sk, Counter::TimeWaitEntries);
+    } else if old == tcp_state::SYN_SENT && err != 0 {
+        // Asynchronous connect failure: RST (ECONNREFUSED), SYN retries (ETIMEDOUT), ICMP
+        // unreachable. A synchronous one (EADDRNOTAVAIL) leaves sk_err 0 and is counted at
+        // syscall exit.
+        count_sock(sk, Counter::for_connect_errno(err));
+    }
+    let Some(info) = (unsafe { SOCKS.get(sk as u64) }) else {
+        return;
+    };
+    let info = *info;
+    let _ = SOCKS.remove(sk as u64);
+    if info.active == 0 {
+        return;
+    }
+    let lifetime_ms = (unsafe { bpf_ktime_get_ns() } - info.opened_ns) / 1_000_000;
+    if let Some(p) = pair_stats(&info.pair) {
+        unsafe {
+            (*p).closed += 1;
+            (*p).lifetime_ms[log2_bucket(lifetime_ms)] += 1;
+            if time_wait {
+                (*p).time_wait_entries += 1;
+            }
+        }
+    }
+}
+
+/// `syscalls/sys_exit_connect`: `{ common (8 bytes), int __syscall_nr, long ret }`, a layout
+/// unchanged since syscall tracepoints exist (2.6.33). Runs in the calling thread, so the
+/// current cgroup is the caller's.
+#[tracepoint(category = "syscalls", name = "sys_exit_connect")]
+pub fn sys_exit_connect(ctx: TracePointContext) -> u32 {
+    let ret: i64 = unsafe { ctx.read_at(16) }.unwrap_or(0);
+    let tid = bpf_get_current_pid_tgid();
+    let reached_syn_sent = unsafe { CONNECTING.get(tid) }.is_some();
+    if reached_syn_sent {
+        let _ = CONNECTING.remove(tid);
+    }
+    if ret >= 0 {
+        return 0;
+    }
+    let e = (-ret) as i32;
+    if e == errno::EINPROGRESS || e == errno::EALREADY || e == errno::EINTR || e == errno::EISCONN {
+        return 0;
+    }
+    // A socket that reached SYN_SENT and failed with anything but EADDRNOTAVAIL failed through
+    // its own sk_err, which on_close already counted.
+    if reached_syn_sent && e != errno::EADDRNOTAVAIL {
+        return 0;
+    }
+    count(
+        unsafe { bpf_get_current_cgroup_id() },
+        Counter::for_connect_errno(e),
+    );
+    0
+}
+
+/// `trace_tcp_send_reset(const struct sock *sk, const struct sk_buff *skb, ...)`. `sk` is NULL
+/// for resets answering a segment no socket owns (a closed port): those count for cgroup 0,
+/// which user space reports as `host`.
+#[raw_tracepoint(tracepoint = "tcp_send_reset")]
+pub fn tcp_send_reset(ctx: RawTracePointContext) -> i32 {
+    let sk: *const u8 = ctx.arg(0);
+    if sk.is_null() {
+        count(0, Counter::ResetsSent);
+    } else {
+        count_sock(sk, Counter::ResetsSent);
+    }
+    0
+}
+
+/// `trace_tcp_receive_reset(struct sock *sk)`.
+#[raw_tracepoint(tracepoint = "tcp_receive_reset")]
+pub fn tcp_receive_reset(ctx: RawTracePointContext) -> i32 {
+    let sk: *const u8 = ctx.arg(0);
+    if !sk.is_null() {
+        count_sock(sk, Counter::ResetsReceived);
+    }
+    0
+}
+
+/// `trace_tcp_retransmit_skb(const struct sock *sk, const struct sk_buff *skb, ...)`.
+#[raw_tracepoint(tracepoint = "tcp_retransmit_skb")]
+pub fn tcp_retransmit_skb(ctx: RawTracePointContext) -> i32 {
+    let sk: *const u8 = ctx.arg(0);
+    if !sk.is_null() {
+        count_sock(sk, Counter::Retransmits);
     }
     0
 }

@@ -43,13 +43,16 @@ pub enum ProbeError {
         /// Tells the user how to see the log.
         hint: &'static str,
     },
+    /// tracefs was not mounted and could not be mounted for attaching a tracepoint.
+    #[error("{0}")]
+    Tracefs(String),
     /// A program loaded but could not be attached.
-    #[error("attaching program `{program}` to raw tracepoint `{tracepoint}`: {source}")]
+    #[error("attaching program `{program}` to {hook}: {source}")]
     Attach {
         /// Program name.
         program: &'static str,
-        /// Tracepoint name.
-        tracepoint: &'static str,
+        /// Where it was being attached.
+        hook: String,
         /// The error.
         #[source]
         source: ProgramError,
@@ -100,7 +103,10 @@ impl ProbeError {
     pub fn is_environment(&self) -> bool {
         matches!(
             self,
-            ProbeError::MissingCapability(_) | ProbeError::Btf(_) | ProbeError::Cgroup(_)
+            ProbeError::MissingCapability(_)
+                | ProbeError::Btf(_)
+                | ProbeError::Cgroup(_)
+                | ProbeError::Tracefs(_)
         )
     }
 }

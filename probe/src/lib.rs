@@ -14,26 +14,58 @@ pub mod clock;
 pub mod containers;
 mod error;
 pub mod sample;
+mod tracefs;
 
 use std::collections::HashMap;
 
 use aya::{
     Ebpf, EbpfLoader, VerifierLogLevel,
     maps::{MapData, PerCpuArray, PerCpuHashMap},
-    programs::{ProgramError, RawTracePoint},
+    programs::{ProgramError, RawTracePoint, TracePoint},
 };
 pub use error::ProbeError;
-use probe_common::{CgroupCounters, Counter, Loss, N_COUNTERS, globals};
+use probe_common::{CgroupCounters, Counter, Loss, N_COUNTERS, PairKey, PairStats, globals};
 
 /// The eBPF object built by `build.rs` from the `probe-ebpf` crate.
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/probe-ebpf"));
 
-/// Each program, the raw tracepoint it attaches to, and what it needs from the kernel.
-const PROGRAMS: &[(&str, &str, &str)] = &[(
-    "inet_sock_set_state",
-    "inet_sock_set_state",
-    "raw tracepoints (4.17) and the inet_sock_set_state tracepoint (4.16)",
-)];
+/// Where a program attaches.
+#[derive(Clone, Copy, Debug)]
+enum Hook {
+    /// A raw tracepoint, by tracepoint name (attached by name; no tracefs needed).
+    Raw(&'static str),
+    /// A classic tracepoint (category, name); its id is read from tracefs.
+    Classic(&'static str, &'static str),
+}
+
+/// Each program, its hook, and what it needs from the kernel. One row per program.
+const PROGRAMS: &[(&str, Hook, &str)] = &[
+    (
+        "inet_sock_set_state",
+        Hook::Raw("inet_sock_set_state"),
+        "raw tracepoints (4.17) and the inet_sock_set_state tracepoint (4.16)",
+    ),
+    (
+        "tcp_send_reset",
+        Hook::Raw("tcp_send_reset"),
+        "raw tracepoints (4.17) and the tcp_send_reset tracepoint (4.15)",
+    ),
+    (
+        "tcp_receive_reset",
+        Hook::Raw("tcp_receive_reset"),
+        "raw tracepoints (4.17) and the tcp_receive_reset tracepoint (4.15)",
+    ),
+    (
+        "tcp_retransmit_skb",
+        Hook::Raw("tcp_retransmit_skb"),
+        "raw tracepoints (4.17) and the tcp_retransmit_skb tracepoint (4.15)",
+    ),
+    (
+        "sys_exit_connect",
+        Hook::Classic("syscalls", "sys_exit_connect"),
+        "syscall tracepoints (CONFIG_FTRACE_SYSCALLS) and tracefs",
+    ),
+];
 
 /// Options for loading the probe.
 #[derive(Clone, Debug, Default)]
@@ -54,6 +86,8 @@ pub struct Snapshot {
     pub by_cgroup: HashMap<u64, Counts>,
     /// Events the programs could not record, by [`Loss`] index.
     pub losses: [u64; Loss::Count as usize],
+    /// Totals by source container → destination pair (active sockets).
+    pub pairs: HashMap<PairKey, PairStats>,
 }
 
 impl Snapshot {
@@ -67,6 +101,14 @@ impl Snapshot {
     /// Total events lost for any reason.
     pub fn lost(&self) -> u64 {
         self.losses.iter().sum()
+    }
+
+    /// Cumulative stats of the pair `cgroup` → `addr:port`, zero if never seen.
+    pub fn pair(&self, cgroup: u64, addr: std::net::IpAddr, port: u16) -> PairStats {
+        self.pairs
+            .get(&pair_key(cgroup, addr, port))
+            .copied()
+            .unwrap_or_default()
     }
 }
 
@@ -90,6 +132,27 @@ impl KernelProbe {
                 globals::KERNFS_NODE_ID,
                 btf.member_offset("kernfs_node", &["id"])?,
             ),
+            (globals::SOCK_ERR, btf.member_offset("sock", &["sk_err"])?),
+            (
+                globals::SOCK_PROTOCOL,
+                btf.member_offset("sock", &["sk_protocol"])?,
+            ),
+            (
+                globals::SKC_DADDR,
+                btf.member_offset("sock_common", &["skc_daddr"])?,
+            ),
+            (
+                globals::SKC_V6_DADDR,
+                btf.member_offset("sock_common", &["skc_v6_daddr"])?,
+            ),
+            (
+                globals::SKC_DPORT,
+                btf.member_offset("sock_common", &["skc_dport"])?,
+            ),
+            (
+                globals::SKC_FAMILY,
+                btf.member_offset("sock_common", &["skc_family"])?,
+            ),
         ];
         raise_memlock();
         let mut loader = EbpfLoader::new();
@@ -102,20 +165,34 @@ impl KernelProbe {
             loader.override_global(name, value, true);
         }
         let mut ebpf = loader.load(EBPF_OBJECT).map_err(ProbeError::Object)?;
-        for (program, tracepoint, needs) in PROGRAMS {
-            let prog: &mut RawTracePoint = ebpf
+        for &(program, hook, needs) in PROGRAMS {
+            let prog = ebpf
                 .program_mut(program)
-                .ok_or(ProbeError::MissingProgram(program))?
-                .try_into()
-                .map_err(|source| ProbeError::load(program, needs, source))?;
-            prog.load()
-                .map_err(|source| ProbeError::load(program, needs, source))?;
-            prog.attach(tracepoint)
-                .map_err(|source: ProgramError| ProbeError::Attach {
-                    program,
-                    tracepoint,
-                    source,
-                })?;
+                .ok_or(ProbeError::MissingProgram(program))?;
+            let attached = match hook {
+                Hook::Raw(tp) => {
+                    let prog: &mut RawTracePoint = prog
+                        .try_into()
+                        .map_err(|source| ProbeError::load(program, needs, source))?;
+                    prog.load()
+                        .map_err(|source| ProbeError::load(program, needs, source))?;
+                    prog.attach(tp).map(drop)
+                }
+                Hook::Classic(category, name) => {
+                    let prog: &mut TracePoint = prog
+                        .try_into()
+                        .map_err(|source| ProbeError::load(program, needs, source))?;
+                    prog.load()
+                        .map_err(|source| ProbeError::load(program, needs, source))?;
+                    tracefs::with_tracefs(|| prog.attach(category, name).map(drop))
+                        .map_err(ProbeError::Tracefs)?
+                }
+            };
+            attached.map_err(|source: ProgramError| ProbeError::Attach {
+                program,
+                hook: format!("{hook:?}"),
+                source,
+            })?;
         }
         Ok(Self { ebpf })
     }
@@ -154,11 +231,56 @@ impl KernelProbe {
                 .map_err(|source| ProbeError::Map("LOSSES", source))?;
             *slot = per_cpu.iter().sum();
         }
+        let map = self
+            .ebpf
+            .map("PAIRS")
+            .ok_or(ProbeError::MissingMap("PAIRS"))?;
+        let pair_map = PerCpuHashMap::<&MapData, PairKey, PairStats>::try_from(map)
+            .map_err(|source| ProbeError::Map("PAIRS", source))?;
+        let mut pairs = HashMap::new();
+        for entry in pair_map.iter() {
+            let (key, per_cpu) = entry.map_err(|source| ProbeError::Map("PAIRS", source))?;
+            let mut total = PairStats::default();
+            for cpu in per_cpu.iter() {
+                total.add(cpu);
+            }
+            pairs.insert(key, total);
+        }
         Ok(Snapshot {
             at_ns,
             by_cgroup,
             losses,
+            pairs,
         })
+    }
+}
+
+/// The map key the programs use for `cgroup` → `addr:port`.
+pub fn pair_key(cgroup: u64, addr: std::net::IpAddr, port: u16) -> PairKey {
+    let mut key = PairKey {
+        cgroup,
+        port,
+        ..PairKey::default()
+    };
+    match addr {
+        std::net::IpAddr::V4(a) => {
+            key.family = 2;
+            key.addr[..4].copy_from_slice(&a.octets());
+        }
+        std::net::IpAddr::V6(a) => {
+            key.family = 10;
+            key.addr = a.octets();
+        }
+    }
+    key
+}
+
+/// The remote address of a pair key.
+pub fn pair_addr(key: &PairKey) -> std::net::IpAddr {
+    if key.family == 10 {
+        std::net::IpAddr::from(key.addr)
+    } else {
+        std::net::IpAddr::from([key.addr[0], key.addr[1], key.addr[2], key.addr[3]])
     }
 }
 

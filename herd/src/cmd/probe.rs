@@ -127,18 +127,28 @@ pub fn print_interval(iv: &Interval, since_ns: u64) {
     println!("{line}");
 }
 
-/// Prints the totals table.
+/// Prints the totals table: one row per container, one column per counter that is non-zero
+/// somewhere (connects, accepts and TIME_WAIT entries always).
 pub fn print_totals(names: &[&str], sums: &[[u64; probe_common::N_COUNTERS]]) {
+    let always = [
+        Counter::Connects,
+        Counter::Accepts,
+        Counter::TimeWaitEntries,
+    ];
+    let cols: Vec<Counter> = Counter::ALL
+        .into_iter()
+        .filter(|c| always.contains(c) || sums.iter().any(|s| s[*c as usize] > 0))
+        .collect();
     let width = names.iter().map(|n| n.len()).max().unwrap_or(4).max(9);
     print!("{:<width$}", "container");
-    for c in Counter::ALL {
-        print!(" {:>10}", c.name());
+    for c in &cols {
+        print!(" {:>w$}", c.name(), w = c.name().len().max(8));
     }
     println!();
     for (n, s) in names.iter().zip(sums) {
         print!("{n:<width$}");
-        for c in Counter::ALL {
-            print!(" {:>10}", s[c as usize]);
+        for c in &cols {
+            print!(" {:>w$}", s[*c as usize], w = c.name().len().max(8));
         }
         println!();
     }

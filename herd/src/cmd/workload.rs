@@ -14,12 +14,38 @@ pub enum WorkloadCmd {
         /// Address to listen on.
         #[arg(long)]
         listen: SocketAddr,
-        /// Stop after this many connections.
+        /// Stop after this many connections; 0 listens with a one-slot accept queue and never
+        /// accepts (to make clients time out).
         #[arg(long, default_value_t = 1_000_000)]
         max_conns: u64,
         /// Which side closes first.
         #[arg(long, value_enum, default_value_t = workload::Closer::Client)]
         closer: workload::Closer,
+        /// Answer every byte with one byte until the client closes (keep-alive), each after
+        /// this service time (e.g. 0s, 2ms).
+        #[arg(long, value_parser = parse_duration)]
+        echo: Option<Duration>,
+        /// Stop after this long at most.
+        #[arg(long, default_value = "5m", value_parser = parse_duration)]
+        deadline: Duration,
+    },
+    /// Keep-alive requests through a bounded idle pool (Go http.Transport semantics).
+    TcpPoolClient {
+        /// Server address (an `--echo` server).
+        #[arg(long)]
+        target: SocketAddr,
+        /// Requests to make in total.
+        #[arg(long)]
+        requests: u64,
+        /// Concurrent workers.
+        #[arg(long, default_value_t = 1)]
+        concurrency: u64,
+        /// Idle connections kept for reuse; 2 is Go's DefaultMaxIdleConnsPerHost.
+        #[arg(long, default_value_t = 2)]
+        max_idle: usize,
+        /// Pause of each worker between its requests.
+        #[arg(long, default_value = "0s", value_parser = parse_duration)]
+        think: Duration,
         /// Stop after this long at most.
         #[arg(long, default_value = "5m", value_parser = parse_duration)]
         deadline: Duration,
@@ -35,6 +61,9 @@ pub enum WorkloadCmd {
         /// Which side closes first.
         #[arg(long, value_enum, default_value_t = workload::Closer::Client)]
         closer: workload::Closer,
+        /// How long each connect may take.
+        #[arg(long, default_value = "2s", value_parser = parse_duration)]
+        connect_timeout: Duration,
         /// Stop after this long at most.
         #[arg(long, default_value = "5m", value_parser = parse_duration)]
         deadline: Duration,
@@ -48,13 +77,23 @@ pub fn run(cmd: &WorkloadCmd) -> Result<()> {
             listen,
             max_conns,
             closer,
+            echo,
             deadline,
-        } => workload::tcp_server(listen, max_conns, closer, deadline),
+        } => workload::tcp_server(listen, max_conns, closer, echo, deadline),
+        WorkloadCmd::TcpPoolClient {
+            target,
+            requests,
+            concurrency,
+            max_idle,
+            think,
+            deadline,
+        } => workload::tcp_pool_client(target, requests, concurrency, max_idle, think, deadline),
         WorkloadCmd::TcpClient {
             target,
             count,
             closer,
+            connect_timeout,
             deadline,
-        } => workload::tcp_client(target, count, closer, deadline),
+        } => workload::tcp_client(target, count, closer, connect_timeout, deadline),
     }
 }
