@@ -6,7 +6,10 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use crate::cgroup::{CgroupError, CgroupLayout, cgroup_id, walk};
+use crate::{
+    cgroup::{CgroupError, CgroupLayout, cgroup_id, walk},
+    discover::{DockerNames, Kind, classify},
+};
 
 /// Name under which every cgroup that is not a named container is counted.
 pub const HOST: &str = "host";
@@ -20,6 +23,10 @@ pub struct Container {
     pub cgroup: PathBuf,
     /// Its cgroup v2 id.
     pub cgroup_id: u64,
+    /// How it was found.
+    pub kind: Kind,
+    /// When its cgroup disappeared (monotonic ns), if it did.
+    pub ended_ns: Option<u64>,
 }
 
 /// Why a `--container` could not be resolved.
@@ -47,11 +54,14 @@ pub enum ContainerError {
     Duplicate(String),
 }
 
-/// Named containers and the mapping from cgroup ids to them.
-#[derive(Clone, Debug, Default)]
+/// Named containers and the mapping from cgroup ids to them. Containers are only ever
+/// appended (an ended one keeps its row), so indices stay valid across a run.
+#[derive(Debug, Default)]
 pub struct ContainerSet {
     containers: Vec<Container>,
     by_id: HashMap<u64, usize>,
+    discover: bool,
+    docker: Option<DockerNames>,
 }
 
 impl ContainerSet {
@@ -82,6 +92,8 @@ impl ContainerSet {
                 name: name.to_owned(),
                 cgroup: Path::new("/").join(rel.strip_prefix("/").unwrap_or(&rel)),
                 cgroup_id: id,
+                kind: Kind::Explicit,
+                ended_ns: None,
             })?;
         }
         Ok(set)
@@ -97,9 +109,71 @@ impl ContainerSet {
         Ok(())
     }
 
-    /// The named containers, in the order given.
+    /// The named containers, in the order they were added.
     pub fn containers(&self) -> &[Container] {
         &self.containers
+    }
+
+    /// Turns on automatic discovery (Docker, Kubernetes, systemd, herd's own containers) for
+    /// [`Self::refresh`].
+    pub fn with_discovery(mut self) -> Self {
+        self.discover = true;
+        self.docker = Some(DockerNames::new());
+        self
+    }
+
+    /// Brings the set up to date with the cgroup tree `paths` (id → path, from
+    /// [`crate::cgroup::walk`]): discovers new containers and marks vanished ones ended at
+    /// `now_ns`. Returns the names of containers that appeared and ended.
+    pub fn refresh(
+        &mut self,
+        paths: &HashMap<u64, PathBuf>,
+        now_ns: u64,
+    ) -> (Vec<String>, Vec<String>) {
+        let mut ended = Vec::new();
+        for c in &mut self.containers {
+            if c.ended_ns.is_none() && !paths.contains_key(&c.cgroup_id) {
+                c.ended_ns = Some(now_ns);
+                ended.push(c.name.clone());
+            }
+        }
+        let mut appeared = Vec::new();
+        if self.discover {
+            let mut found: Vec<(&u64, &PathBuf)> = paths
+                .iter()
+                .filter(|(id, _)| !self.by_id.contains_key(id))
+                .collect();
+            // Stable order: by path.
+            found.sort_by(|a, b| a.1.cmp(b.1));
+            let mut new = Vec::new();
+            for (id, path) in found {
+                let Some(f) = classify(path) else { continue };
+                let name = match (&f.docker_id, self.docker.as_mut()) {
+                    (Some(docker_id), Some(d)) => d.name(docker_id).unwrap_or(f.name),
+                    _ => f.name,
+                };
+                new.push(Container {
+                    name,
+                    cgroup: path.clone(),
+                    cgroup_id: *id,
+                    kind: f.kind,
+                    ended_ns: None,
+                });
+            }
+            for mut c in new {
+                // A reused name (a restarted service) gets a suffix: rows never merge.
+                let base = c.name.clone();
+                let mut n = 2;
+                while c.name == HOST || self.containers.iter().any(|x| x.name == c.name) {
+                    c.name = format!("{base}#{n}");
+                    n += 1;
+                }
+                appeared.push(c.name.clone());
+                self.by_id.insert(c.cgroup_id, self.containers.len());
+                self.containers.push(c);
+            }
+        }
+        (appeared, ended)
     }
 
     /// Report names: every container, then `host`.
@@ -119,10 +193,16 @@ impl ContainerSet {
             return i;
         }
         if let Some(path) = paths.get(&id) {
+            // The deepest container whose directory contains the path.
+            let mut best: Option<(usize, usize)> = None;
             for (i, c) in self.containers.iter().enumerate() {
-                if path.starts_with(&c.cgroup) {
-                    return i;
+                let depth = c.cgroup.components().count();
+                if path.starts_with(&c.cgroup) && best.is_none_or(|(_, d)| depth > d) {
+                    best = Some((i, depth));
                 }
+            }
+            if let Some((i, _)) = best {
+                return i;
             }
         }
         self.containers.len()
@@ -145,15 +225,53 @@ fn listing(root: &Path) -> String {
 mod tests {
     use super::*;
 
+    fn container(name: &str, cgroup: &str, cgroup_id: u64) -> Container {
+        Container {
+            name: name.into(),
+            cgroup: cgroup.into(),
+            cgroup_id,
+            kind: Kind::Explicit,
+            ended_ns: None,
+        }
+    }
+
     fn set() -> ContainerSet {
         let mut s = ContainerSet::default();
-        s.add(Container {
-            name: "gw".into(),
-            cgroup: "/a/gw".into(),
-            cgroup_id: 10,
-        })
-        .unwrap();
+        s.add(container("gw", "/a/gw", 10)).unwrap();
         s
+    }
+
+    #[test]
+    fn discovery_adds_new_containers_and_marks_vanished_ones_ended() {
+        let mut s = set().with_discovery();
+        let mut paths = HashMap::from([
+            (10, PathBuf::from("/a/gw")),
+            (20, PathBuf::from("/system.slice/nginx.service")),
+            (21, PathBuf::from("/system.slice/nginx.service/worker")),
+            (30, PathBuf::from("/user.slice")),
+        ]);
+        let (appeared, ended) = s.refresh(&paths, 5);
+        assert_eq!(
+            (appeared, ended),
+            (vec!["nginx.service".to_owned()], vec![])
+        );
+        assert_eq!(
+            s.attribute(21, &paths),
+            1,
+            "a service's child cgroup is the service"
+        );
+        assert_eq!(s.attribute(30, &paths), 2, "host");
+        paths.remove(&20);
+        paths.remove(&21);
+        paths.insert(40, PathBuf::from("/system.slice/nginx.service"));
+        let (appeared, ended) = s.refresh(&paths, 9);
+        assert_eq!(ended, vec!["nginx.service".to_owned()]);
+        assert_eq!(appeared, vec!["nginx.service#2".to_owned()]);
+        assert_eq!(s.containers()[1].ended_ns, Some(9));
+        assert_eq!(
+            s.names(),
+            vec!["gw", "nginx.service", "nginx.service#2", "host"]
+        );
     }
 
     #[test]
@@ -182,13 +300,6 @@ mod tests {
             "{msg}"
         );
         let mut s = set();
-        assert!(
-            s.add(Container {
-                name: "host".into(),
-                cgroup: "/h".into(),
-                cgroup_id: 1
-            })
-            .is_err()
-        );
+        assert!(s.add(container("host", "/h", 1)).is_err());
     }
 }

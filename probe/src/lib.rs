@@ -9,11 +9,14 @@
 
 pub mod btf;
 pub mod caps;
+pub mod addrs;
 pub mod cgroup;
 pub mod clock;
 pub mod containers;
+pub mod discover;
 mod error;
 pub mod sample;
+pub mod sampler;
 mod tracefs;
 
 use std::collections::HashMap;

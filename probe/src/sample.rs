@@ -1,10 +1,14 @@
 //! From two map snapshots to one interval sample per container: the probe's typed output.
 
-use std::{collections::HashMap, path::PathBuf};
+use std::{
+    collections::{BTreeMap, HashMap},
+    net::{IpAddr, SocketAddr},
+    path::PathBuf,
+};
 
-use probe_common::{Counter, N_COUNTERS};
+use probe_common::{Counter, HIST_BUCKETS, N_COUNTERS, PairStats};
 
-use crate::{Counts, Snapshot, containers::ContainerSet};
+use crate::{Counts, Snapshot, containers::ContainerSet, pair_addr};
 
 /// What one container did during one interval.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -38,6 +42,78 @@ impl serde::Serialize for CountMap {
     }
 }
 
+/// Percentiles read off a log2 histogram: each value is the upper bound of the bucket the
+/// percentile falls in (so "p99 ≤ 128 µs"), which is all a log2 histogram can say honestly.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Log2Summary {
+    /// Samples in the histogram.
+    pub count: u64,
+    /// Upper bound of the median's bucket.
+    pub p50_le: u64,
+    /// Upper bound of the 99th percentile's bucket.
+    pub p99_le: u64,
+    /// Upper bound of the highest non-empty bucket (`u64::MAX` when it is the open last one).
+    pub max_le: u64,
+}
+
+impl Log2Summary {
+    /// Summarises log2 buckets (`[2^i, 2^(i+1))`, bucket 0 also holding 0).
+    pub fn of(buckets: &[u64; HIST_BUCKETS]) -> Self {
+        let count: u64 = buckets.iter().sum();
+        if count == 0 {
+            return Self::default();
+        }
+        let upper = |i: usize| {
+            if i == HIST_BUCKETS - 1 {
+                u64::MAX
+            } else {
+                1u64 << (i + 1)
+            }
+        };
+        let quantile = |q: f64| {
+            let rank = ((count as f64) * q).ceil().max(1.0) as u64;
+            let mut seen = 0;
+            for (i, b) in buckets.iter().enumerate() {
+                seen += b;
+                if seen >= rank {
+                    return upper(i);
+                }
+            }
+            upper(HIST_BUCKETS - 1)
+        };
+        let last = buckets.iter().rposition(|&b| b > 0).unwrap_or(0);
+        Self {
+            count,
+            p50_le: quantile(0.50),
+            p99_le: quantile(0.99),
+            max_le: upper(last),
+        }
+    }
+}
+
+/// What one container did toward one destination during one interval.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct PairInterval {
+    /// Source container.
+    pub container: String,
+    /// Destination address and port.
+    pub remote: SocketAddr,
+    /// The container that owns the destination address, when known.
+    pub remote_container: Option<String>,
+    /// New connections (SYNs sent).
+    pub connects: u64,
+    /// Handshakes completed.
+    pub established: u64,
+    /// TIME_WAIT entries of these connections.
+    pub time_wait_entries: u64,
+    /// Connections closed (with a known open time).
+    pub closed: u64,
+    /// Connect latency (SYN sent → ESTABLISHED), microseconds.
+    pub connect_latency_us: Log2Summary,
+    /// Lifetime (SYN sent → CLOSE) of connections closed in the interval, milliseconds.
+    pub lifetime_ms: Log2Summary,
+}
+
 /// One interval of the probe's timeline.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Interval {
@@ -47,17 +123,21 @@ pub struct Interval {
     pub interval_ns: u64,
     /// Per container, in [`ContainerSet::names`] order.
     pub containers: Vec<ContainerInterval>,
+    /// Per source container → destination, for pairs active in the interval.
+    pub pairs: Vec<PairInterval>,
     /// Events the kernel programs could not record during the interval.
     pub lost: u64,
 }
 
-/// Turns cumulative snapshots into deltas per container. `paths` maps cgroup ids to paths (for
-/// attributing descendants); ids missing from it count as `host`.
+/// Turns cumulative snapshots into deltas per container and per pair. `paths` maps cgroup ids
+/// to paths (for attributing descendants); ids missing from it count as `host`. `owners` maps
+/// addresses to the container that owns them, to label destinations.
 pub fn interval(
     prev: &Snapshot,
     cur: &Snapshot,
     set: &ContainerSet,
     paths: &HashMap<u64, PathBuf>,
+    owners: &HashMap<IpAddr, String>,
 ) -> Interval {
     let names = set.names();
     let mut sums = vec![[0u64; N_COUNTERS]; names.len()];
@@ -69,9 +149,40 @@ pub fn interval(
             slot[i] += now[i].saturating_sub(before[i]);
         }
     }
+    // Pairs: delta per kernel key, merged per (container, destination).
+    let mut merged: BTreeMap<(usize, SocketAddr), PairStats> = BTreeMap::new();
+    for (key, now) in &cur.pairs {
+        let d = match prev.pairs.get(key) {
+            Some(before) => now.delta(before),
+            None => *now,
+        };
+        if d.connects == 0 && d.established == 0 && d.closed == 0 && d.time_wait_entries == 0 {
+            continue;
+        }
+        let remote = SocketAddr::new(pair_addr(key), key.port);
+        merged
+            .entry((set.attribute(key.cgroup, paths), remote))
+            .or_default()
+            .add(&d);
+    }
+    let pairs = merged
+        .into_iter()
+        .map(|((i, remote), st)| PairInterval {
+            container: names[i].to_owned(),
+            remote,
+            remote_container: owners.get(&remote.ip()).cloned(),
+            connects: st.connects,
+            established: st.established,
+            time_wait_entries: st.time_wait_entries,
+            closed: st.closed,
+            connect_latency_us: Log2Summary::of(&st.connect_latency_us),
+            lifetime_ms: Log2Summary::of(&st.lifetime_ms),
+        })
+        .collect();
     Interval {
         at_ns: cur.at_ns,
         interval_ns: cur.at_ns.saturating_sub(prev.at_ns),
+        pairs,
         containers: names
             .iter()
             .zip(sums)
@@ -97,12 +208,67 @@ mod tests {
     }
 
     #[test]
+    fn log2_percentiles_are_bucket_upper_bounds() {
+        let mut b = [0u64; HIST_BUCKETS];
+        b[3] = 98; // [8, 16)
+        b[10] = 2; // [1024, 2048)
+        let s = Log2Summary::of(&b);
+        assert_eq!(
+            (s.count, s.p50_le, s.p99_le, s.max_le),
+            (100, 16, 2048, 2048)
+        );
+        assert_eq!(Log2Summary::of(&[0; HIST_BUCKETS]), Log2Summary::default());
+        b[HIST_BUCKETS - 1] = 1;
+        assert_eq!(Log2Summary::of(&b).max_le, u64::MAX);
+    }
+
+    #[test]
+    fn pairs_merge_per_container_and_destination_with_owner_labels() {
+        let mut set = ContainerSet::default();
+        set.add(Container {
+            name: "gw".into(),
+            cgroup: "/gw".into(),
+            cgroup_id: 1,
+            kind: crate::discover::Kind::Explicit,
+            ended_ns: None,
+        })
+        .unwrap();
+        let ip: IpAddr = "198.18.0.2".parse().unwrap();
+        let key = crate::pair_key(1, ip, 8080);
+        let child = crate::pair_key(2, ip, 8080); // a child cgroup of gw
+        let paths = HashMap::from([(2, PathBuf::from("/gw/worker"))]);
+        let stats = |c| PairStats {
+            connects: c,
+            closed: c,
+            ..PairStats::default()
+        };
+        let prev = Snapshot {
+            pairs: HashMap::from([(key, stats(10))]),
+            ..Snapshot::default()
+        };
+        let cur = Snapshot {
+            at_ns: 1,
+            pairs: HashMap::from([(key, stats(25)), (child, stats(5))]),
+            ..Snapshot::default()
+        };
+        let owners = HashMap::from([(ip, "backend".to_owned())]);
+        let i = interval(&prev, &cur, &set, &paths, &owners);
+        assert_eq!(i.pairs.len(), 1);
+        let p = &i.pairs[0];
+        assert_eq!((p.container.as_str(), p.connects, p.closed), ("gw", 20, 20));
+        assert_eq!(p.remote_container.as_deref(), Some("backend"));
+        assert_eq!(p.remote, "198.18.0.2:8080".parse().unwrap());
+    }
+
+    #[test]
     fn deltas_are_attributed_and_add_up_to_the_host_total() {
         let mut set = ContainerSet::default();
         set.add(Container {
             name: "cli".into(),
             cgroup: "/c".into(),
             cgroup_id: 1,
+            kind: crate::discover::Kind::Explicit,
+            ended_ns: None,
         })
         .unwrap();
         let prev = Snapshot {
@@ -116,7 +282,7 @@ mod tests {
             losses: [1, 0, 0, 0],
             ..Snapshot::default()
         };
-        let i = interval(&prev, &cur, &set, &HashMap::new());
+        let i = interval(&prev, &cur, &set, &HashMap::new(), &HashMap::new());
         assert_eq!(i.interval_ns, 1_000);
         assert_eq!(i.containers[0].counts.get(Counter::Connects), 3);
         assert_eq!(i.containers[1].container, "host");

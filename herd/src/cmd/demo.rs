@@ -13,7 +13,10 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail};
-use herd_probe::containers::{Container, ContainerSet};
+use herd_probe::{
+    containers::{Container, ContainerSet},
+    sampler::Sampler,
+};
 use probe_common::Counter;
 
 use crate::{cmd::probe, sandbox::Sandbox, signals};
@@ -55,6 +58,8 @@ pub fn run(args: &DemoArgs) -> Result<()> {
                 .strip_prefix(&layout.unified)
                 .map(|p| std::path::Path::new("/").join(p))?,
             cgroup_id: c.cgroup_id,
+            kind: herd_probe::discover::Kind::Herd,
+            ended_ns: None,
         })?;
     }
     let exe = std::env::current_exe().context("locating the herd binary")?;
@@ -84,10 +89,9 @@ pub fn run(args: &DemoArgs) -> Result<()> {
     let cli = sb.spawn(&client, cli)?;
     let t0 = herd_probe::clock::now_ns();
     let mut exited_at: Option<std::time::Instant> = None;
-    let sums = probe::watch(
-        &probe_handle,
-        &set,
-        &layout,
+    let mut sampler = Sampler::new(probe_handle, set, layout)?;
+    probe::watch(
+        &mut sampler,
         args.interval,
         Duration::from_secs(120),
         || {
@@ -102,11 +106,11 @@ pub fn run(args: &DemoArgs) -> Result<()> {
             probe::print_interval(iv, t0);
             Ok(())
         },
-    );
-    let sums = sums?;
-    drop(probe_handle);
+    )?;
+    let totals = sampler.totals();
+    drop(sampler);
     println!();
-    probe::print_totals(&set.names(), &sums);
+    probe::print_totals(&totals);
     if signals::stop_requested() {
         bail!("interrupted; containers removed");
     }
@@ -114,13 +118,19 @@ pub fn run(args: &DemoArgs) -> Result<()> {
     if let Some(mut out) = sb.child(cli).stdout.take() {
         std::io::Read::read_to_string(&mut out, &mut reported)?;
     }
-    let connects = sums[0][Counter::Connects as usize];
-    let accepts = sums[1][Counter::Accepts as usize];
+    let total = |name: &str, c: Counter| {
+        totals
+            .iter()
+            .find(|(n, _)| n == name)
+            .map_or(0, |(_, t)| t[c as usize])
+    };
+    let connects = total("client", Counter::Connects);
+    let accepts = total("server", Counter::Accepts);
     println!(
         "\nground truth: the client says `{}`; the probe saw client connects {connects}, server \
          accepts {accepts}, host connects {}",
         reported.trim(),
-        sums[2][Counter::Connects as usize]
+        total(herd_probe::containers::HOST, Counter::Connects)
     );
     Ok(())
 }

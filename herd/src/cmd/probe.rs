@@ -1,18 +1,15 @@
 //! `herd probe`: the kernel probe alone, next to whatever makes the load (k6, wrk, herd drive).
 
 use std::{
-    collections::HashMap,
     io::Write as _,
     path::PathBuf,
     time::{Duration, Instant},
 };
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result};
 use herd_probe::{
-    KernelProbe, ProbeOptions,
-    cgroup::{CgroupLayout, walk},
-    containers::ContainerSet,
-    sample::{Interval, interval},
+    KernelProbe, ProbeOptions, cgroup::CgroupLayout, containers::ContainerSet, sample::Interval,
+    sampler::Sampler,
 };
 use probe_common::Counter;
 
@@ -38,6 +35,10 @@ pub struct ProbeArgs {
     /// Print the kernel verifier's log if a program is rejected.
     #[arg(long)]
     pub verbose: bool,
+    /// Only count the --container cgroups; do not discover Docker containers, Kubernetes
+    /// pods, systemd services and herd's own containers.
+    #[arg(long)]
+    pub no_discover: bool,
 }
 
 /// Parses durations like `500ms`, `10s`, `2m`.
@@ -68,20 +69,16 @@ pub fn load(verbose: bool) -> Result<KernelProbe> {
     })
 }
 
-/// Samples `probe` every `every` until `total` elapsed, `until` returns true, or a stop signal
-/// arrives, calling `sink` with each interval. Returns the intervals' sum per container.
+/// Samples every `every` until `total` elapsed, `until` returns true, or a stop signal
+/// arrives, calling `sink` with each interval. The last interval is taken even when stopped
+/// early, so nothing counted is lost.
 pub fn watch(
-    probe: &KernelProbe,
-    set: &ContainerSet,
-    layout: &CgroupLayout,
+    sampler: &mut Sampler,
     every: Duration,
     total: Duration,
     mut until: impl FnMut() -> bool,
     mut sink: impl FnMut(&Interval) -> Result<()>,
-) -> Result<Vec<[u64; probe_common::N_COUNTERS]>> {
-    let mut paths: HashMap<u64, PathBuf> = walk(&layout.unified);
-    let mut prev = probe.snapshot()?;
-    let mut sums = vec![[0u64; probe_common::N_COUNTERS]; set.names().len()];
+) -> Result<()> {
     let start = Instant::now();
     let mut next = start + every;
     loop {
@@ -90,46 +87,65 @@ pub fn watch(
             signals::sleep(next.saturating_duration_since(Instant::now()));
         }
         next += every;
-        let cur = probe.snapshot()?;
-        if cur.by_cgroup.keys().any(|id| !paths.contains_key(id)) {
-            paths = walk(&layout.unified);
-        }
-        let iv = interval(&prev, &cur, set, &paths);
-        for (sum, c) in sums.iter_mut().zip(&iv.containers) {
-            for (s, v) in sum.iter_mut().zip(c.counts.0) {
-                *s += v;
-            }
-        }
+        let iv = sampler.sample()?;
         sink(&iv)?;
-        prev = cur;
         if finished || signals::stop_requested() || start.elapsed() >= total {
-            return Ok(sums);
+            return Ok(());
         }
     }
 }
 
-/// Formats one interval as a terminal line per active container.
+/// Formats one interval: a line with each active container's connects, accepts and TIME_WAIT
+/// entries per second, then one line per active destination pair.
 pub fn print_interval(iv: &Interval, since_ns: u64) {
     let secs = iv.interval_ns.max(1) as f64 / 1e9;
     let t = iv.at_ns.saturating_sub(since_ns) as f64 / 1e9;
     let mut line = format!("{t:>7.1}s");
+    let mut quiet = true;
     for c in &iv.containers {
+        let (conn, acc, tw) = (
+            c.counts.get(Counter::Connects),
+            c.counts.get(Counter::Accepts),
+            c.counts.get(Counter::TimeWaitEntries),
+        );
+        if conn + acc + tw == 0 {
+            continue;
+        }
+        quiet = false;
         line.push_str(&format!(
-            "  {} conn {:.0}/s acc {:.0}/s",
+            "  {}: conn {:.0}/s acc {:.0}/s tw+ {:.0}/s",
             c.container,
-            c.counts.get(Counter::Connects) as f64 / secs,
-            c.counts.get(Counter::Accepts) as f64 / secs
+            conn as f64 / secs,
+            acc as f64 / secs,
+            tw as f64 / secs
         ));
+    }
+    if quiet {
+        line.push_str("  (no TCP opens or TIME_WAIT entries)");
     }
     if iv.lost > 0 {
         line.push_str(&format!("  LOST {}", iv.lost));
     }
     println!("{line}");
+    for p in &iv.pairs {
+        let to = match &p.remote_container {
+            Some(c) => format!("{c} ({})", p.remote),
+            None => p.remote.to_string(),
+        };
+        println!(
+            "          {} -> {to}: new {:.0}/s, tw+ {:.0}/s, connect p50 <= {}us, lifetime p50 <= {}ms",
+            p.container,
+            p.connects as f64 / secs,
+            p.time_wait_entries as f64 / secs,
+            p.connect_latency_us.p50_le,
+            p.lifetime_ms.p50_le
+        );
+    }
 }
 
 /// Prints the totals table: one row per container, one column per counter that is non-zero
 /// somewhere (connects, accepts and TIME_WAIT entries always).
-pub fn print_totals(names: &[&str], sums: &[[u64; probe_common::N_COUNTERS]]) {
+pub fn print_totals(totals: &[(String, herd_probe::Counts)]) {
     let always = [
         Counter::Connects,
         Counter::Accepts,
@@ -137,15 +153,20 @@ pub fn print_totals(names: &[&str], sums: &[[u64; probe_common::N_COUNTERS]]) {
     ];
     let cols: Vec<Counter> = Counter::ALL
         .into_iter()
-        .filter(|c| always.contains(c) || sums.iter().any(|s| s[*c as usize] > 0))
+        .filter(|c| always.contains(c) || totals.iter().any(|(_, s)| s[*c as usize] > 0))
         .collect();
-    let width = names.iter().map(|n| n.len()).max().unwrap_or(4).max(9);
+    let width = totals
+        .iter()
+        .map(|(n, _)| n.len())
+        .max()
+        .unwrap_or(4)
+        .max(9);
     print!("{:<width$}", "container");
     for c in &cols {
         print!(" {:>w$}", c.name(), w = c.name().len().max(8));
     }
     println!();
-    for (n, s) in names.iter().zip(sums) {
+    for (n, s) in totals {
         print!("{n:<width$}");
         for c in &cols {
             print!(" {:>w$}", s[*c as usize], w = c.name().len().max(8));
@@ -157,7 +178,10 @@ pub fn print_totals(names: &[&str], sums: &[[u64; probe_common::N_COUNTERS]]) {
 /// Runs `herd probe`.
 pub fn run(args: &ProbeArgs) -> Result<()> {
     let layout = CgroupLayout::detect().map_err(crate::environment)?;
-    let set = ContainerSet::from_args(&layout, &args.containers)?;
+    let mut set = ContainerSet::from_args(&layout, &args.containers)?;
+    if !args.no_discover {
+        set = set.with_discovery();
+    }
     let mut out = match &args.out {
         Some(p) => Some(std::io::BufWriter::new(
             std::fs::File::create(p).with_context(|| format!("creating --out {}", p.display()))?,
@@ -165,18 +189,16 @@ pub fn run(args: &ProbeArgs) -> Result<()> {
         None => None,
     };
     let probe = load(args.verbose)?;
-    let names = set.names();
+    let mut sampler = Sampler::new(probe, set, layout)?;
     eprintln!(
         "herd probe: watching {} for {} every {}; Ctrl-C stops",
-        names.join(", "),
+        sampler.containers().names().join(", "),
         humantime::format_duration(args.duration),
         humantime::format_duration(args.interval)
     );
     let t0 = herd_probe::clock::now_ns();
-    let sums = watch(
-        &probe,
-        &set,
-        &layout,
+    watch(
+        &mut sampler,
         args.interval,
         args.duration,
         || false,
@@ -190,14 +212,12 @@ pub fn run(args: &ProbeArgs) -> Result<()> {
             Ok(())
         },
     )?;
-    drop(probe);
+    let totals = sampler.totals();
+    drop(sampler);
     println!();
-    print_totals(&names, &sums);
+    print_totals(&totals);
     if let Some(sig) = signals::received() {
         eprintln!("herd probe: stopped by signal {sig}; programs detached");
-    }
-    if sums.is_empty() {
-        bail!("no containers");
     }
     Ok(())
 }

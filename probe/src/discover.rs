@@ -1,0 +1,245 @@
+//! Automatic container discovery: which cgroup v2 directories are containers, and their names.
+//!
+//! Recognised layouts (the cgroup path relative to the unified root):
+//! - Docker, systemd driver: `…/docker-<64 hex>.scope`; cgroupfs driver: `/docker/<64 hex>`.
+//!   Names come from the Docker Engine API socket when it answers, else `docker-<12 hex>`.
+//! - Kubernetes pods: `…/kubepods…-pod<uid>.slice` (systemd driver) or `/kubepods/…/pod<uid>`
+//!   (cgroupfs driver), named `pod-<uid prefix>`: a pod is the unit that owns a network
+//!   namespace, which is what the socket gauges are per.
+//! - systemd services: `/system.slice/<name>.service`, named `<name>.service`.
+//! - herd's own containers (`herd::sandbox`): `/herd-<pid>-<n>-<name>`, named `<name>`.
+//!
+//! Everything else stays `host`.
+
+use std::{
+    collections::HashMap,
+    io::{Read as _, Write as _},
+    path::Path,
+    time::Duration,
+};
+
+/// What kind of container a cgroup is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// Named on the command line.
+    Explicit,
+    /// A Docker container.
+    Docker,
+    /// A Kubernetes pod.
+    Kubernetes,
+    /// A systemd service.
+    Systemd,
+    /// A container herd made itself.
+    Herd,
+}
+
+/// A cgroup recognised as a container: its kind and a provisional name (Docker ids are
+/// resolved to names later, through [`DockerNames`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Found {
+    /// Kind of container.
+    pub kind: Kind,
+    /// Name for reports.
+    pub name: String,
+    /// Docker container id, for name resolution.
+    pub docker_id: Option<String>,
+}
+
+fn is_hex_id(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// Classifies the cgroup at `rel` (relative to the unified root, leading `/`). Only the
+/// container's own directory matches, not its descendants (they are attributed to it).
+pub fn classify(rel: &Path) -> Option<Found> {
+    let last = rel.file_name()?.to_str()?;
+    let parent = rel
+        .parent()
+        .and_then(|p| p.file_name())
+        .and_then(|p| p.to_str());
+    if let Some(id) = last
+        .strip_prefix("docker-")
+        .and_then(|s| s.strip_suffix(".scope"))
+        && is_hex_id(id)
+    {
+        return Some(docker(id));
+    }
+    if parent == Some("docker") && is_hex_id(last) {
+        return Some(docker(last));
+    }
+    let in_kubepods = rel.components().any(|c| {
+        c.as_os_str()
+            .to_str()
+            .is_some_and(|s| s.starts_with("kubepods"))
+    });
+    if in_kubepods {
+        let uid = last
+            .strip_suffix(".slice")
+            .and_then(|s| s.rsplit_once("-pod"))
+            .map(|(_, uid)| uid.replace('_', "-"))
+            .or_else(|| last.strip_prefix("pod").map(str::to_owned));
+        if let Some(uid) = uid.filter(|u| u.len() >= 8) {
+            return Some(Found {
+                kind: Kind::Kubernetes,
+                name: format!("pod-{}", &uid[..8]),
+                docker_id: None,
+            });
+        }
+    }
+    if parent == Some("system.slice")
+        && let Some(svc) = last.strip_suffix(".service")
+        && !svc.is_empty()
+    {
+        return Some(Found {
+            kind: Kind::Systemd,
+            name: last.to_owned(),
+            docker_id: None,
+        });
+    }
+    if rel.parent() == Some(Path::new("/"))
+        && let Some(rest) = last.strip_prefix("herd-")
+    {
+        // herd-<pid>-<n>-<name>
+        let mut parts = rest.splitn(3, '-');
+        let (pid, n, name) = (parts.next()?, parts.next()?, parts.next()?);
+        if pid.parse::<u32>().is_ok() && n.parse::<u32>().is_ok() && !name.is_empty() {
+            return Some(Found {
+                kind: Kind::Herd,
+                name: name.to_owned(),
+                docker_id: None,
+            });
+        }
+    }
+    None
+}
+
+fn docker(id: &str) -> Found {
+    Found {
+        kind: Kind::Docker,
+        name: format!("docker-{}", &id[..12]),
+        docker_id: Some(id.to_owned()),
+    }
+}
+
+/// Resolves Docker container ids to names through the Engine API on a unix socket, caching
+/// answers. Without a daemon every lookup fails fast and the short id stays the name.
+#[derive(Debug)]
+pub struct DockerNames {
+    socket: std::path::PathBuf,
+    cache: HashMap<String, Option<String>>,
+}
+
+impl DockerNames {
+    /// The default socket, `/var/run/docker.sock`.
+    pub fn new() -> Self {
+        Self::at("/var/run/docker.sock")
+    }
+
+    /// A specific socket (tests use a fake daemon).
+    pub fn at(socket: impl Into<std::path::PathBuf>) -> Self {
+        Self {
+            socket: socket.into(),
+            cache: HashMap::new(),
+        }
+    }
+
+    /// The container's name without the leading `/`, or None.
+    pub fn name(&mut self, id: &str) -> Option<String> {
+        if let Some(hit) = self.cache.get(id) {
+            return hit.clone();
+        }
+        let name = self.query(id);
+        self.cache.insert(id.to_owned(), name.clone());
+        name
+    }
+
+    fn query(&self, id: &str) -> Option<String> {
+        let mut s = std::os::unix::net::UnixStream::connect(&self.socket).ok()?;
+        s.set_read_timeout(Some(Duration::from_millis(500))).ok()?;
+        s.set_write_timeout(Some(Duration::from_millis(500))).ok()?;
+        // HTTP/1.0: the daemon closes after the response, so reading to EOF is the framing.
+        write!(
+            s,
+            "GET /containers/{id}/json HTTP/1.0\r\nHost: docker\r\n\r\n"
+        )
+        .ok()?;
+        let mut body = String::new();
+        s.read_to_string(&mut body).ok()?;
+        let (head, json) = body.split_once("\r\n\r\n")?;
+        if !head.starts_with("HTTP/1.") || !head.split_whitespace().nth(1)?.starts_with('2') {
+            return None;
+        }
+        let v: serde_json::Value = serde_json::from_str(json).ok()?;
+        Some(v.get("Name")?.as_str()?.trim_start_matches('/').to_owned())
+    }
+}
+
+impl Default for DockerNames {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ID: &str = "3f1c2d4e5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c2d";
+
+    #[test]
+    fn recognises_the_common_layouts() {
+        let c = |p: &str| classify(Path::new(p));
+        let d = c(&format!("/system.slice/docker-{ID}.scope")).unwrap();
+        assert_eq!(
+            (d.kind, d.name.as_str()),
+            (Kind::Docker, "docker-3f1c2d4e5a6b")
+        );
+        assert_eq!(c(&format!("/docker/{ID}")).unwrap().kind, Kind::Docker);
+        let k = c("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1234abcd_5678_90ab_cdef_1234567890ab.slice").unwrap();
+        assert_eq!(
+            (k.kind, k.name.as_str()),
+            (Kind::Kubernetes, "pod-1234abcd")
+        );
+        let k = c("/kubepods/besteffort/podaabbccdd-0000-1111-2222-333344445555").unwrap();
+        assert_eq!(k.name, "pod-aabbccdd");
+        let s = c("/system.slice/nginx.service").unwrap();
+        assert_eq!((s.kind, s.name.as_str()), (Kind::Systemd, "nginx.service"));
+        let h = c("/herd-4242-0-gateway").unwrap();
+        assert_eq!((h.kind, h.name.as_str()), (Kind::Herd, "gateway"));
+        // Containers' children and unrelated cgroups are not containers themselves.
+        assert_eq!(c(&format!("/docker/{ID}/child")), None);
+        assert_eq!(c("/user.slice/user-0.slice/session-1.scope"), None);
+        assert_eq!(c("/"), None);
+        assert_eq!(c("/docker/short"), None);
+    }
+
+    #[test]
+    fn docker_names_come_from_the_engine_api() {
+        let dir = std::env::temp_dir().join(format!("herd-docker-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let sock = dir.join("docker.sock");
+        let _ = std::fs::remove_file(&sock);
+        let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        let server = std::thread::spawn(move || {
+            // One request, then a 404 for the second.
+            for reply in [
+                "HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n{\"Name\":\"/gateway\"}",
+                "HTTP/1.0 404 Not Found\r\n\r\n{\"message\":\"no such container\"}",
+            ] {
+                let (mut s, _) = listener.accept().unwrap();
+                let mut req = [0u8; 512];
+                let n = s.read(&mut req).unwrap();
+                assert!(String::from_utf8_lossy(&req[..n]).starts_with("GET /containers/"));
+                s.write_all(reply.as_bytes()).unwrap();
+            }
+        });
+        let mut names = DockerNames::at(&sock);
+        assert_eq!(names.name(ID).as_deref(), Some("gateway"));
+        assert_eq!(names.name(ID).as_deref(), Some("gateway"), "cached");
+        assert_eq!(names.name("other"), None);
+        server.join().unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(DockerNames::at(dir.join("absent.sock")).name(ID), None);
+    }
+}
