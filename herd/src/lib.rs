@@ -4,6 +4,7 @@
 //! drive the same code in-process.
 
 pub mod cmd;
+pub mod metrics;
 pub mod sandbox;
 pub mod signals;
 pub mod workload;

@@ -15,6 +15,7 @@ pub mod clock;
 pub mod containers;
 pub mod discover;
 mod error;
+pub mod prometheus;
 pub mod sample;
 pub mod sampler;
 mod tracefs;

@@ -112,6 +112,9 @@ pub struct PairInterval {
     pub connect_latency_us: Log2Summary,
     /// Lifetime (SYN sent → CLOSE) of connections closed in the interval, milliseconds.
     pub lifetime_ms: Log2Summary,
+    /// The merged kernel stats behind this row, histograms included (for cumulative totals).
+    #[serde(skip)]
+    pub stats: PairStats,
 }
 
 /// One interval of the probe's timeline.
@@ -177,6 +180,7 @@ pub fn interval(
             closed: st.closed,
             connect_latency_us: Log2Summary::of(&st.connect_latency_us),
             lifetime_ms: Log2Summary::of(&st.lifetime_ms),
+            stats: st,
         })
         .collect();
     Interval {

@@ -2,14 +2,19 @@
 //! turns map readings into one [`Interval`] per call, keeping running totals. The CLI, the
 //! demo and the run recorder all consume this one typed stream.
 
-use std::{collections::HashMap, net::IpAddr, path::PathBuf};
+use std::{
+    collections::{BTreeMap, HashMap},
+    net::{IpAddr, SocketAddr},
+    path::PathBuf,
+};
 
-use probe_common::N_COUNTERS;
+use probe_common::{N_COUNTERS, PairStats};
 
 use crate::{
     Counts, KernelProbe, ProbeError, Snapshot, addrs,
     cgroup::{CgroupLayout, walk},
     containers::ContainerSet,
+    prometheus::Exposition,
     sample::{Interval, interval},
 };
 
@@ -22,6 +27,7 @@ pub struct Sampler {
     owners: HashMap<IpAddr, String>,
     prev: Snapshot,
     totals: Vec<(String, Counts)>,
+    pair_totals: BTreeMap<(String, SocketAddr), (Option<String>, PairStats)>,
 }
 
 impl Sampler {
@@ -40,6 +46,7 @@ impl Sampler {
             layout,
             prev,
             totals: Vec::new(),
+            pair_totals: BTreeMap::new(),
         };
         s.refresh(crate::clock::now_ns());
         Ok(s)
@@ -90,8 +97,27 @@ impl Sampler {
                 None => self.totals.push((c.container.clone(), c.counts.0)),
             }
         }
+        for p in &iv.pairs {
+            let key = (p.container.clone(), p.remote);
+            let slot = self.pair_totals.entry(key).or_default();
+            slot.0 = p.remote_container.clone();
+            slot.1.add(&p.stats);
+        }
         self.prev = cur;
         Ok(iv)
+    }
+
+    /// Cumulative counters for the Prometheus endpoint.
+    pub fn exposition(&self) -> Exposition {
+        Exposition {
+            containers: self.totals(),
+            pairs: self
+                .pair_totals
+                .iter()
+                .map(|((c, r), (rc, st))| (c.clone(), *r, rc.clone(), *st))
+                .collect(),
+            losses: self.prev.losses,
+        }
     }
 
     /// Totals per container since the sampler started, host last.

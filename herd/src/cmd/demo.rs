@@ -102,7 +102,7 @@ pub fn run(args: &DemoArgs) -> Result<()> {
             }
             exited_at.is_some_and(|t| t.elapsed() >= Duration::from_millis(200))
         },
-        |iv| {
+        |iv, _| {
             probe::print_interval(iv, t0);
             Ok(())
         },

@@ -35,6 +35,10 @@ pub struct ProbeArgs {
     /// Print the kernel verifier's log if a program is rejected.
     #[arg(long)]
     pub verbose: bool,
+    /// Serve Prometheus metrics at http://ADDR/metrics while the probe runs (e.g.
+    /// 127.0.0.1:9464; port 0 picks a free one, printed at start).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<std::net::SocketAddr>,
     /// Only count the --container cgroups; do not discover Docker containers, Kubernetes
     /// pods, systemd services and herd's own containers.
     #[arg(long)]
@@ -77,7 +81,7 @@ pub fn watch(
     every: Duration,
     total: Duration,
     mut until: impl FnMut() -> bool,
-    mut sink: impl FnMut(&Interval) -> Result<()>,
+    mut sink: impl FnMut(&Interval, &Sampler) -> Result<()>,
 ) -> Result<()> {
     let start = Instant::now();
     let mut next = start + every;
@@ -88,7 +92,7 @@ pub fn watch(
         }
         next += every;
         let iv = sampler.sample()?;
-        sink(&iv)?;
+        sink(&iv, sampler)?;
         if finished || signals::stop_requested() || start.elapsed() >= total {
             return Ok(());
         }
@@ -188,8 +192,16 @@ pub fn run(args: &ProbeArgs) -> Result<()> {
         )),
         None => None,
     };
+    let metrics = args
+        .listen
+        .map(crate::metrics::MetricsServer::start)
+        .transpose()?;
     let probe = load(args.verbose)?;
     let mut sampler = Sampler::new(probe, set, layout)?;
+    if let Some(m) = &metrics {
+        m.publish(sampler.exposition().render());
+        eprintln!("herd probe: metrics at http://{}/metrics", m.addr());
+    }
     eprintln!(
         "herd probe: watching {} for {} every {}; Ctrl-C stops",
         sampler.containers().names().join(", "),
@@ -202,8 +214,11 @@ pub fn run(args: &ProbeArgs) -> Result<()> {
         args.interval,
         args.duration,
         || false,
-        |iv| {
+        |iv, sampler| {
             print_interval(iv, t0);
+            if let Some(m) = &metrics {
+                m.publish(sampler.exposition().render());
+            }
             if let Some(out) = out.as_mut() {
                 serde_json::to_writer(&mut *out, iv)?;
                 out.write_all(b"\n")?;

@@ -1,0 +1,75 @@
+//! The `--listen` endpoint: serves the latest Prometheus exposition at `/metrics` from a
+//! background thread. The sampling loop publishes a fresh rendering each interval; scrapes
+//! never touch the kernel maps.
+
+use std::{
+    io::{Read as _, Write as _},
+    net::{SocketAddr, TcpListener},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use anyhow::{Context as _, Result};
+
+/// A running endpoint. The thread ends with the process.
+pub struct MetricsServer {
+    body: Arc<Mutex<String>>,
+    addr: SocketAddr,
+}
+
+impl MetricsServer {
+    /// Binds `addr` (port 0 picks a free port) and starts serving.
+    pub fn start(addr: SocketAddr) -> Result<Self> {
+        let listener = TcpListener::bind(addr)
+            .with_context(|| format!("binding the metrics endpoint --listen {addr}"))?;
+        let addr = listener.local_addr()?;
+        let body = Arc::new(Mutex::new(String::new()));
+        let shared = body.clone();
+        std::thread::Builder::new()
+            .name("herd-metrics".into())
+            .spawn(move || {
+                for conn in listener.incoming().flatten() {
+                    let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
+                    let _ = conn.set_write_timeout(Some(Duration::from_secs(2)));
+                    serve(conn, &shared);
+                }
+            })
+            .context("starting the metrics thread")?;
+        Ok(Self { body, addr })
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Replaces what `/metrics` returns.
+    pub fn publish(&self, text: String) {
+        if let Ok(mut b) = self.body.lock() {
+            *b = text;
+        }
+    }
+}
+
+fn serve(mut conn: std::net::TcpStream, body: &Mutex<String>) {
+    let mut req = [0u8; 2048];
+    let n = conn.read(&mut req).unwrap_or(0);
+    let line = String::from_utf8_lossy(&req[..n]);
+    let path = line.split_whitespace().nth(1).unwrap_or("");
+    let (status, ctype, text) =
+        if line.starts_with("GET ") && (path == "/metrics" || path.starts_with("/metrics?")) {
+            let b = body.lock().map(|b| b.clone()).unwrap_or_default();
+            ("200 OK", "text/plain; version=0.0.4; charset=utf-8", b)
+        } else {
+            (
+                "404 Not Found",
+                "text/plain; charset=utf-8",
+                "herd serves /metrics\n".to_owned(),
+            )
+        };
+    let _ = write!(
+        conn,
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
+        text.len()
+    );
+}

@@ -1,0 +1,66 @@
+//! `herd probe --listen`: the Prometheus endpoint serves the same counts the probe measured.
+
+use std::{
+    io::{BufRead as _, BufReader, Read as _, Write as _},
+    net::TcpStream,
+    process::Stdio,
+    time::{Duration, Instant},
+};
+
+use integration_test::{Pair, herd_cmd, privileged};
+
+fn scrape(addr: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    write!(s, "GET /metrics HTTP/1.1\r\nHost: herd\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    assert!(out.starts_with("HTTP/1.1 200 OK"), "{out}");
+    out
+}
+
+#[test]
+fn the_metrics_endpoint_serves_the_probes_counts() {
+    if !privileged("the_metrics_endpoint_serves_the_probes_counts") {
+        return;
+    }
+    let mut pair = Pair::new("test").unwrap();
+    let cgroup = pair.client.cgroup.clone();
+    let mut probe = herd_cmd()
+        .args(["probe", "--no-discover", "--duration", "30s", "--interval", "200ms"])
+        .args(["--listen", "127.0.0.1:0", "--container"])
+        .arg(format!("cli={}", cgroup.display()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(probe.stderr.take().unwrap());
+    let addr = loop {
+        let mut line = String::new();
+        assert!(err.read_line(&mut line).unwrap() > 0, "herd probe exited early");
+        if let Some(rest) = line.trim().strip_prefix("herd probe: metrics at http://") {
+            break rest.trim_end_matches("/metrics").to_owned();
+        }
+    };
+    pair.start_server(9200, &["--max-conns", "1000"]).unwrap();
+    assert_eq!(pair.run_client(9200, 120, &[]).unwrap(), "connected 120 failed 0");
+    let want = "herd_tcp_connects_total{container=\"cli\"} 120\n";
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let body = loop {
+        let body = scrape(&addr);
+        if body.contains(want) || Instant::now() > deadline {
+            break body;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(probe.id() as i32, libc::SIGINT) };
+    probe.wait().unwrap();
+    assert!(body.contains(want), "{body}");
+    assert!(body.contains("herd_tcp_time_wait_entries_total{container=\"cli\"} 120\n"), "{body}");
+    let pair_line = format!(
+        "herd_pair_connects_total{{container=\"cli\",remote=\"{}:9200\",remote_container=\"\"}} 120\n",
+        pair.server_ip
+    );
+    assert!(body.contains(&pair_line), "{body}");
+    assert!(body.contains("herd_probe_lost_events_total{reason=\"cgroup_map_full\"} 0\n"));
+}
