@@ -12,6 +12,8 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 use clap::{Parser, Subcommand};
 
+mod bench;
+
 #[derive(Parser)]
 #[command(about = "herd's project tasks")]
 struct Cli {
@@ -27,6 +29,9 @@ enum Task {
     /// Setup, then every gate: fmt, clippy (host and eBPF), unit tests and the privileged
     /// integration tests.
     Ci,
+    /// Build herd in release mode and measure the probe's overhead: throughput with the probe
+    /// detached vs attached, interleaved, plus the probe's CPU, RSS and lost events (root).
+    BenchProbe,
     /// Setup, build herd in release mode, and run `herd demo` (needs root).
     Demo {
         /// Arguments passed to `herd demo`.
@@ -347,5 +352,12 @@ fn main() -> Result<()> {
         Task::Setup => setup(),
         Task::Ci => ci(),
         Task::Demo { args } => demo(&args),
+        Task::BenchProbe => {
+            setup()?;
+            status(cargo().args(["build", "--release", "--package", "herd"]))?;
+            let table = bench::bench_probe(&root())?;
+            println!("{table}");
+            Ok(())
+        }
     }
 }

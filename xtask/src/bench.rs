@@ -1,0 +1,247 @@
+//! `cargo xtask bench-probe`: the probe's overhead, measured side by side in one run.
+//!
+//! A private network namespace holds a drain server and an echo server on 127.0.0.1 (nothing
+//! leaves the namespace). Two loads run there, each several times, alternating probe detached
+//! and probe attached (a separate `herd probe` process watching everything):
+//! - a connection storm: one client connecting and closing first as fast as it can;
+//! - keep-alive requests: 50 workers over 50 pooled connections, one byte each way.
+//!
+//! Reported: throughput with/without the probe and their ratio, the probe process's CPU (share
+//! of one core) and peak RSS, and events it lost (must be 0).
+
+use std::{
+    io::{BufRead as _, BufReader},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+
+const NS: &str = "herd-bench";
+const SECONDS: u64 = 5;
+const REPS: usize = 3;
+
+struct Netns;
+
+impl Netns {
+    fn create() -> Result<Self> {
+        let _ = Command::new("ip").args(["netns", "del", NS]).output();
+        run(Command::new("ip").args(["netns", "add", NS]))?;
+        let ns = Netns;
+        run(Command::new("ip").args(["-n", NS, "link", "set", "lo", "up"]))?;
+        Ok(ns)
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", NS]).output();
+    }
+}
+
+fn run(cmd: &mut Command) -> Result<String> {
+    let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
+    if !out.status.success() {
+        bail!("{cmd:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn in_ns(herd: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", NS]).arg(herd).args(args);
+    c
+}
+
+/// utime + stime of a process in seconds, and its peak RSS in KiB.
+fn cpu_and_hwm(pid: u32) -> (f64, u64) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may contain spaces) start after the last ')'.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let cpu = (ticks(11) + ticks(12)) / hz; // utime, stime: fields 14, 15 of the full line
+    let hwm = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0);
+    (cpu, hwm)
+}
+
+struct ProbeProc {
+    child: Child,
+    out: PathBuf,
+}
+
+impl ProbeProc {
+    fn start(herd: &Path, out: PathBuf) -> Result<Self> {
+        let mut child = Command::new(herd)
+            .args(["probe", "--duration", "10m", "--interval", "1s", "--out"])
+            .arg(&out)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("starting herd probe")?;
+        let mut err = BufReader::new(child.stderr.take().context("stderr")?);
+        let mut line = String::new();
+        err.read_line(&mut line)?;
+        if !line.contains("watching") {
+            bail!("herd probe did not start: {line}");
+        }
+        Ok(Self { child, out })
+    }
+
+    fn stop(mut self) -> Result<u64> {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        self.child.wait()?;
+        let text = std::fs::read_to_string(&self.out).unwrap_or_default();
+        Ok(text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter_map(|v| v.get("lost").and_then(|l| l.as_u64()))
+            .sum())
+    }
+}
+
+struct Load {
+    name: &'static str,
+    unit: &'static str,
+    args: Vec<String>,
+    field: &'static str,
+}
+
+fn field(said: &str, name: &str) -> Result<u64> {
+    let w: Vec<&str> = said.split_whitespace().collect();
+    let i = w
+        .iter()
+        .position(|x| *x == name)
+        .with_context(|| format!("{name} in {said:?}"))?;
+    Ok(w[i + 1].parse()?)
+}
+
+pub fn bench_probe(root: &Path) -> Result<String> {
+    let herd = root.join("target/release/herd");
+    let _ns = Netns::create()?;
+    let servers: Vec<Child> = [
+        vec![
+            "workload",
+            "tcp-server",
+            "--listen",
+            "127.0.0.1:9300",
+            "--deadline",
+            "10m",
+        ],
+        vec![
+            "workload",
+            "tcp-server",
+            "--listen",
+            "127.0.0.1:9301",
+            "--echo",
+            "0s",
+            "--deadline",
+            "10m",
+        ],
+    ]
+    .iter()
+    .map(|a| in_ns(&herd, a).stdout(Stdio::null()).spawn())
+    .collect::<std::io::Result<_>>()?;
+    std::thread::sleep(Duration::from_millis(300));
+    let secs = format!("{SECONDS}s");
+    let loads = [
+        Load {
+            name: "connection storm (client closes first)",
+            unit: "connects/s",
+            args: [
+                "workload",
+                "tcp-client",
+                "--target",
+                "127.0.0.1:9300",
+                "--count",
+                "1000000",
+                "--deadline",
+                &secs,
+            ]
+            .map(String::from)
+            .to_vec(),
+            field: "connected",
+        },
+        Load {
+            name: "keep-alive requests (50 pooled connections)",
+            unit: "requests/s",
+            args: [
+                "workload",
+                "tcp-pool-client",
+                "--target",
+                "127.0.0.1:9301",
+                "--requests",
+                "1000000",
+                "--concurrency",
+                "50",
+                "--max-idle",
+                "50",
+                "--deadline",
+                &secs,
+            ]
+            .map(String::from)
+            .to_vec(),
+            field: "requests",
+        },
+    ];
+    let mut report = String::new();
+    report.push_str("| load | probe off | probe on | on/off | probe CPU (share of a core) | probe peak RSS | lost events |\n|---|---:|---:|---:|---:|---:|---:|\n");
+    let tmp = std::env::temp_dir().join(format!("herd-bench-{}.jsonl", std::process::id()));
+    for load in &loads {
+        let (mut off, mut on, mut cpu, mut hwm, mut lost) = (Vec::new(), Vec::new(), 0.0, 0, 0);
+        let args: Vec<&str> = load.args.iter().map(String::as_str).collect();
+        for rep in 0..REPS {
+            for probe_on in [false, true] {
+                let probe = probe_on
+                    .then(|| ProbeProc::start(&herd, tmp.clone()))
+                    .transpose()?;
+                let before = probe.as_ref().map(|p| cpu_and_hwm(p.child.id()));
+                let t = Instant::now();
+                let said = run(&mut in_ns(&herd, &args))?;
+                let rate = field(&said, load.field)? as f64 / t.elapsed().as_secs_f64();
+                if let Some(p) = probe {
+                    let (c1, h) = cpu_and_hwm(p.child.id());
+                    cpu += (c1 - before.map_or(0.0, |b| b.0)) / t.elapsed().as_secs_f64();
+                    hwm = hwm.max(h);
+                    lost += p.stop()?;
+                    on.push(rate);
+                } else {
+                    off.push(rate);
+                }
+                eprintln!(
+                    "xtask bench: {} rep {rep} probe {}: {rate:.0} {}",
+                    load.name,
+                    if probe_on { "on" } else { "off" },
+                    load.unit
+                );
+            }
+        }
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+        report.push_str(&format!(
+            "| {} | {:.0} {} | {:.0} {} | {:.3} | {:.1} % | {:.1} MiB | {lost} |\n",
+            load.name,
+            mean(&off),
+            load.unit,
+            mean(&on),
+            load.unit,
+            mean(&on) / mean(&off),
+            100.0 * cpu / REPS as f64,
+            hwm as f64 / 1024.0,
+        ));
+    }
+    let _ = std::fs::remove_file(&tmp);
+    for mut s in servers {
+        let _ = s.kill();
+        let _ = s.wait();
+    }
+    Ok(report)
+}
