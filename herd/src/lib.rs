@@ -40,6 +40,9 @@ pub enum Command {
     /// Run the embedded demo: containers on this host, real traffic, the kernel probe's
     /// per-container counts checked against the workload's own (needs root).
     Demo(cmd::demo::DemoArgs),
+    /// Drive virtual players against a service from a scenario file and print a per-step
+    /// table (latency percentiles and outcomes per op).
+    Drive(cmd::drive::DriveArgs),
     /// Run the kernel probe alone and print per-container TCP connects and accepts per
     /// interval, next to any load tool (needs root or CAP_BPF + CAP_PERFMON).
     Probe(cmd::probe::ProbeArgs),
@@ -53,6 +56,7 @@ pub fn run(cli: Cli) -> ExitCode {
     signals::install();
     let result = match &cli.command {
         Command::Demo(a) => cmd::demo::run(a),
+        Command::Drive(a) => cmd::drive::run(a),
         Command::Probe(a) => cmd::probe::run(a),
         Command::Workload(w) => cmd::workload::run(w),
     };

@@ -26,7 +26,14 @@ fn the_metrics_endpoint_serves_the_probes_counts() {
     let mut pair = Pair::new("test").unwrap();
     let cgroup = pair.client.cgroup.clone();
     let mut probe = herd_cmd()
-        .args(["probe", "--no-discover", "--duration", "30s", "--interval", "200ms"])
+        .args([
+            "probe",
+            "--no-discover",
+            "--duration",
+            "30s",
+            "--interval",
+            "200ms",
+        ])
         .args(["--listen", "127.0.0.1:0", "--container"])
         .arg(format!("cli={}", cgroup.display()))
         .stdout(Stdio::null())
@@ -36,13 +43,19 @@ fn the_metrics_endpoint_serves_the_probes_counts() {
     let mut err = BufReader::new(probe.stderr.take().unwrap());
     let addr = loop {
         let mut line = String::new();
-        assert!(err.read_line(&mut line).unwrap() > 0, "herd probe exited early");
+        assert!(
+            err.read_line(&mut line).unwrap() > 0,
+            "herd probe exited early"
+        );
         if let Some(rest) = line.trim().strip_prefix("herd probe: metrics at http://") {
             break rest.trim_end_matches("/metrics").to_owned();
         }
     };
     pair.start_server(9200, &["--max-conns", "1000"]).unwrap();
-    assert_eq!(pair.run_client(9200, 120, &[]).unwrap(), "connected 120 failed 0");
+    assert_eq!(
+        pair.run_client(9200, 120, &[]).unwrap(),
+        "connected 120 failed 0"
+    );
     let want = "herd_tcp_connects_total{container=\"cli\"} 120\n";
     let deadline = Instant::now() + Duration::from_secs(10);
     let body = loop {
@@ -56,7 +69,10 @@ fn the_metrics_endpoint_serves_the_probes_counts() {
     unsafe { libc::kill(probe.id() as i32, libc::SIGINT) };
     probe.wait().unwrap();
     assert!(body.contains(want), "{body}");
-    assert!(body.contains("herd_tcp_time_wait_entries_total{container=\"cli\"} 120\n"), "{body}");
+    assert!(
+        body.contains("herd_tcp_time_wait_entries_total{container=\"cli\"} 120\n"),
+        "{body}"
+    );
     let pair_line = format!(
         "herd_pair_connects_total{{container=\"cli\",remote=\"{}:9200\",remote_container=\"\"}} 120\n",
         pair.server_ip

@@ -7,9 +7,9 @@
 //! when the probe is dropped or the process dies, however it dies.
 #![deny(missing_docs)]
 
+pub mod addrs;
 pub mod btf;
 pub mod caps;
-pub mod addrs;
 pub mod cgroup;
 pub mod clock;
 pub mod containers;

@@ -1,0 +1,213 @@
+//! Where a player's connection comes from: its own, or a slot of the shared pool.
+
+use std::sync::{
+    Arc, Mutex,
+    atomic::{AtomicUsize, Ordering::SeqCst},
+};
+
+use tokio::sync::Semaphore;
+
+use crate::{
+    measure::aggregator::Counters,
+    transport::{Connection, Request, Response, Transport, TransportError},
+};
+
+/// One connection that is opened lazily and reopened after it is lost.
+#[derive(Default)]
+struct Slot {
+    conn: Option<Box<dyn Connection>>,
+    opened_before: bool,
+}
+
+impl Slot {
+    async fn ready(
+        &mut self,
+        transport: &dyn Transport,
+        counters: &Counters,
+    ) -> Result<&mut Box<dyn Connection>, TransportError> {
+        if self.conn.as_ref().is_some_and(|c| c.is_closed()) {
+            self.conn = None;
+        }
+        if self.conn.is_none() {
+            match transport.connect().await {
+                Ok(c) => {
+                    counters.connects.fetch_add(1, SeqCst);
+                    if self.opened_before {
+                        counters.reconnects.fetch_add(1, SeqCst);
+                    }
+                    self.opened_before = true;
+                    self.conn = Some(c);
+                }
+                Err(e) => {
+                    counters.connect_errors.fetch_add(1, SeqCst);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(self.conn.as_mut().expect("connected above"))
+    }
+
+    /// Drops the connection unless it is a multiplexed one that is still open: after a
+    /// failed or abandoned HTTP/1.1 exchange the connection's state is unknown.
+    fn after_failure(&mut self) {
+        if let Some(c) = &self.conn
+            && (c.share().is_none() || c.is_closed())
+        {
+            self.conn = None;
+        }
+    }
+}
+
+/// A player's own connection.
+#[derive(Default)]
+pub(crate) struct Own {
+    slot: Slot,
+}
+
+impl Own {
+    pub async fn send(
+        &mut self,
+        transport: &dyn Transport,
+        counters: &Counters,
+        req: Request,
+    ) -> Result<Response, TransportError> {
+        let mut guard = FailGuard(&mut self.slot, true);
+        let conn = guard.0.ready(transport, counters).await?;
+        let r = conn.send(req).await;
+        guard.1 = r.is_err();
+        r
+    }
+}
+
+/// Runs [`Slot::after_failure`] unless the exchange completed, so a timeout that drops the
+/// future mid-request also retires the connection.
+struct FailGuard<'a>(&'a mut Slot, bool);
+
+impl Drop for FailGuard<'_> {
+    fn drop(&mut self) {
+        if self.1 {
+            self.0.after_failure();
+        }
+    }
+}
+
+/// N connections shared by all players.
+pub(crate) struct Pool {
+    slots: Vec<tokio::sync::Mutex<Slot>>,
+    multiplexed: bool,
+    next: AtomicUsize,
+    /// HTTP/1.1 only: slots with no request in flight, and a permit per idle slot, so a
+    /// player waits in FIFO order for the next free connection as a client pool does.
+    idle: Mutex<Vec<usize>>,
+    permits: Semaphore,
+}
+
+impl Pool {
+    /// Opens `n` connections at once, so the pool is at its size before the first op.
+    /// A slot whose connect fails is opened again by the op that next uses it.
+    pub async fn open(transport: &dyn Transport, counters: &Counters, n: usize) -> Self {
+        let mut slots: Vec<Slot> = (0..n).map(|_| Slot::default()).collect();
+        let opened = futures_join_all(slots.iter_mut().map(|s| async {
+            let _ = s.ready(transport, counters).await;
+        }));
+        opened.await;
+        let multiplexed = transport.multiplexed();
+        Self {
+            slots: slots.into_iter().map(tokio::sync::Mutex::new).collect(),
+            multiplexed,
+            next: AtomicUsize::new(0),
+            idle: Mutex::new((0..n).rev().collect()),
+            permits: Semaphore::new(n),
+        }
+    }
+
+    pub async fn send(
+        &self,
+        transport: &dyn Transport,
+        counters: &Counters,
+        req: Request,
+    ) -> Result<Response, TransportError> {
+        if self.multiplexed {
+            // Round robin, holding the slot only to (re)connect and take a handle: the
+            // requests themselves run side by side as streams of the one connection.
+            let i = self.next.fetch_add(1, SeqCst) % self.slots.len();
+            let mut handle = {
+                let mut slot = self.slots[i].lock().await;
+                let conn = slot.ready(transport, counters).await?;
+                conn.share().expect("a multiplexed connection shares")
+            };
+            return handle.send(req).await;
+        }
+        let _permit = self
+            .permits
+            .acquire()
+            .await
+            .expect("the pool's semaphore is never closed");
+        let i = self
+            .idle
+            .lock()
+            .expect("the idle list lock is never held across a panic")
+            .pop()
+            .expect("a permit guarantees an idle slot");
+        let checkout = Checkout {
+            pool: self,
+            slot: i,
+        };
+        let mut slot = checkout.pool.slots[i].lock().await;
+        let mut guard = FailGuard(&mut slot, true);
+        let conn = guard.0.ready(transport, counters).await?;
+        let r = conn.send(req).await;
+        guard.1 = r.is_err();
+        r
+    }
+}
+
+/// Puts an HTTP/1.1 slot back on the idle list however the exchange ends.
+struct Checkout<'a> {
+    pool: &'a Pool,
+    slot: usize,
+}
+
+impl Drop for Checkout<'_> {
+    fn drop(&mut self) {
+        self.pool
+            .idle
+            .lock()
+            .expect("the idle list lock is never held across a panic")
+            .push(self.slot);
+    }
+}
+
+/// Awaits all futures concurrently on this task.
+async fn futures_join_all<F: std::future::Future<Output = ()>>(futs: impl Iterator<Item = F>) {
+    let mut set: Vec<std::pin::Pin<Box<F>>> = futs.map(Box::pin).collect();
+    std::future::poll_fn(|cx| {
+        set.retain_mut(|f| f.as_mut().poll(cx).is_pending());
+        if set.is_empty() {
+            std::task::Poll::Ready(())
+        } else {
+            std::task::Poll::Pending
+        }
+    })
+    .await;
+}
+
+/// A player's connection source.
+pub(crate) enum Conns {
+    Own(Own),
+    Pool(Arc<Pool>),
+}
+
+impl Conns {
+    pub async fn send(
+        &mut self,
+        transport: &dyn Transport,
+        counters: &Counters,
+        req: Request,
+    ) -> Result<Response, TransportError> {
+        match self {
+            Self::Own(o) => o.send(transport, counters, req).await,
+            Self::Pool(p) => p.send(transport, counters, req).await,
+        }
+    }
+}

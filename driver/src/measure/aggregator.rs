@@ -1,0 +1,630 @@
+//! The one task that owns every histogram: it merges the players' samples into per op ×
+//! step × outcome histograms and per-interval ones, and emits the result stream.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst},
+    },
+    time::{Duration, Instant},
+};
+
+use hdrhistogram::Histogram;
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
+
+use super::{
+    health,
+    histogram::{latency, new_histogram, record},
+};
+use crate::{
+    outcome::Outcome,
+    report::{
+        DriverEvent, DriverHealth, IntervalOp, IntervalReport, OpStats, OutcomeStats, RunReport,
+        StepReport,
+    },
+};
+
+/// A message to the aggregator.
+#[derive(Debug)]
+pub(crate) enum Msg {
+    /// One op ended. `row` is `phase * ops + op`.
+    Sample {
+        row: u32,
+        outcome: Outcome,
+        latency_us: u64,
+    },
+    /// A phase (step or hammer) began with this many players.
+    PhaseOpened { phase: usize, players: usize },
+    /// A phase stopped starting ops.
+    PhaseClosed { phase: usize },
+    /// Every player has ended; nothing follows.
+    Finish { stopped_early: bool },
+}
+
+/// Connection counters shared by everyone who opens connections.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub connects: AtomicU64,
+    pub reconnects: AtomicU64,
+    pub connect_errors: AtomicU64,
+}
+
+impl Counters {
+    fn read(&self) -> [u64; 3] {
+        [
+            self.connects.load(SeqCst),
+            self.reconnects.load(SeqCst),
+            self.connect_errors.load(SeqCst),
+        ]
+    }
+}
+
+/// Who is alive, for the timeline.
+#[derive(Debug, Default)]
+pub(crate) struct Live {
+    pub players: AtomicUsize,
+    pub hammer_workers: AtomicUsize,
+}
+
+/// Decides which phase an op belongs to, without a lock and without losing an op at a
+/// phase boundary.
+///
+/// A player bumps `started[k]` and then re-reads the current phase; if it moved on, it
+/// takes the bump back and retries. The runner moves the phase before it tells the
+/// aggregator the old one closed, so once the aggregator has seen the close, every op
+/// counted in `started[k]` is one it will receive: `recorded == started` then means the
+/// phase is complete (all reads and writes are SeqCst).
+#[derive(Debug)]
+pub(crate) struct Gate {
+    current: AtomicUsize,
+}
+
+const CLOSED: usize = usize::MAX;
+
+impl Gate {
+    pub fn closed() -> Self {
+        Self {
+            current: AtomicUsize::new(CLOSED),
+        }
+    }
+
+    pub fn enter(&self, started: &[AtomicU64]) -> Option<usize> {
+        loop {
+            let k = self.current.load(SeqCst);
+            if k == CLOSED {
+                return None;
+            }
+            started[k].fetch_add(1, SeqCst);
+            if self.current.load(SeqCst) == k {
+                return Some(k);
+            }
+            started[k].fetch_sub(1, SeqCst);
+        }
+    }
+
+    pub fn open(&self, phase: usize) {
+        self.current.store(phase, SeqCst);
+    }
+
+    pub fn close(&self) {
+        self.current.store(CLOSED, SeqCst);
+    }
+
+    pub fn current(&self) -> Option<usize> {
+        Some(self.current.load(SeqCst)).filter(|&k| k != CLOSED)
+    }
+}
+
+/// Distinct domain codes kept per op before the rest fold into `domain_other`: a service
+/// that puts free text at the code pointer must not grow the report without bound.
+const MAX_DOMAIN_CODES: usize = 32;
+
+#[derive(Default)]
+struct OpAcc {
+    outcomes: Vec<(Outcome, Histogram<u64>)>,
+    domain_codes: usize,
+}
+
+impl OpAcc {
+    /// The outcome to record under, folding codes past the cap.
+    fn key(&mut self, outcome: Outcome) -> usize {
+        if let Some(i) = self.outcomes.iter().position(|(o, _)| *o == outcome) {
+            return i;
+        }
+        let outcome = match outcome {
+            Outcome::Domain(_) if self.domain_codes >= MAX_DOMAIN_CODES => {
+                let other = Outcome::Domain("domain_other".into());
+                if let Some(i) = self.outcomes.iter().position(|(o, _)| *o == other) {
+                    return i;
+                }
+                other
+            }
+            Outcome::Domain(c) => {
+                self.domain_codes += 1;
+                Outcome::Domain(c)
+            }
+            o => o,
+        };
+        self.outcomes.push((outcome, new_histogram()));
+        self.outcomes.len() - 1
+    }
+}
+
+struct PhaseAcc {
+    ops: Vec<OpAcc>,
+    recorded: u64,
+    players: usize,
+    opened: Option<Instant>,
+    closed: Option<Instant>,
+    counters_at_open: [u64; 3],
+    counters_at_close: [u64; 3],
+    report: Option<StepReport>,
+}
+
+struct IntervalRow {
+    all: Histogram<u64>,
+    outcomes: Vec<(Outcome, u64)>,
+}
+
+/// What the aggregator needs to know about the run.
+pub(crate) struct Setup {
+    pub scenario_file: String,
+    pub target: String,
+    pub transport: String,
+    pub connections: String,
+    pub op_names: Vec<String>,
+    pub steps: usize,
+    pub started: Arc<[AtomicU64]>,
+    pub counters: Arc<Counters>,
+    pub live: Arc<Live>,
+    pub step_gate: Arc<Gate>,
+    pub events: Option<UnboundedSender<DriverEvent>>,
+    pub interval: Duration,
+    pub cores: usize,
+    pub t0: Instant,
+    pub started_unix_ms: u64,
+}
+
+pub(crate) struct Aggregator {
+    s: Setup,
+    phases: Vec<PhaseAcc>,
+    interval_rows: Vec<IntervalRow>,
+    lag: Histogram<u64>,
+    intervals: Vec<IntervalReport>,
+    last_tick: Instant,
+    last_cpu: Option<Duration>,
+    last_counters: [u64; 3],
+}
+
+impl Aggregator {
+    pub fn new(s: Setup) -> Self {
+        let n_ops = s.op_names.len();
+        let phases = (0..=s.steps)
+            .map(|_| PhaseAcc {
+                ops: (0..n_ops).map(|_| OpAcc::default()).collect(),
+                recorded: 0,
+                players: 0,
+                opened: None,
+                closed: None,
+                counters_at_open: [0; 3],
+                counters_at_close: [0; 3],
+                report: None,
+            })
+            .collect();
+        // Rows 0..n are the players' ops, n..2n the hammer's.
+        let interval_rows = (0..2 * n_ops)
+            .map(|_| IntervalRow {
+                all: new_histogram(),
+                outcomes: Vec::new(),
+            })
+            .collect();
+        let last_tick = s.t0;
+        Self {
+            s,
+            phases,
+            interval_rows,
+            lag: new_histogram(),
+            intervals: Vec::new(),
+            last_tick,
+            last_cpu: health::process_cpu(),
+            last_counters: [0; 3],
+        }
+    }
+
+    /// Runs until [`Msg::Finish`], then returns the run's report (also sent as `Done`).
+    pub async fn run(
+        mut self,
+        mut rx: UnboundedReceiver<Msg>,
+        mut lag_rx: UnboundedReceiver<u64>,
+    ) -> RunReport {
+        let mut ticker =
+            tokio::time::interval_at((self.s.t0 + self.s.interval).into(), self.s.interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let stopped_early = loop {
+            tokio::select! {
+                biased;
+                m = rx.recv() => match m {
+                    Some(Msg::Finish { stopped_early }) => break stopped_early,
+                    Some(m) => self.handle(m),
+                    None => break true,
+                },
+                Some(l) = lag_rx.recv() => record(&mut self.lag, l),
+                _ = ticker.tick() => self.tick(),
+            }
+            self.finish_phases(false);
+        };
+        while let Ok(l) = lag_rx.try_recv() {
+            record(&mut self.lag, l);
+        }
+        if self.last_tick.elapsed() >= Duration::from_millis(1) {
+            self.tick();
+        }
+        self.finish_phases(true);
+        let report = self.report(stopped_early);
+        self.emit(DriverEvent::Done(Box::new(report.clone())));
+        report
+    }
+
+    fn emit(&self, e: DriverEvent) {
+        if let Some(tx) = &self.s.events {
+            // A consumer that went away does not stop the run.
+            let _ = tx.send(e);
+        }
+    }
+
+    fn handle(&mut self, m: Msg) {
+        let n_ops = self.s.op_names.len();
+        match m {
+            Msg::Sample {
+                row,
+                outcome,
+                latency_us,
+            } => {
+                let (phase, op) = (row as usize / n_ops, row as usize % n_ops);
+                let acc = &mut self.phases[phase];
+                acc.recorded += 1;
+                let i = acc.ops[op].key(outcome);
+                let (outcome, h) = &mut acc.ops[op].outcomes[i];
+                record(h, latency_us);
+                let irow = &mut self.interval_rows[if phase == self.s.steps {
+                    n_ops + op
+                } else {
+                    op
+                }];
+                record(&mut irow.all, latency_us);
+                match irow.outcomes.iter_mut().find(|(o, _)| o == outcome) {
+                    Some((_, c)) => *c += 1,
+                    None => irow.outcomes.push((outcome.clone(), 1)),
+                }
+            }
+            Msg::PhaseOpened { phase, players } => {
+                let acc = &mut self.phases[phase];
+                acc.opened = Some(Instant::now());
+                acc.players = players;
+                acc.counters_at_open = self.s.counters.read();
+            }
+            Msg::PhaseClosed { phase } => {
+                let acc = &mut self.phases[phase];
+                if acc.opened.is_some() && acc.closed.is_none() {
+                    acc.closed = Some(Instant::now());
+                    acc.counters_at_close = self.s.counters.read();
+                }
+            }
+            Msg::Finish { .. } => {}
+        }
+    }
+
+    /// Emits `StepEnd` for every closed phase whose ops have all been recorded (or, at the
+    /// end, for every phase that ran).
+    fn finish_phases(&mut self, all: bool) {
+        for k in 0..self.phases.len() {
+            let acc = &self.phases[k];
+            if acc.report.is_some() || acc.opened.is_none() {
+                continue;
+            }
+            let complete = acc.closed.is_some() && acc.recorded == self.s.started[k].load(SeqCst);
+            if !(complete || all) {
+                continue;
+            }
+            let report = self.step_report(k);
+            self.phases[k].report = Some(report.clone());
+            self.emit(DriverEvent::StepEnd(report));
+        }
+    }
+
+    fn step_report(&mut self, k: usize) -> StepReport {
+        let acc = &mut self.phases[k];
+        let opened = acc.opened.expect("only opened phases are reported");
+        if acc.closed.is_none() {
+            acc.closed = Some(Instant::now());
+            acc.counters_at_close = self.s.counters.read();
+        }
+        let duration = acc.closed.expect("set above") - opened;
+        let secs = duration.as_secs_f64().max(1e-3);
+        let mut ops = Vec::new();
+        for (i, op) in acc.ops.iter().enumerate() {
+            if op.outcomes.is_empty() {
+                continue;
+            }
+            let mut all = new_histogram();
+            let mut outcomes: Vec<OutcomeStats> = op
+                .outcomes
+                .iter()
+                .map(|(o, h)| {
+                    all.add(h).expect("auto-resizing histograms always merge");
+                    OutcomeStats {
+                        outcome: o.to_string(),
+                        count: h.len(),
+                        latency: latency(h),
+                    }
+                })
+                .collect();
+            outcomes.sort_by(|a, b| {
+                b.count
+                    .cmp(&a.count)
+                    .then_with(|| a.outcome.cmp(&b.outcome))
+            });
+            ops.push(OpStats {
+                op: self.s.op_names[i].clone(),
+                count: all.len(),
+                rate: all.len() as f64 / secs,
+                latency: latency(&all),
+                outcomes,
+            });
+        }
+        let delta = |i: usize| acc.counters_at_close[i] - acc.counters_at_open[i];
+        StepReport {
+            phase: if k == self.s.steps {
+                "hammer".into()
+            } else {
+                format!("step {}", k + 1)
+            },
+            step: (k < self.s.steps).then_some(k),
+            players: acc.players,
+            start_ms: (opened - self.s.t0).as_millis() as u64,
+            duration_ms: duration.as_millis() as u64,
+            ops,
+            connects: delta(0),
+            reconnects: delta(1),
+            connect_errors: delta(2),
+        }
+    }
+
+    fn tick(&mut self) {
+        let now = Instant::now();
+        let elapsed = now - self.last_tick;
+        self.last_tick = now;
+        let secs = elapsed.as_secs_f64().max(1e-3);
+        let n_ops = self.s.op_names.len();
+        let mut ops = Vec::new();
+        for (i, row) in self.interval_rows.iter_mut().enumerate() {
+            if row.all.is_empty() {
+                continue;
+            }
+            let name = &self.s.op_names[i % n_ops];
+            ops.push(IntervalOp {
+                op: if i >= n_ops {
+                    format!("hammer:{name}")
+                } else {
+                    name.clone()
+                },
+                count: row.all.len(),
+                rate: row.all.len() as f64 / secs,
+                latency: latency(&row.all),
+                outcomes: row
+                    .outcomes
+                    .drain(..)
+                    .map(|(o, c)| (o.to_string(), c))
+                    .collect(),
+            });
+            row.all.reset();
+        }
+        let cpu = health::process_cpu();
+        let cpu_percent = match (cpu, self.last_cpu) {
+            (Some(now), Some(before)) => (now.saturating_sub(before)).as_secs_f64() / secs * 100.0,
+            _ => 0.0,
+        };
+        self.last_cpu = cpu;
+        let lag = latency(&self.lag);
+        self.lag.reset();
+        let counters = self.s.counters.read();
+        let delta = |i: usize| counters[i] - self.last_counters[i];
+        let report = IntervalReport {
+            index: self.intervals.len() as u64,
+            end_ms: (now - self.s.t0).as_millis() as u64,
+            duration_ms: elapsed.as_millis() as u64,
+            step: self.s.step_gate.current(),
+            players: self.s.live.players.load(SeqCst),
+            hammer_workers: self.s.live.hammer_workers.load(SeqCst),
+            ops,
+            connects: delta(0),
+            reconnects: delta(1),
+            connect_errors: delta(2),
+            driver: DriverHealth {
+                cpu_percent,
+                cores: self.s.cores,
+                rss_bytes: health::rss_bytes(),
+                lag_p99_us: lag.p99_us,
+                lag_max_us: lag.max_us,
+                saturated: health::saturated(cpu_percent, self.s.cores, lag.p99_us),
+            },
+        };
+        self.last_counters = counters;
+        self.intervals.push(report.clone());
+        self.emit(DriverEvent::Interval(report));
+    }
+
+    fn report(&mut self, stopped_early: bool) -> RunReport {
+        let steps: Vec<StepReport> = self
+            .phases
+            .iter_mut()
+            .filter_map(|p| p.report.take())
+            .collect();
+        let requests = steps
+            .iter()
+            .flat_map(|s| &s.ops)
+            .flat_map(|o| &o.outcomes)
+            .filter(|o| o.outcome != Outcome::VarMissing.to_string())
+            .map(|o| o.count)
+            .sum();
+        let [connects, reconnects, connect_errors] = self.s.counters.read();
+        RunReport {
+            scenario: self.s.scenario_file.clone(),
+            target: self.s.target.clone(),
+            transport: self.s.transport.clone(),
+            connections: self.s.connections.clone(),
+            started_unix_ms: self.s.started_unix_ms,
+            duration_ms: self.s.t0.elapsed().as_millis() as u64,
+            stopped_early,
+            requests,
+            connects,
+            reconnects,
+            connect_errors,
+            saturated_intervals: self.intervals.iter().filter(|i| i.driver.saturated).count()
+                as u64,
+            steps,
+            intervals: std::mem::take(&mut self.intervals),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gate_counts_each_op_once_in_the_phase_it_entered() {
+        let started: Vec<AtomicU64> = (0..3).map(|_| AtomicU64::new(0)).collect();
+        let gate = Gate::closed();
+        assert_eq!(gate.enter(&started), None);
+        gate.open(0);
+        assert_eq!(gate.enter(&started), Some(0));
+        gate.open(1);
+        assert_eq!(gate.enter(&started), Some(1));
+        assert_eq!(gate.enter(&started), Some(1));
+        gate.close();
+        assert_eq!(gate.enter(&started), None);
+        let counts: Vec<u64> = started.iter().map(|a| a.load(SeqCst)).collect();
+        assert_eq!(counts, vec![1, 2, 0]);
+    }
+
+    #[test]
+    fn domain_codes_fold_past_the_cap() {
+        let mut acc = OpAcc::default();
+        for i in 0..MAX_DOMAIN_CODES + 5 {
+            acc.key(Outcome::Domain(format!("code_{i}").into()));
+        }
+        acc.key(Outcome::Ok);
+        acc.key(Outcome::Domain("code_0".into()));
+        assert_eq!(acc.outcomes.len(), MAX_DOMAIN_CODES + 2);
+        assert!(
+            acc.outcomes
+                .iter()
+                .any(|(o, _)| o.to_string() == "domain_other")
+        );
+    }
+
+    fn setup(events: UnboundedSender<DriverEvent>) -> (Setup, Arc<[AtomicU64]>) {
+        let started: Arc<[AtomicU64]> = (0..2).map(|_| AtomicU64::new(0)).collect();
+        let s = Setup {
+            scenario_file: "t.toml".into(),
+            target: "127.0.0.1:1".into(),
+            transport: "h1".into(),
+            connections: "per_player".into(),
+            op_names: vec!["a".into(), "b".into()],
+            steps: 1,
+            started: started.clone(),
+            counters: Arc::default(),
+            live: Arc::default(),
+            step_gate: Arc::new(Gate::closed()),
+            events: Some(events),
+            interval: Duration::from_millis(50),
+            cores: 2,
+            t0: Instant::now(),
+            started_unix_ms: 0,
+        };
+        (s, started)
+    }
+
+    #[tokio::test]
+    async fn merges_samples_into_steps_intervals_and_done() {
+        let (etx, mut erx) = tokio::sync::mpsc::unbounded_channel();
+        let (s, started) = setup(etx);
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let (_lag_tx, lag_rx) = tokio::sync::mpsc::unbounded_channel();
+        let agg = tokio::spawn(Aggregator::new(s).run(rx, lag_rx));
+        tx.send(Msg::PhaseOpened {
+            phase: 0,
+            players: 3,
+        })
+        .unwrap();
+        tx.send(Msg::PhaseOpened {
+            phase: 1,
+            players: 2,
+        })
+        .unwrap();
+        started[0].store(4, SeqCst);
+        started[1].store(1, SeqCst);
+        for (row, outcome, us) in [
+            (0, Outcome::Ok, 1_000),
+            (0, Outcome::Ok, 3_000),
+            (1, Outcome::Http(5), 2_000),
+            (3, Outcome::RateLimited, 100),
+        ] {
+            tx.send(Msg::Sample {
+                row,
+                outcome,
+                latency_us: us,
+            })
+            .unwrap();
+        }
+        tx.send(Msg::PhaseClosed { phase: 0 }).unwrap();
+        tokio::time::sleep(Duration::from_millis(120)).await;
+        // Step 0 has one op still in flight (started 4, recorded 3): no StepEnd yet.
+        let mut early = Vec::new();
+        while let Ok(e) = erx.try_recv() {
+            early.push(e);
+        }
+        assert!(
+            early.iter().all(|e| matches!(e, DriverEvent::Interval(_))),
+            "{early:?}"
+        );
+        let first = match &early[0] {
+            DriverEvent::Interval(i) => i,
+            _ => unreachable!(),
+        };
+        let names: Vec<&str> = first.ops.iter().map(|o| o.op.as_str()).collect();
+        assert_eq!(names, vec!["a", "b", "hammer:b"]);
+        assert_eq!(first.ops[0].outcomes.get("ok"), Some(&2));
+        tx.send(Msg::Sample {
+            row: 0,
+            outcome: Outcome::Timeout,
+            latency_us: 9_000,
+        })
+        .unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        match erx.try_recv() {
+            Ok(DriverEvent::StepEnd(s)) => {
+                assert_eq!(s.phase, "step 1");
+                assert_eq!(s.players, 3);
+                assert_eq!(s.ops[0].count, 3);
+                assert_eq!(s.ops[0].outcomes[0].outcome, "ok");
+                assert_eq!(s.ops[0].outcomes[0].count, 2);
+                assert_eq!(s.ops[1].outcomes[0].outcome, "http_5xx");
+            }
+            other => panic!("expected StepEnd, got {other:?}"),
+        }
+        tx.send(Msg::Finish {
+            stopped_early: false,
+        })
+        .unwrap();
+        let report = agg.await.unwrap();
+        assert_eq!(report.requests, 5);
+        assert_eq!(report.steps.len(), 2);
+        assert_eq!(report.steps[1].phase, "hammer");
+        assert_eq!(report.outcome_count("b", "rate_limited"), 1);
+        assert_eq!(report.op_count("a"), 3);
+        let done = std::iter::from_fn(|| erx.try_recv().ok()).last();
+        assert!(matches!(done, Some(DriverEvent::Done(r)) if *r == report));
+    }
+}

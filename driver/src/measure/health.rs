@@ -1,0 +1,121 @@
+//! The driver's own CPU, memory and scheduling lag, and when they say it is saturated.
+
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc::UnboundedSender;
+
+/// How often the lag probe wakes. Short enough for 100 samples a second, long enough that
+/// the probe itself costs nothing measurable.
+pub const LAG_PERIOD: Duration = Duration::from_millis(10);
+
+/// Lag p99 at or above this means the runtime could not run ready tasks on time: a
+/// timer on an idle tokio runtime is late by about its 1 ms granularity.
+pub const LAG_SATURATED_US: u64 = 10_000;
+
+/// CPU at or above this share of the driver's cores means it had no headroom left.
+pub const CPU_SATURATED_SHARE: f64 = 0.9;
+
+/// True when the driver, not the system under test, limited the interval.
+pub fn saturated(cpu_percent: f64, cores: usize, lag_p99_us: u64) -> bool {
+    lag_p99_us >= LAG_SATURATED_US
+        || cpu_percent >= CPU_SATURATED_SHARE * 100.0 * cores.max(1) as f64
+}
+
+/// This process's user + system CPU time, from `/proc/self/stat`.
+pub fn process_cpu() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let ticks = cpu_ticks(&stat)?;
+    // SAFETY: sysconf has no preconditions; it only reads a constant.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let hz = if hz > 0 { hz as u64 } else { 100 };
+    Some(Duration::from_nanos(
+        ticks.saturating_mul(1_000_000_000) / hz,
+    ))
+}
+
+/// utime + stime in clock ticks. Fields are counted after the last `)`, since the
+/// command name in parentheses may itself hold spaces and parentheses.
+fn cpu_ticks(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace();
+    // After `)`: state is field 3; utime and stime are fields 14 and 15.
+    let utime: u64 = fields.nth(11)?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some(utime + stime)
+}
+
+/// Resident memory, from `/proc/self/statm`.
+pub fn rss_bytes() -> u64 {
+    let Ok(statm) = std::fs::read_to_string("/proc/self/statm") else {
+        return 0;
+    };
+    // SAFETY: sysconf has no preconditions; it only reads a constant.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    pages * page.max(0) as u64
+}
+
+/// Sleeps [`LAG_PERIOD`] in a loop and sends how late each wake-up was, in µs, until the
+/// receiver is gone. It runs on the same runtime as the players, so a busy runtime shows.
+pub(crate) async fn lag_probe(tx: UnboundedSender<u64>) {
+    loop {
+        let asked = Instant::now();
+        tokio::time::sleep(LAG_PERIOD).await;
+        let late = asked.elapsed().saturating_sub(LAG_PERIOD);
+        if tx.send(late.as_micros() as u64).is_err() {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_fields_after_the_command_name() {
+        let stat = "4242 (herd (drive) x) S 1 4242 4242 0 -1 4194560 1 2 3 4 250 75 0 0 20 0 9 0 100 1000 200";
+        assert_eq!(cpu_ticks(stat), Some(325));
+        assert_eq!(cpu_ticks("garbage"), None);
+    }
+
+    #[test]
+    fn own_process_is_readable() {
+        let before = process_cpu().unwrap();
+        let t = Instant::now();
+        let mut x = 0u64;
+        while t.elapsed() < Duration::from_millis(60) {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        assert!(process_cpu().unwrap() > before);
+        assert!(rss_bytes() > 1 << 20);
+    }
+
+    #[test]
+    fn saturation_thresholds() {
+        assert!(!saturated(50.0, 2, 1_200));
+        assert!(saturated(185.0, 2, 1_200));
+        assert!(saturated(20.0, 2, 15_000));
+        assert!(saturated(95.0, 0, 0));
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn lag_probe_sees_a_blocked_runtime() {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let probe = tokio::spawn(lag_probe(tx));
+        tokio::time::sleep(Duration::from_millis(25)).await;
+        // Block the only runtime thread: the probe's timer cannot fire on time.
+        std::thread::sleep(Duration::from_millis(150));
+        tokio::time::sleep(Duration::from_millis(25)).await;
+        probe.abort();
+        let mut worst = 0;
+        while let Ok(l) = rx.try_recv() {
+            worst = worst.max(l);
+        }
+        assert!(worst >= 100_000, "worst lag {worst} µs");
+    }
+}

@@ -1,0 +1,340 @@
+//! What became of one op: the outcome classes every report counts and keeps a histogram for.
+
+use std::{fmt, time::Duration};
+
+use bytes::Bytes;
+use sha2::{Digest as _, Sha256};
+
+use crate::{scenario::Op, template::Vars};
+
+/// Which part of a connection failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum TransportErrorKind {
+    /// The TCP connect or the HTTP handshake failed (refused, unreachable, timed out).
+    Connect,
+    /// The connection ended under the request: RST, EOF, or the peer closed it.
+    Reset,
+    /// The peer spoke something other than the HTTP we expected.
+    Protocol,
+}
+
+/// The outcome class of one op.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Outcome {
+    /// A response that passed every check; captures were taken.
+    Ok,
+    /// The connection failed; the player reconnects on its next op.
+    TransportError(TransportErrorKind),
+    /// No full response within the op's timeout.
+    Timeout,
+    /// HTTP 429.
+    RateLimited,
+    /// A status outside 2xx (other than 429) that the op did not expect, by class: 1, 3, 4, 5.
+    Http(u8),
+    /// A domain code the response body carried at the op's `code` pointer.
+    Domain(Box<str>),
+    /// A capture's JSON pointer found nothing (or the body was not JSON).
+    CaptureMissing,
+    /// A status, JSON or sha256 check failed.
+    CheckFailed,
+    /// The op reads a variable the player never got; nothing was sent.
+    VarMissing,
+    /// The run's grace after a stop ran out while the op was in flight.
+    Cancelled,
+}
+
+impl Outcome {
+    /// True if herd tried to send the op (everything but `var_missing`; a failed connect
+    /// counts as a try).
+    pub fn was_sent(&self) -> bool {
+        !matches!(self, Self::VarMissing)
+    }
+
+    /// True for [`Outcome::Ok`].
+    pub fn is_ok(&self) -> bool {
+        matches!(self, Self::Ok)
+    }
+}
+
+impl fmt::Display for TransportErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Connect => "connect",
+            Self::Reset => "reset",
+            Self::Protocol => "protocol",
+        })
+    }
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Ok => f.write_str("ok"),
+            Self::TransportError(k) => write!(f, "transport_error.{k}"),
+            Self::Timeout => f.write_str("timeout"),
+            Self::RateLimited => f.write_str("rate_limited"),
+            Self::Http(c) => write!(f, "http_{c}xx"),
+            Self::Domain(code) => f.write_str(code),
+            Self::CaptureMissing => f.write_str("capture_missing"),
+            Self::CheckFailed => f.write_str("check_failed"),
+            Self::VarMissing => f.write_str("var_missing"),
+            Self::Cancelled => f.write_str("cancelled"),
+        }
+    }
+}
+
+/// Longest domain code kept as its own outcome; longer ones are not codes but messages.
+const MAX_CODE_LEN: usize = 64;
+
+/// Classifies a response for `op`, and on success stores its captures in `vars`.
+/// Returns the outcome and, for a 429, the `Retry-After` pause it asked for.
+pub(crate) fn classify(
+    op: &Op,
+    status: u16,
+    headers: &http::HeaderMap,
+    body: &Bytes,
+    vars: &mut Vars,
+) -> (Outcome, Option<Duration>) {
+    if status == 429 {
+        return (Outcome::RateLimited, retry_after(headers));
+    }
+    let needs_json = op.code.is_some() || !op.captures.is_empty() || !op.check.json.is_empty();
+    let json: Option<serde_json::Value> = if needs_json {
+        serde_json::from_slice(body).ok()
+    } else {
+        None
+    };
+    if let (Some(ptr), Some(j)) = (&op.code, &json)
+        && let Some(code) = j.pointer(ptr).and_then(scalar)
+        && !code.is_empty()
+        && code.len() <= MAX_CODE_LEN
+    {
+        return (Outcome::Domain(code.into()), None);
+    }
+    let expected = op.check.status.is_some_and(|s| s == status);
+    if !(200..300).contains(&status) && !expected {
+        return (Outcome::Http((status / 100) as u8), None);
+    }
+    if op.check.status.is_some() && !expected {
+        return (Outcome::CheckFailed, None);
+    }
+    for (ptr, want) in &op.check.json {
+        let got = json.as_ref().and_then(|j| j.pointer(ptr));
+        if !got.is_some_and(|g| json_eq(g, want)) {
+            return (Outcome::CheckFailed, None);
+        }
+    }
+    if let Some(t) = &op.check.sha256 {
+        let Ok(want) = t.render(vars) else {
+            return (Outcome::CheckFailed, None);
+        };
+        if !digest_matches(body, &want) {
+            return (Outcome::CheckFailed, None);
+        }
+    }
+    let mut missing = false;
+    for (slot, ptr) in &op.captures {
+        match json.as_ref().and_then(|j| j.pointer(ptr)).and_then(scalar) {
+            Some(v) => vars.set(*slot, v),
+            None => missing = true,
+        }
+    }
+    if missing {
+        return (Outcome::CaptureMissing, None);
+    }
+    (Outcome::Ok, None)
+}
+
+/// A JSON scalar as text: strings as they are, numbers and booleans as written.
+fn scalar(v: &serde_json::Value) -> Option<String> {
+    match v {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Number(n) => Some(n.to_string()),
+        serde_json::Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+/// JSON equality where `1` and `1.0` are the same number, since TOML writes integers and
+/// floats apart and a service may not.
+fn json_eq(got: &serde_json::Value, want: &serde_json::Value) -> bool {
+    match (got, want) {
+        (serde_json::Value::Number(a), serde_json::Value::Number(b)) => {
+            a == b || a.as_f64() == b.as_f64()
+        }
+        _ => got == want,
+    }
+}
+
+/// The body's sha256 as lowercase hex.
+pub fn sha256_hex(body: &[u8]) -> String {
+    let digest = Sha256::digest(body);
+    let mut s = String::with_capacity(64);
+    for b in digest {
+        s.push(char::from_digit((b >> 4) as u32, 16).expect("a nibble"));
+        s.push(char::from_digit((b & 15) as u32, 16).expect("a nibble"));
+    }
+    s
+}
+
+/// Compares a body's sha256 with `want`, hex with or without the `sha256:` prefix that
+/// registries put on digests.
+fn digest_matches(body: &[u8], want: &str) -> bool {
+    let want = want.trim();
+    let want = want.strip_prefix("sha256:").unwrap_or(want);
+    want.eq_ignore_ascii_case(&sha256_hex(body))
+}
+
+/// `Retry-After` as delta-seconds. An HTTP-date is not honoured: a limiter answers in
+/// seconds, and a date would tie the pause to the two hosts' clocks agreeing.
+fn retry_after(headers: &http::HeaderMap) -> Option<Duration> {
+    let v = headers.get(http::header::RETRY_AFTER)?.to_str().ok()?;
+    v.trim().parse::<u64>().ok().map(Duration::from_secs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::Scenario;
+
+    fn op(extra: &str) -> (Scenario, Vars) {
+        let src = format!(
+            "[target]\nurl = \"http://127.0.0.1:1\"\n[outcome]\ncode = \"/error/code\"\n[vars]\ndigest = \"\"\n[[op]]\nname = \"a\"\npath = \"/a\"\n{extra}\n[[step]]\nplayers = 1\nduration = \"1s\"\n"
+        );
+        let s = Scenario::parse("t.toml", &src, &[]).unwrap();
+        let vars = Vars::new(1, 1, &s.var_defaults);
+        (s, vars)
+    }
+
+    fn run(
+        extra: &str,
+        status: u16,
+        headers: &[(&str, &str)],
+        body: &str,
+    ) -> (Outcome, Option<Duration>, Vars, Scenario) {
+        let (s, mut vars) = op(extra);
+        let mut h = http::HeaderMap::new();
+        for (k, v) in headers {
+            h.insert(
+                http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                v.parse().unwrap(),
+            );
+        }
+        let (o, ra) = classify(
+            &s.ops[0],
+            status,
+            &h,
+            &Bytes::from(body.to_owned()),
+            &mut vars,
+        );
+        (o, ra, vars, s)
+    }
+
+    #[test]
+    fn status_classes() {
+        assert_eq!(run("", 200, &[], "").0, Outcome::Ok);
+        assert_eq!(run("", 204, &[], "").0, Outcome::Ok);
+        assert_eq!(run("", 404, &[], "").0, Outcome::Http(4));
+        assert_eq!(run("", 503, &[], "").0, Outcome::Http(5));
+        assert_eq!(run("", 302, &[], "").0, Outcome::Http(3));
+        assert_eq!(run("check = { status = 404 }", 404, &[], "").0, Outcome::Ok);
+        assert_eq!(
+            run("check = { status = 201 }", 200, &[], "").0,
+            Outcome::CheckFailed
+        );
+    }
+
+    #[test]
+    fn rate_limited_with_retry_after() {
+        let (o, ra, ..) = run("", 429, &[("retry-after", "2")], "");
+        assert_eq!(
+            (o, ra),
+            (Outcome::RateLimited, Some(Duration::from_secs(2)))
+        );
+        let (o, ra, ..) = run(
+            "",
+            429,
+            &[("retry-after", "Wed, 21 Oct 2015 07:28:00 GMT")],
+            "",
+        );
+        assert_eq!((o, ra), (Outcome::RateLimited, None));
+    }
+
+    #[test]
+    fn domain_codes_from_the_body() {
+        let body = r#"{"error":{"code":"not_your_turn"}}"#;
+        assert_eq!(
+            run("", 200, &[], body).0,
+            Outcome::Domain("not_your_turn".into())
+        );
+        assert_eq!(
+            run("", 409, &[], body).0,
+            Outcome::Domain("not_your_turn".into())
+        );
+        assert_eq!(run("code = \"\"", 409, &[], body).0, Outcome::Http(4));
+        assert_eq!(run("", 200, &[], "not json").0, Outcome::Ok);
+        assert_eq!(
+            Outcome::Domain("game_finished".into()).to_string(),
+            "game_finished"
+        );
+    }
+
+    #[test]
+    fn captures_and_capture_missing() {
+        let (o, _, vars, s) = run(
+            "capture = { game_id = \"/game/id\" }",
+            200,
+            &[],
+            r#"{"game":{"id":17}}"#,
+        );
+        assert_eq!(o, Outcome::Ok);
+        assert_eq!(vars.get(s.vars.slot("game_id").unwrap()), Some("17"));
+        let (o, _, vars, s) = run(
+            "capture = { game_id = \"/game/id\" }",
+            200,
+            &[],
+            r#"{"game":{}}"#,
+        );
+        assert_eq!(o, Outcome::CaptureMissing);
+        assert_eq!(vars.get(s.vars.slot("game_id").unwrap()), None);
+        assert_eq!(
+            run("capture = { game_id = \"/game/id\" }", 200, &[], "<html>").0,
+            Outcome::CaptureMissing
+        );
+    }
+
+    #[test]
+    fn json_and_digest_checks() {
+        let json = "check = { json = { \"/ok\" = true, \"/n\" = 2 } }";
+        assert_eq!(run(json, 200, &[], r#"{"ok":true,"n":2.0}"#).0, Outcome::Ok);
+        assert_eq!(
+            run(json, 200, &[], r#"{"ok":false,"n":2}"#).0,
+            Outcome::CheckFailed
+        );
+        let hex = sha256_hex(b"blob");
+        assert_eq!(hex.len(), 64);
+        let check = format!("check = {{ sha256 = \"sha256:{hex}\" }}");
+        assert_eq!(run(&check, 200, &[], "blob").0, Outcome::Ok);
+        assert_eq!(run(&check, 200, &[], "blob!").0, Outcome::CheckFailed);
+        let (s, mut vars) = op("check = { sha256 = \"{digest}\" }");
+        vars.set(s.vars.slot("digest").unwrap(), hex.to_uppercase());
+        let (o, _) = classify(
+            &s.ops[0],
+            200,
+            &http::HeaderMap::new(),
+            &Bytes::from_static(b"blob"),
+            &mut vars,
+        );
+        assert_eq!(o, Outcome::Ok);
+    }
+
+    #[test]
+    fn names() {
+        assert_eq!(
+            Outcome::TransportError(TransportErrorKind::Reset).to_string(),
+            "transport_error.reset"
+        );
+        assert_eq!(Outcome::Http(5).to_string(), "http_5xx");
+        assert!(!Outcome::VarMissing.was_sent());
+    }
+}

@@ -1,0 +1,378 @@
+//! Players: the [`Player`] trait for flows the scenario file cannot express, the
+//! [`Session`] through which a player sends ops, and the file's own player.
+
+use std::{
+    future::Future,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue};
+use tokio::sync::watch;
+
+use crate::{
+    conns::Conns,
+    measure::aggregator::{Counters, Gate, Msg},
+    outcome::{Outcome, classify},
+    scenario::{Op, Scenario},
+    template::Vars,
+    transport::{Request, Transport},
+};
+
+/// Returned when a player must end its turn: the run is stopping, its step retired it, its
+/// phase is over or it reached `max_ops`. Propagate it with `?`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the player was told to stop")]
+pub struct Stopped;
+
+/// A player's logic, called turn after turn until the player is stopped. The driver paces
+/// turns (`think` or `tick` from the scenario), measures every op and counts outcomes.
+///
+/// Implement it with an `async fn`:
+///
+/// ```
+/// use herd_driver::{Player, Session, Stopped};
+///
+/// /// Polls the state until the game is over, then leaves.
+/// struct Watcher;
+///
+/// impl Player for Watcher {
+///     async fn turn(&mut self, session: &mut Session) -> Result<(), Stopped> {
+///         let state = session.op("state").expect("the scenario has a `state` op");
+///         let reply = session.call(state).await?;
+///         if reply.body.as_ref() == b"finished" {
+///             return Err(Stopped);
+///         }
+///         Ok(())
+///     }
+/// }
+/// ```
+pub trait Player: Send + 'static {
+    /// One turn: any number of [`Session::call`]s. Returning [`Stopped`] ends the player.
+    fn turn(&mut self, session: &mut Session) -> impl Future<Output = Result<(), Stopped>> + Send;
+}
+
+/// What an op returned, for player logic to branch on.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    /// The outcome recorded for the op.
+    pub outcome: Outcome,
+    /// HTTP status, if a response arrived.
+    pub status: Option<u16>,
+    /// The response body (empty without a response).
+    pub body: Bytes,
+    /// The latency recorded for the op.
+    pub latency: Duration,
+}
+
+/// Everything the players of one run share.
+pub(crate) struct Shared {
+    pub scenario: Arc<Scenario>,
+    pub transport: Arc<dyn Transport>,
+    pub tx: tokio::sync::mpsc::UnboundedSender<Msg>,
+    pub started: Arc<[std::sync::atomic::AtomicU64]>,
+    pub counters: Arc<Counters>,
+    pub abort: watch::Receiver<bool>,
+}
+
+/// How one session behaves, by role (player or hammer worker).
+pub(crate) struct Role {
+    pub gate: Arc<Gate>,
+    pub player: u64,
+    pub account: u64,
+    pub honour_retry_after: bool,
+    pub max_ops: Option<u64>,
+}
+
+/// One player's connection, variables and measurement; the handle a [`Player`] works
+/// through.
+pub struct Session {
+    shared: Arc<Shared>,
+    role: Role,
+    conns: Conns,
+    vars: Vars,
+    rng: u64,
+    ops_done: u64,
+    halt: watch::Receiver<bool>,
+    retire: Option<watch::Receiver<bool>>,
+}
+
+impl Session {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        role: Role,
+        conns: Conns,
+        halt: watch::Receiver<bool>,
+        retire: Option<watch::Receiver<bool>>,
+    ) -> Self {
+        let vars = Vars::new(role.player, role.account, &shared.scenario.var_defaults);
+        let rng = shared.scenario.seed
+            ^ role.player.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            ^ 0x2545_F491_4F6C_DD1D;
+        Self {
+            shared,
+            role,
+            conns,
+            vars,
+            rng,
+            ops_done: 0,
+            halt,
+            retire,
+        }
+    }
+
+    /// The player's id: 0, 1, 2, ... in order of arrival (hammer workers count apart).
+    pub fn player(&self) -> u64 {
+        self.role.player
+    }
+
+    /// The player's account.
+    pub fn account(&self) -> u64 {
+        self.role.account
+    }
+
+    /// The scenario the player runs.
+    pub fn scenario(&self) -> &Scenario {
+        &self.shared.scenario
+    }
+
+    /// The index of the op named `name`, for [`Session::call`].
+    pub fn op(&self, name: &str) -> Option<usize> {
+        self.shared.scenario.op(name)
+    }
+
+    /// A variable's current value.
+    pub fn var(&self, name: &str) -> Option<&str> {
+        self.vars.get(self.shared.scenario.vars.slot(name)?)
+    }
+
+    /// Sets a variable the scenario names (in `[vars]`, a capture or a template); returns
+    /// false for a name the scenario does not know.
+    pub fn set_var(&mut self, name: &str, value: impl Into<String>) -> bool {
+        match self.shared.scenario.vars.slot(name) {
+            Some(slot) => {
+                self.vars.set(slot, value.into());
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// A pseudo-random number from the player's own generator (seeded by the scenario's
+    /// `seed` and the player's id, so a run's choices repeat).
+    pub fn random(&mut self) -> u64 {
+        // splitmix64: one add and three multiply-xorshifts, good enough to pick ops.
+        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// True once the player should start nothing new.
+    pub fn stopping(&self) -> bool {
+        *self.halt.borrow() || self.retire.as_ref().is_some_and(|r| *r.borrow())
+    }
+
+    /// Sleeps `d`, waking early (with [`Stopped`]) when the player is stopped.
+    pub async fn sleep(&mut self, d: Duration) -> Result<(), Stopped> {
+        self.sleep_until(Instant::now() + d).await
+    }
+
+    pub(crate) async fn sleep_until(&mut self, at: Instant) -> Result<(), Stopped> {
+        if self.stopping() {
+            return Err(Stopped);
+        }
+        let retire = async {
+            match &mut self.retire {
+                Some(r) => until_true(r).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::time::sleep_until(at.into()) => Ok(()),
+            _ = until_true(&mut self.halt) => Err(Stopped),
+            _ = retire => Err(Stopped),
+        }
+    }
+
+    /// Sends op `op` (an index from [`Session::op`]), records its latency and outcome, takes
+    /// its captures, and for an honoured 429 pauses the player for `Retry-After`.
+    pub async fn call(&mut self, op: usize) -> Result<Reply, Stopped> {
+        if self.stopping() || self.role.max_ops.is_some_and(|m| self.ops_done >= m) {
+            return Err(Stopped);
+        }
+        let shared = self.shared.clone();
+        let n_ops = shared.scenario.ops.len();
+        let phase = self.role.gate.enter(&shared.started).ok_or(Stopped)?;
+        self.ops_done += 1;
+        let row = (phase * n_ops + op) as u32;
+        let o = &shared.scenario.ops[op];
+        let Some(req) = self.request(o, &shared.scenario.target.base_path) else {
+            return Ok(self.record(row, Outcome::VarMissing, None, Bytes::new(), Duration::ZERO));
+        };
+        let start = Instant::now();
+        let mut abort = shared.abort.clone();
+        let exchange = tokio::time::timeout(
+            o.timeout,
+            self.conns.send(&*shared.transport, &shared.counters, req),
+        );
+        let result = tokio::select! {
+            r = exchange => Some(r),
+            _ = until_true(&mut abort) => None,
+        };
+        let latency = start.elapsed();
+        let (outcome, status, body, pause) = match result {
+            None => (Outcome::Cancelled, None, Bytes::new(), None),
+            Some(Err(_)) => (Outcome::Timeout, None, Bytes::new(), None),
+            Some(Ok(Err(e))) => (Outcome::TransportError(e.kind()), None, Bytes::new(), None),
+            Some(Ok(Ok(r))) => {
+                let (outcome, pause) = classify(o, r.status, &r.headers, &r.body, &mut self.vars);
+                (outcome, Some(r.status), r.body, pause)
+            }
+        };
+        let reply = self.record(row, outcome, status, body, latency);
+        if let Some(d) = pause
+            && self.role.honour_retry_after
+        {
+            // The reply is recorded; a stop during the pause shows at the next call.
+            let _ = self.sleep(d).await;
+        }
+        Ok(reply)
+    }
+
+    fn record(
+        &self,
+        row: u32,
+        outcome: Outcome,
+        status: Option<u16>,
+        body: Bytes,
+        latency: Duration,
+    ) -> Reply {
+        // The aggregator outlives every player; a failed send means the run is being torn
+        // down and the sample has nowhere to go.
+        let _ = self.shared.tx.send(Msg::Sample {
+            row,
+            outcome: outcome.clone(),
+            latency_us: latency.as_micros() as u64,
+        });
+        Reply {
+            outcome,
+            status,
+            body,
+            latency,
+        }
+    }
+
+    /// The op's request, or `None` if a variable it reads is missing or cannot be sent.
+    fn request(&self, o: &Op, base_path: &str) -> Option<Request> {
+        let mut path = String::with_capacity(base_path.len() + 32);
+        path.push_str(base_path);
+        o.path.render_into(&self.vars, &mut path).ok()?;
+        let mut headers = HeaderMap::with_capacity(o.headers.len());
+        for (name, t) in &o.headers {
+            let v = t.render(&self.vars).ok()?;
+            headers.insert(name.clone(), HeaderValue::from_str(&v).ok()?);
+        }
+        let body = match &o.body {
+            Some(t) => Bytes::from(t.render(&self.vars).ok()?),
+            None => Bytes::new(),
+        };
+        Some(Request {
+            method: o.method.clone(),
+            path,
+            headers,
+            body,
+        })
+    }
+}
+
+/// Resolves when `rx` holds true; never, if its sender is gone without saying so.
+async fn until_true(rx: &mut watch::Receiver<bool>) {
+    if rx.wait_for(|v| *v).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// The player the scenario file describes: its setup ops once, in order (retrying a setup
+/// op that does not end `ok`), then ops picked by weight.
+#[derive(Debug, Clone)]
+pub struct FilePlayer {
+    setup: Arc<[usize]>,
+    next_setup: usize,
+    cumulative: Arc<[(u64, usize)]>,
+}
+
+impl FilePlayer {
+    /// A player for `scenario`.
+    pub fn new(scenario: &Scenario) -> Self {
+        let mut total = 0;
+        let cumulative = scenario
+            .ops
+            .iter()
+            .enumerate()
+            .filter(|(_, o)| o.weight > 0)
+            .map(|(i, o)| {
+                total += u64::from(o.weight);
+                (total, i)
+            })
+            .collect();
+        Self {
+            setup: scenario.player.setup.clone().into(),
+            next_setup: 0,
+            cumulative,
+        }
+    }
+
+    fn pick(&self, r: u64) -> Option<usize> {
+        let total = self.cumulative.last()?.0;
+        let x = r % total;
+        let i = self.cumulative.partition_point(|&(c, _)| c <= x);
+        Some(self.cumulative[i].1)
+    }
+}
+
+impl Player for FilePlayer {
+    async fn turn(&mut self, session: &mut Session) -> Result<(), Stopped> {
+        if let Some(&op) = self.setup.get(self.next_setup) {
+            if session.call(op).await?.outcome.is_ok() {
+                self.next_setup += 1;
+            }
+            return Ok(());
+        }
+        let r = session.random();
+        let op = self.pick(r).ok_or(Stopped)?;
+        session.call(op).await?;
+        Ok(())
+    }
+}
+
+/// A hammer worker: the one op, back to back.
+pub(crate) struct HammerPlayer {
+    pub op: usize,
+}
+
+impl Player for HammerPlayer {
+    async fn turn(&mut self, session: &mut Session) -> Result<(), Stopped> {
+        session.call(self.op).await?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn weighted_pick_follows_weights() {
+        let src = "[target]\nurl = \"http://127.0.0.1:1\"\n[[op]]\nname = \"a\"\npath = \"/a\"\nweight = 3\n[[op]]\nname = \"setup\"\npath = \"/s\"\nweight = 0\n[[op]]\nname = \"b\"\npath = \"/b\"\n[[step]]\nplayers = 1\nduration = \"1s\"\n";
+        let s = Scenario::parse("t.toml", src, &[]).unwrap();
+        let p = FilePlayer::new(&s);
+        let mut counts = [0u32; 3];
+        for r in 0..4000u64 {
+            counts[p.pick(r).unwrap()] += 1;
+        }
+        assert_eq!(counts, [3000, 0, 1000]);
+    }
+}

@@ -1,0 +1,202 @@
+//! The typed result stream: what the driver tells a run recorder, a progress printer or a
+//! test, every interval, at every step's end and once at the end.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// One event of a run, in order: intervals as they pass, each step's totals when all of its
+/// ops have finished, and the whole run last.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum DriverEvent {
+    /// One interval of the timeline (1 s by default).
+    Interval(IntervalReport),
+    /// A step (or the hammer) ended and every op it started has been recorded.
+    StepEnd(StepReport),
+    /// The run is over.
+    Done(Box<RunReport>),
+}
+
+/// Latency percentiles in microseconds, from an HdrHistogram with 3 significant digits.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Latency {
+    /// Median.
+    pub p50_us: u64,
+    /// 90th percentile.
+    pub p90_us: u64,
+    /// 99th percentile.
+    pub p99_us: u64,
+    /// 99.9th percentile.
+    pub p999_us: u64,
+    /// Largest.
+    pub max_us: u64,
+    /// Mean.
+    pub mean_us: f64,
+}
+
+/// One outcome of one op in one step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OutcomeStats {
+    /// `ok`, `transport_error.reset`, `rate_limited`, a domain code, ...
+    pub outcome: String,
+    /// How many ops ended so.
+    pub count: u64,
+    /// Their latency.
+    pub latency: Latency,
+}
+
+/// One op in one step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OpStats {
+    /// The op's name.
+    pub op: String,
+    /// Ops recorded, all outcomes.
+    pub count: u64,
+    /// Ops per second over the step.
+    pub rate: f64,
+    /// Latency of all outcomes together.
+    pub latency: Latency,
+    /// Per outcome, most frequent first.
+    pub outcomes: Vec<OutcomeStats>,
+}
+
+/// A step's (or the hammer's) totals.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepReport {
+    /// `step 1`, `step 2`, ... or `hammer`.
+    pub phase: String,
+    /// The step's index in the plan; none for the hammer.
+    pub step: Option<usize>,
+    /// Players the step asked for (hammer: workers).
+    pub players: usize,
+    /// When the step started, since the run's start.
+    pub start_ms: u64,
+    /// How long it ran (shorter than planned after a stop).
+    pub duration_ms: u64,
+    /// Per op, in the scenario's order.
+    pub ops: Vec<OpStats>,
+    /// Connections opened during the step (by anyone, the hammer included).
+    pub connects: u64,
+    /// Of those, connections opened to replace a lost one.
+    pub reconnects: u64,
+    /// Failed connection attempts.
+    pub connect_errors: u64,
+}
+
+/// One op in one interval.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IntervalOp {
+    /// The op's name; hammer ops are `hammer:<op>`.
+    pub op: String,
+    /// Ops recorded in the interval.
+    pub count: u64,
+    /// Ops per second.
+    pub rate: f64,
+    /// Latency of all outcomes together.
+    pub latency: Latency,
+    /// Count per outcome.
+    pub outcomes: BTreeMap<String, u64>,
+}
+
+/// The driver's own health over one interval: is the driver, not the system, the limit?
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct DriverHealth {
+    /// CPU the driver process used, in percent of one core.
+    pub cpu_percent: f64,
+    /// Cores the driver may use.
+    pub cores: usize,
+    /// Resident memory.
+    pub rss_bytes: u64,
+    /// 99th percentile of the scheduler's lateness waking a 10 ms timer.
+    pub lag_p99_us: u64,
+    /// Worst lateness.
+    pub lag_max_us: u64,
+    /// True when CPU or lag says the driver was saturated, so the interval's latencies
+    /// measure the driver as much as the target.
+    pub saturated: bool,
+}
+
+/// One interval of the timeline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IntervalReport {
+    /// 0, 1, 2, ...
+    pub index: u64,
+    /// The interval's end, since the run's start.
+    pub end_ms: u64,
+    /// Its length.
+    pub duration_ms: u64,
+    /// The step running at its end; none before the first and after the last.
+    pub step: Option<usize>,
+    /// Players alive at its end.
+    pub players: usize,
+    /// Hammer workers alive at its end.
+    pub hammer_workers: usize,
+    /// Ops with at least one record.
+    pub ops: Vec<IntervalOp>,
+    /// Connections opened.
+    pub connects: u64,
+    /// Of those, replacing a lost one.
+    pub reconnects: u64,
+    /// Failed connection attempts.
+    pub connect_errors: u64,
+    /// The driver's own health.
+    pub driver: DriverHealth,
+}
+
+/// A whole run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunReport {
+    /// The scenario file.
+    pub scenario: String,
+    /// `host:port` of the target.
+    pub target: String,
+    /// `h1` or `h2c`.
+    pub transport: String,
+    /// `per_player` or `pool of N`.
+    pub connections: String,
+    /// Wall-clock start, milliseconds since the Unix epoch.
+    pub started_unix_ms: u64,
+    /// How long the run took, the stop's grace included.
+    pub duration_ms: u64,
+    /// True if a stop ended the run before its plan did.
+    pub stopped_early: bool,
+    /// Requests tried: every outcome but `var_missing`, failed connects included.
+    pub requests: u64,
+    /// Connections opened.
+    pub connects: u64,
+    /// Of those, replacing a lost one.
+    pub reconnects: u64,
+    /// Failed connection attempts.
+    pub connect_errors: u64,
+    /// Intervals in which the driver was saturated.
+    pub saturated_intervals: u64,
+    /// Per step, then the hammer.
+    pub steps: Vec<StepReport>,
+    /// The timeline.
+    pub intervals: Vec<IntervalReport>,
+}
+
+impl RunReport {
+    /// Count of `outcome` for `op` summed over all steps and the hammer.
+    pub fn outcome_count(&self, op: &str, outcome: &str) -> u64 {
+        self.steps
+            .iter()
+            .flat_map(|s| &s.ops)
+            .filter(|o| o.op == op)
+            .flat_map(|o| &o.outcomes)
+            .filter(|o| o.outcome == outcome)
+            .map(|o| o.count)
+            .sum()
+    }
+
+    /// Ops recorded for `op` over all steps and the hammer.
+    pub fn op_count(&self, op: &str) -> u64 {
+        self.steps
+            .iter()
+            .flat_map(|s| &s.ops)
+            .filter(|o| o.op == op)
+            .map(|o| o.count)
+            .sum()
+    }
+}

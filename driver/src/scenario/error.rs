@@ -1,0 +1,203 @@
+//! Scenario errors that point at the file, line, column and key, or at the `--set` that
+//! caused them.
+
+use std::{fmt, ops::Range, path::PathBuf};
+
+/// Why a scenario could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ScenarioError {
+    /// The file could not be read.
+    #[error("reading scenario {path}: {source}")]
+    Read {
+        /// The scenario file.
+        path: PathBuf,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// A `--set KEY=VALUE` argument is malformed or names nothing in the file.
+    #[error("--set {arg}: {reason}")]
+    Override {
+        /// The argument as given.
+        arg: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The file (or a `--set` value) is not a valid scenario.
+    #[error("{0}")]
+    Invalid(Box<Diagnostic>),
+}
+
+impl ScenarioError {
+    /// The diagnostic, for an invalid scenario.
+    pub fn diagnostic(&self) -> Option<&Diagnostic> {
+        match self {
+            Self::Invalid(d) => Some(d),
+            _ => None,
+        }
+    }
+}
+
+/// Where a scenario problem is and what it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Diagnostic {
+    /// The scenario file as the user named it.
+    pub file: String,
+    /// 1-based line in the file (0 when the problem came from a `--set`).
+    pub line: usize,
+    /// 1-based column, in characters.
+    pub column: usize,
+    /// The dotted key path, e.g. `target.transport` or `op[2].capture.game_id`.
+    pub key: String,
+    /// What is wrong, with the valid keys or values where there is a fixed set.
+    pub message: String,
+    /// The `--set` argument the problem came from, if any.
+    pub from_override: Option<String>,
+    snippet: String,
+}
+
+impl fmt::Display for Diagnostic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let key = if self.key.is_empty() || self.key == "." {
+            String::new()
+        } else {
+            format!("{}: ", self.key)
+        };
+        match &self.from_override {
+            Some(arg) => write!(f, "{}: --set {arg}: {key}{}", self.file, self.message),
+            None => {
+                write!(
+                    f,
+                    "{}:{}:{}: {key}{}",
+                    self.file, self.line, self.column, self.message
+                )?;
+                if !self.snippet.is_empty() {
+                    write!(f, "\n{}", self.snippet)?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Maps byte spans to lines and columns of one source, and spans past its end to the
+/// `--set` arguments that introduced them.
+pub(crate) struct Locator<'a> {
+    pub file: &'a str,
+    pub source: &'a str,
+    pub overrides: &'a [String],
+}
+
+impl Locator<'_> {
+    /// The span given to everything the `n`th override put into the document: one byte each,
+    /// past the end of the source, so any span tells which `--set` it came from.
+    pub fn override_span(source_len: usize, n: usize) -> Range<usize> {
+        let at = source_len + 1 + n;
+        at..at + 1
+    }
+
+    pub fn diagnostic(
+        &self,
+        span: Option<Range<usize>>,
+        key: String,
+        message: String,
+    ) -> Diagnostic {
+        let len = self.source.len();
+        if let Some(s) = &span
+            && s.start > len
+        {
+            let n = s.start - len - 1;
+            return Diagnostic {
+                file: self.file.to_owned(),
+                line: 0,
+                column: 0,
+                key,
+                message,
+                from_override: self.overrides.get(n).cloned(),
+                snippet: String::new(),
+            };
+        }
+        let span = span.unwrap_or(0..0);
+        let start = span.start.min(len);
+        let line_start = self.source[..start].rfind('\n').map_or(0, |i| i + 1);
+        let line = self.source[..start].matches('\n').count() + 1;
+        let column = self.source[line_start..start].chars().count() + 1;
+        let line_end = self.source[start..].find('\n').map_or(len, |i| start + i);
+        let text = self.source[line_start..line_end].trim_end_matches('\r');
+        let width = self.source[start..span.end.clamp(start, line_end)]
+            .chars()
+            .count()
+            .max(1);
+        let gutter = " ".repeat(line.to_string().len());
+        let snippet = format!(
+            "{gutter} |\n{line} | {text}\n{gutter} | {}{}",
+            " ".repeat(column - 1),
+            "^".repeat(width)
+        );
+        Diagnostic {
+            file: self.file.to_owned(),
+            line,
+            column,
+            key,
+            message,
+            from_override: None,
+            snippet,
+        }
+    }
+}
+
+/// Rewords serde's messages in the scenario's vocabulary: a TOML file has keys, not fields.
+pub(crate) fn reword(message: &str) -> String {
+    message
+        .replace("unknown field", "unknown key")
+        .replace("missing field", "missing key")
+        .replace("expected one of", "valid keys are")
+        .replace("unknown variant", "unknown value")
+        .replace(", there are no fields", "; this table takes no keys")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn line_and_column_of_a_span() {
+        let src = "[target]\nurl = \"x\"\ntrasnport = \"h2c\"\n";
+        let loc = Locator {
+            file: "s.toml",
+            source: src,
+            overrides: &[],
+        };
+        let at = src.find("trasnport").unwrap();
+        let d = loc.diagnostic(
+            Some(at..at + 9),
+            "target.trasnport".into(),
+            "unknown key".into(),
+        );
+        assert_eq!((d.line, d.column), (3, 1));
+        assert_eq!(
+            d.to_string(),
+            "s.toml:3:1: target.trasnport: unknown key\n  |\n3 | trasnport = \"h2c\"\n  | ^^^^^^^^^"
+        );
+    }
+
+    #[test]
+    fn spans_past_the_end_name_the_override() {
+        let src = "a = 1\n";
+        let sets = ["x=1".to_owned(), "target.transport=h3".to_owned()];
+        let loc = Locator {
+            file: "s.toml",
+            source: src,
+            overrides: &sets,
+        };
+        let d = loc.diagnostic(
+            Some(Locator::override_span(src.len(), 1)),
+            "target.transport".into(),
+            "bad".into(),
+        );
+        assert_eq!(d.from_override.as_deref(), Some("target.transport=h3"));
+        assert_eq!(
+            d.to_string(),
+            "s.toml: --set target.transport=h3: target.transport: bad"
+        );
+    }
+}

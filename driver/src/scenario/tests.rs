@@ -1,0 +1,203 @@
+use super::*;
+
+const MINIMAL: &str = r#"
+[target]
+url = "http://127.0.0.1:8080/api/"
+transport = "h2c"
+
+[[op]]
+name = "state"
+path = "/state"
+
+[[step]]
+players = 5
+duration = "2s"
+"#;
+
+fn diag(src: &str, sets: &[&str]) -> Diagnostic {
+    let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+    match Scenario::parse("s.toml", src, &sets) {
+        Ok(_) => panic!("expected an error"),
+        Err(ScenarioError::Invalid(d)) => *d,
+        Err(e) => panic!("expected a diagnostic, got {e}"),
+    }
+}
+
+#[test]
+fn minimal_scenario_and_defaults() {
+    let s = Scenario::parse("s.toml", MINIMAL, &[]).unwrap();
+    assert_eq!(s.target.authority, "127.0.0.1:8080");
+    assert_eq!(s.target.base_path, "/api");
+    assert_eq!(s.target.transport, TransportKind::H2c);
+    assert_eq!(s.target.connections, Connections::PerPlayer);
+    assert_eq!(s.ops[0].method, Method::GET);
+    assert_eq!(s.ops[0].timeout, DEFAULT_TIMEOUT);
+    assert_eq!(
+        s.steps[0].arrival,
+        Arrival::Gradual(Duration::from_millis(500))
+    );
+    assert_eq!(s.player.pace, Pace::None);
+    assert!(s.player.honour_retry_after);
+    assert_eq!(s.duration(), Duration::from_secs(2));
+}
+
+#[test]
+fn unknown_key_names_file_line_column_and_valid_keys() {
+    let src = MINIMAL.replace("transport = \"h2c\"", "trasnport = \"h2c\"");
+    let d = diag(&src, &[]);
+    assert_eq!((d.file.as_str(), d.line, d.column), ("s.toml", 4, 1));
+    assert_eq!(d.key, "target.trasnport");
+    assert!(
+        d.message
+            .starts_with("unknown key `trasnport`, valid keys are `url`, `transport`"),
+        "{}",
+        d.message
+    );
+    let shown = d.to_string();
+    assert!(
+        shown.starts_with("s.toml:4:1: target.trasnport: unknown key"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("4 | trasnport = \"h2c\"\n  | ^^^^^^^^^"),
+        "{shown}"
+    );
+}
+
+#[test]
+fn unknown_value_lists_the_valid_values() {
+    let d = diag(&MINIMAL.replace("\"h2c\"", "\"h3\""), &[]);
+    assert_eq!((d.line, d.column), (4, 13));
+    assert_eq!(d.key, "target.transport");
+    assert_eq!(d.message, "unknown value `h3`, expected `h1` or `h2c`");
+}
+
+#[test]
+fn bad_duration_points_at_the_value() {
+    let d = diag(&MINIMAL.replace("\"2s\"", "\"2 parsecs\""), &[]);
+    assert_eq!(d.key, "step[0].duration");
+    assert_eq!(d.line, 12);
+    assert!(
+        d.message.contains("invalid duration `2 parsecs`"),
+        "{}",
+        d.message
+    );
+}
+
+#[test]
+fn toml_syntax_error_is_located() {
+    let d = diag("[target\nurl = 1\n", &[]);
+    assert_eq!(d.line, 1);
+    assert!(!d.message.is_empty());
+}
+
+#[test]
+fn semantic_errors_are_located_too() {
+    let src = format!("{MINIMAL}\n[hammer]\nop = \"stat\"\nworkers = 2\nduration = \"1s\"\n");
+    let d = diag(&src, &[]);
+    assert_eq!(d.key, "hammer.op");
+    assert_eq!((d.line, d.column), (15, 6));
+    assert_eq!(d.message, "no op named `stat`; ops are: state");
+
+    let d = diag(
+        &MINIMAL.replace("path = \"/state\"", "path = \"/g/{game_id}\""),
+        &[],
+    );
+    assert_eq!(d.key, "op[0]");
+    assert!(
+        d.message
+            .contains("reads `{game_id}`, which no setup op captures"),
+        "{}",
+        d.message
+    );
+
+    let d = diag(
+        &MINIMAL.replace("transport = \"h2c\"", "connections = \"pool\""),
+        &[],
+    );
+    assert_eq!(d.key, "target");
+    assert!(d.message.contains("needs pool_size"), "{}", d.message);
+}
+
+#[test]
+fn captures_in_setup_feed_loop_ops() {
+    let src = r#"
+[target]
+url = "http://127.0.0.1:1"
+[vars]
+variant = "en"
+[player]
+setup = ["create"]
+think = "10ms"
+[[op]]
+name = "create"
+method = "POST"
+path = "/games?variant={variant}"
+weight = 0
+capture = { game_id = "/game/id" }
+[[op]]
+name = "state"
+path = "/games/{game_id}"
+check = { status = 200, json = { "/ok" = true }, sha256 = "{digest}" }
+[[step]]
+players = 1
+duration = "1s"
+"#;
+    let d = diag(src, &[]);
+    assert!(d.message.contains("`{digest}`"), "{}", d.message);
+    let src = src.replace(
+        "variant = \"en\"",
+        "variant = \"en\"\ndigest = \"sha256:00\"",
+    );
+    let s = Scenario::parse("s.toml", &src, &[]).unwrap();
+    assert_eq!(s.player.setup, vec![0]);
+    assert_eq!(s.player.pace, Pace::Think(Duration::from_millis(10)));
+    assert_eq!(s.ops[1].check.status, Some(200));
+    assert_eq!(
+        s.ops[1].check.json,
+        vec![("/ok".to_owned(), serde_json::Value::Bool(true))]
+    );
+    assert_eq!(
+        s.ops[0].captures,
+        vec![(s.vars.slot("game_id").unwrap(), "/game/id".to_owned())]
+    );
+}
+
+#[test]
+fn overrides_apply_before_checking() {
+    let s = Scenario::parse(
+        "s.toml",
+        MINIMAL,
+        &[
+            "target.transport=h1".into(),
+            "step[0].players=9".into(),
+            "op[state].weight=3".into(),
+        ],
+    )
+    .unwrap();
+    assert_eq!(s.target.transport, TransportKind::H1);
+    assert_eq!(s.steps[0].players, 9);
+    assert_eq!(s.ops[0].weight, 3);
+}
+
+#[test]
+fn override_errors_name_the_override() {
+    let d = diag(MINIMAL, &["target.transport=h3"]);
+    assert_eq!(d.from_override.as_deref(), Some("target.transport=h3"));
+    assert_eq!(
+        d.to_string(),
+        "s.toml: --set target.transport=h3: target.transport: unknown value `h3`, expected `h1` or `h2c`"
+    );
+    let d = diag(MINIMAL, &["target.trasnport=h1"]);
+    assert_eq!(d.from_override.as_deref(), Some("target.trasnport=h1"));
+    assert!(
+        d.message.starts_with("unknown key `trasnport`"),
+        "{}",
+        d.message
+    );
+    let e = Scenario::parse("s.toml", MINIMAL, &["step[4].players=1".into()]).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "--set step[4].players=1: `step` has 1 entries, indexed from 0"
+    );
+}

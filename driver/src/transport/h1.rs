@@ -1,0 +1,76 @@
+//! HTTP/1.1: one request at a time per connection.
+
+use bytes::Bytes;
+use http::{HeaderValue, header::HOST};
+use http_body_util::{BodyExt as _, Full};
+use hyper::client::conn::http1;
+use hyper_util::rt::TokioIo;
+
+use super::{BoxFuture, Connection, Dial, Request, Response, Transport, TransportError};
+
+/// The HTTP/1.1 transport.
+pub(crate) struct H1(pub Dial);
+
+impl Transport for H1 {
+    fn connect(&self) -> BoxFuture<'_, Result<Box<dyn Connection>, TransportError>> {
+        Box::pin(async move {
+            let stream = self.0.tcp().await?;
+            let (sender, conn) = http1::handshake(TokioIo::new(stream))
+                .await
+                .map_err(|e| self.0.failed(e.to_string()))?;
+            tokio::spawn(async move {
+                // The connection's own errors reach the request that was in flight.
+                let _ = conn.await;
+            });
+            let host = HeaderValue::from_str(&self.0.authority)
+                .map_err(|e| self.0.failed(e.to_string()))?;
+            Ok(Box::new(H1Connection { sender, host }) as Box<dyn Connection>)
+        })
+    }
+
+    fn multiplexed(&self) -> bool {
+        false
+    }
+}
+
+struct H1Connection {
+    sender: http1::SendRequest<Full<Bytes>>,
+    host: HeaderValue,
+}
+
+/// Any failure ends an HTTP/1.1 connection's usefulness: the owner drops it.
+fn from_hyper(e: hyper::Error) -> TransportError {
+    super::from_hyper(e).0
+}
+
+impl Connection for H1Connection {
+    fn send(&mut self, req: Request) -> BoxFuture<'_, Result<Response, TransportError>> {
+        Box::pin(async move {
+            self.sender.ready().await.map_err(from_hyper)?;
+            let mut r = http::Request::new(Full::new(req.body));
+            *r.method_mut() = req.method;
+            *r.uri_mut() = req
+                .path
+                .parse()
+                .map_err(|e| TransportError::Protocol(format!("path `{}`: {e}", req.path)))?;
+            *r.headers_mut() = req.headers;
+            r.headers_mut().insert(HOST, self.host.clone());
+            let resp = self.sender.send_request(r).await.map_err(from_hyper)?;
+            let (parts, body) = resp.into_parts();
+            let body = body.collect().await.map_err(from_hyper)?.to_bytes();
+            Ok(Response {
+                status: parts.status.as_u16(),
+                headers: parts.headers,
+                body,
+            })
+        })
+    }
+
+    fn is_closed(&self) -> bool {
+        self.sender.is_closed()
+    }
+
+    fn share(&self) -> Option<Box<dyn Connection>> {
+        None
+    }
+}

@@ -1,0 +1,191 @@
+//! How a player's requests reach the target: a [`Transport`] opens [`Connection`]s.
+//!
+//! One file per protocol ([`h1`], [`h2c`]); h2 over TLS would be one more file that
+//! implements [`Transport`] and is picked in [`for_target`].
+
+pub mod h1;
+pub mod h2c;
+
+use std::{error::Error as _, future::Future, pin::Pin, sync::Arc, time::Duration};
+
+use bytes::Bytes;
+use http::{HeaderMap, Method};
+use tokio::net::TcpStream;
+
+use crate::{
+    outcome::TransportErrorKind,
+    scenario::{Target, TransportKind},
+};
+
+/// A boxed, sendable future, so [`Transport`] and [`Connection`] stay object-safe.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// One request as a player sends it.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// HTTP method.
+    pub method: Method,
+    /// Origin-form path and query, e.g. `/games/7?full=1`.
+    pub path: String,
+    /// Headers besides Host, which the transport sets.
+    pub headers: HeaderMap,
+    /// Body; empty for none.
+    pub body: Bytes,
+}
+
+/// A whole response: status, headers and the collected body.
+#[derive(Debug, Clone)]
+pub struct Response {
+    /// Status code.
+    pub status: u16,
+    /// Headers.
+    pub headers: HeaderMap,
+    /// Body, read to its end.
+    pub body: Bytes,
+}
+
+/// A connection failure, by the part of the exchange that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    /// The TCP connect or handshake failed.
+    #[error("connecting to {addr}: {reason}")]
+    Connect {
+        /// `host:port`.
+        addr: String,
+        /// What failed.
+        reason: String,
+    },
+    /// The connection ended under the request.
+    #[error("connection reset: {0}")]
+    Reset(String),
+    /// The peer's bytes were not the HTTP we expected.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+}
+
+impl TransportError {
+    /// The outcome sub-kind.
+    pub fn kind(&self) -> TransportErrorKind {
+        match self {
+            Self::Connect { .. } => TransportErrorKind::Connect,
+            Self::Reset(_) => TransportErrorKind::Reset,
+            Self::Protocol(_) => TransportErrorKind::Protocol,
+        }
+    }
+}
+
+/// Opens connections to one target.
+pub trait Transport: Send + Sync + 'static {
+    /// Opens one connection (TCP connect and protocol handshake).
+    fn connect(&self) -> BoxFuture<'_, Result<Box<dyn Connection>, TransportError>>;
+    /// True if one connection carries many requests at once (HTTP/2 streams).
+    fn multiplexed(&self) -> bool;
+}
+
+/// One open connection.
+pub trait Connection: Send + 'static {
+    /// Sends `req` and reads the whole response.
+    fn send(&mut self, req: Request) -> BoxFuture<'_, Result<Response, TransportError>>;
+    /// True once the connection is gone; the owner opens a new one.
+    fn is_closed(&self) -> bool;
+    /// For a multiplexed protocol, another handle onto this same connection, so a pool can
+    /// run many requests on it at once; `None` where one request at a time is the rule.
+    fn share(&self) -> Option<Box<dyn Connection>>;
+}
+
+/// The transport the target asks for.
+pub fn for_target(target: &Target) -> Arc<dyn Transport> {
+    let dial = Dial {
+        host: target.host.clone(),
+        port: target.port,
+        authority: target.authority.clone(),
+        timeout: target.connect_timeout,
+    };
+    match target.transport {
+        TransportKind::H1 => Arc::new(h1::H1(dial)),
+        TransportKind::H2c => Arc::new(h2c::H2c(dial)),
+    }
+}
+
+/// Where and how long to dial.
+#[derive(Debug, Clone)]
+pub(crate) struct Dial {
+    pub host: String,
+    pub port: u16,
+    pub authority: String,
+    pub timeout: Duration,
+}
+
+impl Dial {
+    /// A TCP connection with Nagle off: a request is one small write that must not wait for
+    /// the previous segment's ACK.
+    pub async fn tcp(&self) -> Result<TcpStream, TransportError> {
+        let connect = TcpStream::connect((self.host.as_str(), self.port));
+        let stream = tokio::time::timeout(self.timeout, connect)
+            .await
+            .map_err(|_| self.failed(format!("no answer within {:?}", self.timeout)))?
+            .map_err(|e| self.failed(e.to_string()))?;
+        stream
+            .set_nodelay(true)
+            .map_err(|e| self.failed(e.to_string()))?;
+        Ok(stream)
+    }
+
+    pub fn failed(&self, reason: String) -> TransportError {
+        TransportError::Connect {
+            addr: format!("{}:{}", self.host, self.port),
+            reason,
+        }
+    }
+}
+
+/// Sorts a hyper error into reset or protocol by what its source chain says, and tells
+/// whether it ended the whole connection (true) or, in HTTP/2, only its stream (false).
+pub(crate) fn from_hyper(e: hyper::Error) -> (TransportError, bool) {
+    let text = error_text(&e);
+    let mut source = e.source();
+    while let Some(s) = source {
+        if let Some(h2) = s.downcast_ref::<h2::Error>() {
+            if h2.is_io() {
+                return (TransportError::Reset(text), true);
+            }
+            // A RST_STREAM from the peer ends one stream; everything else here is a
+            // connection error (GOAWAY, or h2 failing the connection itself).
+            let fatal = h2.is_go_away() || !h2.is_reset();
+            // These reasons say the peer broke HTTP/2 (or refuses to speak it); the rest
+            // (CANCEL, REFUSED_STREAM, a plain GOAWAY) end a healthy exchange early.
+            let e = match h2.reason() {
+                Some(
+                    h2::Reason::PROTOCOL_ERROR
+                    | h2::Reason::FRAME_SIZE_ERROR
+                    | h2::Reason::COMPRESSION_ERROR
+                    | h2::Reason::FLOW_CONTROL_ERROR
+                    | h2::Reason::HTTP_1_1_REQUIRED,
+                ) => TransportError::Protocol(text),
+                _ => TransportError::Reset(text),
+            };
+            return (e, fatal);
+        }
+        if s.downcast_ref::<std::io::Error>().is_some() {
+            return (TransportError::Reset(text), true);
+        }
+        source = s.source();
+    }
+    if e.is_incomplete_message() || e.is_closed() || e.is_canceled() || e.is_body_write_aborted() {
+        (TransportError::Reset(text), true)
+    } else {
+        (TransportError::Protocol(text), true)
+    }
+}
+
+/// The error and its causes on one line.
+fn error_text(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}

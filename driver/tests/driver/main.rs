@@ -1,0 +1,11 @@
+//! The driver against real servers on loopback, started by the tests.
+
+mod support;
+
+mod counts;
+mod hammer;
+mod latency;
+mod outcomes;
+mod player_api;
+mod scenarios;
+mod stop;

@@ -1,0 +1,324 @@
+//! An in-process test server on 127.0.0.1:0 (HTTP/1.1 or h2c) that counts what it served,
+//! and helpers to run scenarios against it.
+//!
+//! Routes: `/ok`; `/delay/{ms}`; `/status/{code}`; `/code/{name}` (200 with
+//! `{"error":{"code":name}}`); `/limited` (a token bucket: 200 or 429 + `Retry-After: 1`);
+//! `/drop` (resets the connection without answering); `/game/new` (`{"game":{"id":"g-N"}}`);
+//! `/echo/...` (the request's path, authorization header and body as JSON); `/blob/{name}`
+//! (`name` repeated 100 times).
+
+use std::{
+    convert::Infallible,
+    net::SocketAddr,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering::SeqCst},
+    },
+    time::{Duration, Instant},
+};
+
+use bytes::Bytes;
+use herd_driver::{RunOptions, RunReport, Scenario};
+use http_body_util::{BodyExt as _, Full};
+use hyper::{Request, Response, server::conn, service::service_fn};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::{net::TcpListener, sync::Notify, task::JoinHandle};
+
+/// The protocol the server speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Proto {
+    H1,
+    H2c,
+}
+
+impl Proto {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::H1 => "h1",
+            Self::H2c => "h2c",
+        }
+    }
+}
+
+/// A token bucket: starts full, refills continuously; a 429 says `Retry-After: 1`.
+pub struct Bucket {
+    pub capacity: f64,
+    pub per_second: f64,
+    pub retry_after_s: u64,
+    state: Mutex<(f64, Instant)>,
+}
+
+impl Bucket {
+    pub fn new(capacity: f64, per_second: f64) -> Self {
+        Self {
+            capacity,
+            per_second,
+            retry_after_s: 1,
+            state: Mutex::new((capacity, Instant::now())),
+        }
+    }
+
+    fn take(&self) -> bool {
+        let mut s = self.state.lock().unwrap();
+        let now = Instant::now();
+        s.0 = (s.0 + (now - s.1).as_secs_f64() * self.per_second).min(self.capacity);
+        s.1 = now;
+        if s.0 >= 1.0 {
+            s.0 -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// What the server counted.
+#[derive(Default)]
+pub struct Stats {
+    pub requests: AtomicU64,
+    pub connections: AtomicU64,
+    pub granted: AtomicU64,
+    pub limited: AtomicU64,
+    games: AtomicU64,
+    /// First and last `/limited` request.
+    pub limited_window: Mutex<Option<(Instant, Instant)>>,
+    /// When each connection was accepted.
+    pub accepted: Mutex<Vec<Instant>>,
+}
+
+pub struct TestServer {
+    pub addr: SocketAddr,
+    pub stats: Arc<Stats>,
+    task: JoinHandle<()>,
+    _load: Option<tokio::sync::RwLockReadGuard<'static, ()>>,
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+struct State {
+    stats: Arc<Stats>,
+    bucket: Bucket,
+}
+
+impl TestServer {
+    pub async fn start(proto: Proto) -> Self {
+        Self::with_bucket(proto, Bucket::new(1e9, 0.0)).await
+    }
+
+    pub async fn with_bucket(proto: Proto, bucket: Bucket) -> Self {
+        let load = QUIET.read().await;
+        let mut server = Self::unlocked(proto, bucket).await;
+        server._load = Some(load);
+        server
+    }
+
+    /// A server for a test that holds [`QUIET`] for writing.
+    pub async fn exclusive(
+        proto: Proto,
+        bucket: Bucket,
+    ) -> (Self, tokio::sync::RwLockWriteGuard<'static, ()>) {
+        let quiet = QUIET.write().await;
+        (Self::unlocked(proto, bucket).await, quiet)
+    }
+
+    /// A server that does not hold [`QUIET`].
+    pub async fn unlocked(proto: Proto, bucket: Bucket) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stats = Arc::new(Stats::default());
+        let state = Arc::new(State {
+            stats: stats.clone(),
+            bucket,
+        });
+        let task = tokio::spawn(async move {
+            let mut conns = tokio::task::JoinSet::new();
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                state.stats.connections.fetch_add(1, SeqCst);
+                state.stats.accepted.lock().unwrap().push(Instant::now());
+                stream.set_nodelay(true).unwrap();
+                conns.spawn(serve(stream, proto, state.clone()));
+            }
+        });
+        Self {
+            addr,
+            stats,
+            task,
+            _load: None,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn requests(&self) -> u64 {
+        self.stats.requests.load(SeqCst)
+    }
+
+    pub fn connections(&self) -> u64 {
+        self.stats.connections.load(SeqCst)
+    }
+}
+
+async fn serve(stream: tokio::net::TcpStream, proto: Proto, state: Arc<State>) {
+    let drop_now = Arc::new(Notify::new());
+    let d = drop_now.clone();
+    let svc = service_fn(move |req| handle(req, state.clone(), d.clone()));
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&stream);
+    let io = TokioIo::new(stream);
+    match proto {
+        Proto::H1 => {
+            until_dropped(
+                conn::http1::Builder::new().serve_connection(io, svc),
+                &drop_now,
+                fd,
+            )
+            .await
+        }
+        Proto::H2c => {
+            let c = conn::http2::Builder::new(TokioExecutor::new()).serve_connection(io, svc);
+            until_dropped(c, &drop_now, fd).await
+        }
+    }
+}
+
+/// Serves the connection until it ends or a handler asks to drop it; a dropped connection
+/// closes with a reset (zero linger), so the client sees it break under its request.
+async fn until_dropped<F: std::future::Future>(c: F, drop_now: &Notify, fd: std::os::fd::RawFd) {
+    tokio::pin!(c);
+    tokio::select! {
+        _ = &mut c => return,
+        _ = drop_now.notified() => {}
+    }
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: `c` still owns the socket, so fd is open; setsockopt reads `linger` for the
+    // size given.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&raw const linger).cast(),
+            size_of::<libc::linger>() as libc::socklen_t,
+        );
+    }
+}
+
+fn json(status: u16, v: serde_json::Value) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(v.to_string())));
+    *r.status_mut() = hyper::StatusCode::from_u16(status).unwrap();
+    r.headers_mut()
+        .insert("content-type", "application/json".parse().unwrap());
+    r
+}
+
+pub fn blob(name: &str) -> Vec<u8> {
+    name.repeat(100).into_bytes()
+}
+
+async fn handle(
+    req: Request<hyper::body::Incoming>,
+    state: Arc<State>,
+    drop_now: Arc<Notify>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    let stats = &state.stats;
+    stats.requests.fetch_add(1, SeqCst);
+    let path = req.uri().path().to_owned();
+    let full_path = req
+        .uri()
+        .path_and_query()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_default();
+    let auth = req
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    let body = req
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    let segs: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let r = match segs.as_slice() {
+        ["ok"] => json(200, serde_json::json!({"ok": true, "n": 1})),
+        ["delay", ms] => {
+            tokio::time::sleep(Duration::from_millis(ms.parse().unwrap())).await;
+            json(200, serde_json::json!({"ok": true}))
+        }
+        ["status", code] => json(code.parse().unwrap(), serde_json::json!({})),
+        ["code", name] => json(200, serde_json::json!({"error": {"code": name}})),
+        ["limited"] => {
+            let now = Instant::now();
+            {
+                let mut w = stats.limited_window.lock().unwrap();
+                let first = w.map_or(now, |(f, _)| f);
+                *w = Some((first, now));
+            }
+            if state.bucket.take() {
+                stats.granted.fetch_add(1, SeqCst);
+                json(200, serde_json::json!({"ok": true}))
+            } else {
+                stats.limited.fetch_add(1, SeqCst);
+                let mut r = json(429, serde_json::json!({"error": {"code": "slow_down"}}));
+                r.headers_mut()
+                    .insert("retry-after", state.bucket.retry_after_s.into());
+                r
+            }
+        }
+        ["drop"] => {
+            drop_now.notify_one();
+            std::future::pending::<()>().await;
+            unreachable!("the connection is dropped with this handler")
+        }
+        ["game", "new"] => {
+            let n = stats.games.fetch_add(1, SeqCst) + 1;
+            json(200, serde_json::json!({"game": {"id": format!("g-{n}")}}))
+        }
+        ["echo", ..] => json(
+            200,
+            serde_json::json!({"path": full_path, "auth": auth, "body": String::from_utf8_lossy(&body)}),
+        ),
+        ["blob", name] => Response::new(Full::new(Bytes::from(blob(name)))),
+        _ => json(404, serde_json::json!({"error": {"code": "no_route"}})),
+    };
+    Ok(r)
+}
+
+/// Every test that makes load holds this for reading (a [`TestServer`] holds it while it
+/// lives); the tests that measure latency or flood the machine hold it for writing, so on a
+/// 2-core machine no flood runs beside a measurement of time.
+pub static QUIET: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
+/// Options for tests: short intervals, a short grace, 2 cores.
+pub fn options() -> RunOptions {
+    RunOptions {
+        interval: Duration::from_millis(200),
+        grace: Duration::from_secs(2),
+        cores: 2,
+        ..RunOptions::default()
+    }
+}
+
+/// Parses `src` with `{url}` replaced by the server's URL.
+pub fn scenario(src: &str, server: &TestServer) -> Scenario {
+    Scenario::parse("test.toml", &src.replace("{url}", &server.url()), &[])
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Runs the file's players.
+pub async fn run(s: Scenario) -> RunReport {
+    herd_driver::run(s, options()).await.unwrap()
+}

@@ -1,0 +1,271 @@
+//! `herd drive`: run a scenario's players against the target, print a progress line per
+//! interval and a per-step × op table at the end.
+
+use std::{
+    fs::File,
+    io::{BufWriter, Write as _},
+    path::PathBuf,
+    time::Duration,
+};
+
+use anyhow::{Context as _, Result};
+use herd_driver::{DriverEvent, RunOptions, RunReport, Scenario, scenario::Connections, text};
+use tokio::sync::{mpsc, watch};
+
+use crate::signals;
+
+/// Options of `herd drive`.
+#[derive(Debug, clap::Args)]
+pub struct DriveArgs {
+    /// The scenario: a TOML file with the target, ops and load plan (docs/scenario.md).
+    #[arg(value_name = "SCENARIO")]
+    pub scenario: PathBuf,
+    /// Override one scenario key before the file is checked, for A/B runs without editing
+    /// it: `--set target.transport=h2c`, `--set 'step[1].players=500'`,
+    /// `--set 'op[game.state].weight=0'`. Repeatable.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+    /// Also write the whole run (per-step tables and the per-interval timeline) as JSON.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// How long requests in flight may take to finish once the plan ends or Ctrl-C stops
+    /// it; any still in flight after that count as `cancelled`.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub grace: Duration,
+    /// Length of one timeline interval and of the progress lines' period (100ms or more).
+    #[arg(long, default_value = "1s", value_parser = parse_interval)]
+    pub interval: Duration,
+    /// Print only the final table, no progress lines.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("{e} (write e.g. 500ms, 10s, 2m)"))
+}
+
+fn parse_interval(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d < Duration::from_millis(100) {
+        return Err(format!("{s} is below the 100ms minimum interval"));
+    }
+    Ok(d)
+}
+
+/// Runs `herd drive`.
+pub fn run(args: &DriveArgs) -> Result<()> {
+    let scenario = Scenario::load(&args.scenario, &args.set)?;
+    // Opened before the load starts, so a bad path costs nothing but this message.
+    let json = args
+        .json
+        .as_ref()
+        .map(|p| {
+            File::create(p).with_context(|| format!("creating the JSON output {}", p.display()))
+        })
+        .transpose()?;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(cores)
+        .enable_all()
+        .build()
+        .context("starting the driver's runtime")?;
+    println!("{}", heading(&scenario));
+    let report = runtime.block_on(drive(scenario, args, cores))?;
+    print!("\n{}", text::table(&report));
+    if report.stopped_early {
+        println!("\nstopped early by a signal: the tables cover the run up to the stop");
+    }
+    if let (Some(file), Some(path)) = (json, &args.json) {
+        let mut w = BufWriter::new(file);
+        serde_json::to_writer_pretty(&mut w, &report)
+            .map_err(anyhow::Error::from)
+            .and_then(|()| Ok(w.flush()?))
+            .with_context(|| format!("writing the run to {}", path.display()))?;
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// One line on what is about to run.
+fn heading(s: &Scenario) -> String {
+    let connections = match s.target.connections {
+        Connections::PerPlayer => "a connection per player".to_owned(),
+        Connections::Pool(n) => format!("a shared pool of {n} connections"),
+    };
+    let plan: Vec<String> = s
+        .steps
+        .iter()
+        .map(|st| format!("{} players × {:?}", st.players, st.duration))
+        .collect();
+    let mut line = format!(
+        "herd drive: {} → {} over {}, {connections}; steps: {}",
+        s.file,
+        s.target.authority,
+        s.target.transport,
+        if plan.is_empty() {
+            "none".to_owned()
+        } else {
+            plan.join(", ")
+        }
+    );
+    if let Some(h) = &s.hammer {
+        line.push_str(&format!(
+            "; hammer: {} workers on {} for {:?} from {:?}",
+            h.workers, s.ops[h.op].name, h.duration, h.start
+        ));
+    }
+    line
+}
+
+async fn drive(scenario: Scenario, args: &DriveArgs, cores: usize) -> Result<RunReport> {
+    let (stop_tx, stop_rx) = watch::channel(false);
+    // herd's signal handler only sets a flag; this turns it into the driver's stop.
+    let watcher = tokio::spawn(async move {
+        while !signals::stop_requested() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        stop_tx.send_replace(true);
+        eprintln!("stopping: no new requests; in-flight ones get the grace to finish");
+    });
+    let (events_tx, mut events) = mpsc::unbounded_channel();
+    let (steps, quiet) = (scenario.steps.len(), args.quiet);
+    let printer = tokio::spawn(async move {
+        while let Some(e) = events.recv().await {
+            match e {
+                DriverEvent::Interval(iv) if !quiet => {
+                    println!("{}", text::progress_line(&iv, steps))
+                }
+                DriverEvent::Done(_) => return,
+                _ => {}
+            }
+        }
+    });
+    let opts = RunOptions {
+        stop: Some(stop_rx),
+        grace: args.grace,
+        interval: args.interval,
+        events: Some(events_tx),
+        cores,
+    };
+    let report = herd_driver::run(scenario, opts).await;
+    watcher.abort();
+    let _ = printer.await;
+    Ok(report?)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering::SeqCst},
+    };
+
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    use super::*;
+
+    /// A keep-alive HTTP/1.1 server on 127.0.0.1 that answers every request with `ok`.
+    fn serve_ok(runtime: &tokio::runtime::Runtime) -> (String, Arc<AtomicU64>) {
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let served = Arc::new(AtomicU64::new(0));
+        let count = served.clone();
+        runtime.spawn(async move {
+            loop {
+                let Ok((mut s, _)) = listener.accept().await else {
+                    return;
+                };
+                let count = count.clone();
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    loop {
+                        while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            buf.drain(..end + 4);
+                            count.fetch_add(1, SeqCst);
+                            let reply = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                            if s.write_all(reply).await.is_err() {
+                                return;
+                            }
+                        }
+                        match s.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                });
+            }
+        });
+        (url, served)
+    }
+
+    fn args(scenario: PathBuf, set: Vec<String>, json: Option<PathBuf>) -> DriveArgs {
+        DriveArgs {
+            scenario,
+            set,
+            json,
+            grace: Duration::from_secs(1),
+            interval: Duration::from_millis(200),
+            quiet: true,
+        }
+    }
+
+    #[test]
+    fn drives_a_scenario_and_writes_json() {
+        let dir = std::env::temp_dir().join(format!("herd-drive-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("ok.toml");
+        std::fs::write(
+            &file,
+            "[target]\nurl = \"http://127.0.0.1:1\"\n[player]\nthink = \"10ms\"\n[[op]]\nname = \"ok\"\npath = \"/\"\n[[step]]\nplayers = 2\nduration = \"400ms\"\n",
+        )
+        .unwrap();
+        let server_rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let (url, served) = serve_ok(&server_rt);
+        let out = dir.join("run.json");
+        run(&args(
+            file,
+            vec![format!("target.url={url}")],
+            Some(out.clone()),
+        ))
+        .unwrap();
+        let report: RunReport = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+        assert_eq!(report.requests, served.load(SeqCst));
+        assert!(report.requests > 10, "{} requests", report.requests);
+        assert_eq!(report.outcome_count("ok", "ok"), report.requests);
+        assert!(!report.intervals.is_empty());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_bad_key_names_file_line_column_and_the_valid_keys() {
+        let dir = std::env::temp_dir().join(format!("herd-drive-bad-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("bad.toml");
+        std::fs::write(
+            &file,
+            "[target]\nurl = \"http://127.0.0.1:1\"\ntrasnport = \"h2c\"\n",
+        )
+        .unwrap();
+        let e = run(&args(file.clone(), vec![], None)).unwrap_err();
+        let msg = format!("{e:#}");
+        assert!(
+            msg.starts_with(&format!(
+                "{}:3:1: target.trasnport: unknown key `trasnport`",
+                file.display()
+            )),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("`transport`, `connections`, `pool_size`"),
+            "{msg}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
