@@ -11,6 +11,7 @@ pub mod addrs;
 pub mod btf;
 pub mod caps;
 pub mod cgroup;
+pub mod cgroupfs;
 pub mod clock;
 pub mod containers;
 pub mod discover;
