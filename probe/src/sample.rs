@@ -8,16 +8,39 @@ use std::{
 
 use probe_common::{Counter, HIST_BUCKETS, N_COUNTERS, PairStats};
 
-use crate::{Counts, Snapshot, containers::ContainerSet, pair_addr};
+use crate::{Counts, Snapshot, cgroupfs::CpuInterval, containers::ContainerSet, pair_addr};
 
 /// What one container did during one interval.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct ContainerInterval {
     /// Container name (`host` for everything unnamed).
     pub container: String,
     /// Counter deltas over the interval, by [`Counter`] name.
     #[serde(flatten)]
     pub counts: CountMap,
+    /// CPU, throttling and memory from cgroupfs (filled in by [`crate::sampler::Sampler`]).
+    pub cpu: CpuCell,
+}
+
+/// A container's CPU numbers for an interval, or why there are none.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum CpuCell {
+    /// Sampled from cgroupfs.
+    Measured(Box<CpuInterval>),
+    /// Not available, with the reason.
+    Unavailable {
+        /// Why.
+        reason: String,
+    },
+}
+
+impl Default for CpuCell {
+    fn default() -> Self {
+        CpuCell::Unavailable {
+            reason: "not sampled".into(),
+        }
+    }
 }
 
 /// Counter values keyed by their stable names, for output.
@@ -118,7 +141,7 @@ pub struct PairInterval {
 }
 
 /// One interval of the probe's timeline.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct Interval {
     /// End of the interval on the shared monotonic clock.
     pub at_ns: u64,
@@ -193,6 +216,7 @@ pub fn interval(
             .map(|(n, c)| ContainerInterval {
                 container: (*n).to_owned(),
                 counts: CountMap(c),
+                cpu: CpuCell::default(),
             })
             .collect(),
         lost: cur.lost().saturating_sub(prev.lost()),

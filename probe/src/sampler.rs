@@ -13,8 +13,11 @@ use probe_common::{N_COUNTERS, PairStats};
 use crate::{
     Counts, KernelProbe, ProbeError, Snapshot, addrs,
     cgroup::{CgroupLayout, walk},
+    cgroupfs::{CpuSampler, HostFiles},
     containers::ContainerSet,
+    containers::HOST,
     prometheus::Exposition,
+    sample::CpuCell,
     sample::{Interval, interval},
 };
 
@@ -28,6 +31,10 @@ pub struct Sampler {
     prev: Snapshot,
     totals: Vec<(String, Counts)>,
     pair_totals: BTreeMap<(String, SocketAddr), (Option<String>, PairStats)>,
+    /// CPU samplers by container name; `host` samples the root cgroup (the whole machine).
+    cpu: HashMap<String, CpuSampler<HostFiles>>,
+    /// Why a container has no CPU sampler.
+    cpu_missing: HashMap<String, String>,
 }
 
 impl Sampler {
@@ -47,6 +54,8 @@ impl Sampler {
             prev,
             totals: Vec::new(),
             pair_totals: BTreeMap::new(),
+            cpu: HashMap::new(),
+            cpu_missing: HashMap::new(),
         };
         s.refresh(crate::clock::now_ns());
         Ok(s)
@@ -70,7 +79,37 @@ impl Sampler {
         for (addr, name) in addrs::owners(&self.set, &self.layout.unified) {
             self.owners.insert(addr, name);
         }
+        let roots = self
+            .set
+            .containers()
+            .iter()
+            .filter(|c| c.ended_ns.is_none())
+            .map(|c| (c.name.clone(), c.cgroup.clone()))
+            .chain(std::iter::once((HOST.to_owned(), PathBuf::from("/"))));
+        for (name, cgroup) in roots.collect::<Vec<_>>() {
+            if self.cpu.contains_key(&name) || self.cpu_missing.contains_key(&name) {
+                continue;
+            }
+            match CpuSampler::open(&self.layout, &cgroup, now_ns) {
+                Ok(s) => {
+                    self.cpu.insert(name, s);
+                }
+                Err(e) => {
+                    self.cpu_missing.insert(name, e.to_string());
+                }
+            }
+        }
         changes
+    }
+
+    /// Reads every container's CPU counters; call every [`crate::cgroupfs::POLL_NS`] (100 ms)
+    /// so each interval knows its busiest 100 ms window. A failed read is skipped: the next
+    /// poll covers the gap.
+    pub fn poll_cpu(&mut self) {
+        let now = crate::clock::now_ns();
+        for s in self.cpu.values_mut() {
+            let _ = s.poll(now);
+        }
     }
 
     /// Reads the maps and returns the interval since the previous call.
@@ -86,7 +125,28 @@ impl Sampler {
         {
             self.refresh(cur.at_ns);
         }
-        let iv = interval(&self.prev, &cur, &self.set, &self.paths, &self.owners);
+        self.poll_cpu();
+        let mut iv = interval(&self.prev, &cur, &self.set, &self.paths, &self.owners);
+        for c in &mut iv.containers {
+            c.cpu = match self.cpu.get_mut(&c.container) {
+                Some(s) => match s.close_interval() {
+                    Some(ci) => CpuCell::Measured(Box::new(ci)),
+                    None if s.ended() => CpuCell::Unavailable {
+                        reason: "the container's cgroup ended".into(),
+                    },
+                    None => CpuCell::Unavailable {
+                        reason: "no cgroupfs reading in this interval".into(),
+                    },
+                },
+                None => CpuCell::Unavailable {
+                    reason: self
+                        .cpu_missing
+                        .get(&c.container)
+                        .cloned()
+                        .unwrap_or_else(|| "the container has no cgroup to read".into()),
+                },
+            };
+        }
         for c in &iv.containers {
             match self.totals.iter_mut().find(|(n, _)| *n == c.container) {
                 Some((_, t)) => {

@@ -8,7 +8,11 @@ use std::{
 
 use anyhow::{Context as _, Result};
 use herd_probe::{
-    KernelProbe, ProbeOptions, cgroup::CgroupLayout, containers::ContainerSet, sample::Interval,
+    KernelProbe, ProbeOptions,
+    cgroup::CgroupLayout,
+    cgroupfs::Throttling,
+    containers::ContainerSet,
+    sample::{CpuCell, Interval},
     sampler::Sampler,
 };
 use probe_common::Counter;
@@ -85,9 +89,16 @@ pub fn watch(
 ) -> Result<()> {
     let start = Instant::now();
     let mut next = start + every;
+    // CPU counters are polled every 100 ms so each interval knows its busiest 100 ms window;
+    // the kernel maps are read once per interval.
+    let poll = Duration::from_nanos(herd_probe::cgroupfs::POLL_NS);
     loop {
         let finished = until();
         if !finished {
+            while Instant::now() + poll < next && !signals::stop_requested() {
+                signals::sleep(poll);
+                sampler.poll_cpu();
+            }
             signals::sleep(next.saturating_duration_since(Instant::now()));
         }
         next += every;
@@ -99,45 +110,89 @@ pub fn watch(
     }
 }
 
-/// Formats one interval: a line with each active container's connects, accepts and TIME_WAIT
-/// entries per second, then one line per active destination pair.
+/// Formats one interval: a line per active container (TCP opens, TIME_WAIT entries, CPU
+/// average / busiest 100 ms / quota, throttled share), then one line per active destination.
 pub fn print_interval(iv: &Interval, since_ns: u64) {
     let secs = iv.interval_ns.max(1) as f64 / 1e9;
     let t = iv.at_ns.saturating_sub(since_ns) as f64 / 1e9;
-    let mut line = format!("{t:>7.1}s");
-    let mut quiet = true;
+    let mut lines = Vec::new();
     for c in &iv.containers {
         let (conn, acc, tw) = (
             c.counts.get(Counter::Connects),
             c.counts.get(Counter::Accepts),
             c.counts.get(Counter::TimeWaitEntries),
         );
-        if conn + acc + tw == 0 {
+        let cpu = match &c.cpu {
+            CpuCell::Measured(ci) => {
+                let quota = match &ci.throttle {
+                    Throttling::Measured {
+                        quota_cores: Some(q),
+                        throttled_share,
+                        ..
+                    } => format!("/{q:.2} cap, throttled {:.0}%", throttled_share * 100.0),
+                    _ => String::new(),
+                };
+                Some((
+                    ci.cpu_cores,
+                    format!(
+                        "cpu {:.2} (burst {:.2}{quota})",
+                        ci.cpu_cores, ci.burst_cores
+                    ),
+                ))
+            }
+            CpuCell::Unavailable { .. } => None,
+        };
+        let busy = cpu.as_ref().is_some_and(|(cores, _)| *cores >= 0.05);
+        if conn + acc + tw == 0 && !busy {
             continue;
         }
-        quiet = false;
-        line.push_str(&format!(
-            "  {}: conn {:.0}/s acc {:.0}/s tw+ {:.0}/s",
+        let errors: u64 = [
+            Counter::ConnectRefused,
+            Counter::ConnectTimedOut,
+            Counter::ConnectAddrNotAvail,
+            Counter::ConnectNetUnreach,
+            Counter::ConnectHostUnreach,
+            Counter::ConnectOtherError,
+        ]
+        .iter()
+        .map(|k| c.counts.get(*k))
+        .sum();
+        let mut line = format!(
+            "  {:<14} conn {:>6.0}/s  acc {:>6.0}/s  tw+ {:>6.0}/s",
             c.container,
             conn as f64 / secs,
             acc as f64 / secs,
             tw as f64 / secs
-        ));
+        );
+        if errors > 0 {
+            line.push_str(&format!("  connect errors {errors}"));
+        }
+        if let Some((_, text)) = cpu {
+            line.push_str("  ");
+            line.push_str(&text);
+        }
+        lines.push(line);
     }
-    if quiet {
-        line.push_str("  (no TCP opens or TIME_WAIT entries)");
+    let lost = if iv.lost > 0 {
+        format!("  LOST {} events", iv.lost)
+    } else {
+        String::new()
+    };
+    if lines.is_empty() {
+        println!("{t:>7.1}s  (quiet){lost}");
+    } else {
+        println!("{t:>7.1}s{lost}");
+        for l in lines {
+            println!("{l}");
+        }
     }
-    if iv.lost > 0 {
-        line.push_str(&format!("  LOST {}", iv.lost));
-    }
-    println!("{line}");
     for p in &iv.pairs {
         let to = match &p.remote_container {
             Some(c) => format!("{c} ({})", p.remote),
             None => p.remote.to_string(),
         };
         println!(
-            "          {} -> {to}: new {:.0}/s, tw+ {:.0}/s, connect p50 <= {}us, lifetime p50 <= {}ms",
+            "    {} -> {to}: new {:.0}/s, tw+ {:.0}/s, connect p50 <= {}us, lifetime p50 <= {}ms",
             p.container,
             p.connects as f64 / secs,
             p.time_wait_entries as f64 / secs,
