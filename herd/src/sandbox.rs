@@ -35,6 +35,8 @@ pub struct Container {
     pub cgroup_id: u64,
     /// The v1 cpu cgroup directory on hybrid hosts.
     pub cpu_v1: Option<PathBuf>,
+    /// The v1 memory cgroup directory on hybrid hosts (memory.usage_in_bytes and peak).
+    pub memory_v1: Option<PathBuf>,
     /// Network namespace name (`ip netns` name, under /run/netns).
     pub netns: String,
 }
@@ -104,6 +106,7 @@ impl Sandbox {
             cgroup_id: cgroup_id(&cgroup)?,
             cgroup,
             cpu_v1: None,
+            memory_v1: None,
             netns: full.clone(),
         };
         // Register before anything else can fail, so Drop removes what exists.
@@ -119,6 +122,16 @@ impl Sandbox {
             }
             None => c.cgroup.clone(),
         };
+        // Hybrid hosts keep memory accounting in v1 only; without its own directory the
+        // container's memory would be charged to whoever started it.
+        let memory_root = Path::new("/sys/fs/cgroup/memory");
+        if self.layout.cpu_v1.is_some() && memory_root.join("memory.usage_in_bytes").exists() {
+            let dir = memory_root.join(&full);
+            std::fs::create_dir(&dir)
+                .with_context(|| format!("creating memory cgroup {}", dir.display()))?;
+            c.memory_v1 = Some(dir.clone());
+            self.containers.last_mut().expect("just pushed").memory_v1 = Some(dir);
+        }
         if let Some((quota, period)) = cpu_quota {
             set_quota(&cpu_dir, self.layout.cpu_v1.is_some(), quota, period)?;
         }
@@ -166,8 +179,8 @@ impl Sandbox {
         let netns = std::fs::File::open(Path::new("/run/netns").join(&c.netns))
             .with_context(|| format!("opening netns {}", c.netns))?;
         let mut procs = vec![open_procs(&c.cgroup)?];
-        if let Some(cpu) = &c.cpu_v1 {
-            procs.push(open_procs(cpu)?);
+        for v1 in [&c.cpu_v1, &c.memory_v1].into_iter().flatten() {
+            procs.push(open_procs(v1)?);
         }
         let ns_fd = netns.as_raw_fd();
         let proc_fds: Vec<i32> = procs.iter().map(|f| f.as_raw_fd()).collect();
@@ -212,8 +225,8 @@ impl Sandbox {
         for c in self.containers.drain(..).rev() {
             let _ = ip(&["netns", "del", &c.netns]);
             remove_cgroup(&c.cgroup);
-            if let Some(cpu) = &c.cpu_v1 {
-                remove_cgroup(cpu);
+            for v1 in [&c.cpu_v1, &c.memory_v1].into_iter().flatten() {
+                remove_cgroup(v1);
             }
         }
     }
@@ -297,7 +310,9 @@ pub fn sweep_stale() -> Vec<String> {
         }
     }
     if let Ok(layout) = CgroupLayout::detect() {
-        let roots = std::iter::once(layout.unified.clone()).chain(layout.cpu_v1.clone());
+        let roots = std::iter::once(layout.unified.clone())
+            .chain(layout.cpu_v1.clone())
+            .chain(Some(PathBuf::from("/sys/fs/cgroup/memory")).filter(|p| p.exists()));
         for root in roots {
             let Ok(entries) = std::fs::read_dir(&root) else {
                 continue;
