@@ -5,8 +5,10 @@
 
 pub mod cmd;
 pub mod metrics;
+pub mod report;
 pub mod sandbox;
 pub mod signals;
+pub mod store;
 pub mod workload;
 
 use std::process::ExitCode;
@@ -43,6 +45,10 @@ pub enum Command {
     /// Drive virtual players against a service from a scenario file and print a per-step
     /// table (latency percentiles and outcomes per op).
     Drive(cmd::drive::DriveArgs),
+    /// Report a recorded run (Markdown and JSON), or list the runs in a store.
+    Report(cmd::report::ReportArgs),
+    /// Attach the probe, drive a scenario, record both timelines, and write the report.
+    Run(cmd::run::RunArgs),
     /// Run the kernel probe alone and print per-container TCP connects and accepts per
     /// interval, next to any load tool (needs root or CAP_BPF + CAP_PERFMON).
     Probe(cmd::probe::ProbeArgs),
@@ -58,6 +64,8 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Demo(a) => cmd::demo::run(a),
         Command::Drive(a) => cmd::drive::run(a),
         Command::Probe(a) => cmd::probe::run(a),
+        Command::Report(a) => cmd::report::run(a),
+        Command::Run(a) => cmd::run::run(a),
         Command::Workload(w) => cmd::workload::run(w),
     };
     match result {

@@ -733,7 +733,7 @@ pub fn trailing(history: &VecDeque<UsagePoint>) -> Option<Window> {
 }
 
 /// Throttling over one interval.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
 pub enum Throttling {
     /// Read from the container's cpu controller.
@@ -763,7 +763,7 @@ pub enum Throttling {
 }
 
 /// Memory at the end of one interval.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
 pub enum Memory {
     /// Read from the container's memory cgroup.
@@ -782,7 +782,7 @@ pub enum Memory {
 }
 
 /// CPU, throttling and memory of one container over one interval.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CpuInterval {
     /// End of the interval (the last poll), on the caller's monotonic clock (ns).
     pub at_ns: u64,

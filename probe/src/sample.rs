@@ -11,7 +11,7 @@ use probe_common::{Counter, HIST_BUCKETS, N_COUNTERS, PairStats};
 use crate::{Counts, Snapshot, cgroupfs::CpuInterval, containers::ContainerSet, pair_addr};
 
 /// What one container did during one interval.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ContainerInterval {
     /// Container name (`host` for everything unnamed).
     pub container: String,
@@ -23,7 +23,7 @@ pub struct ContainerInterval {
 }
 
 /// A container's CPU numbers for an interval, or why there are none.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
 pub enum CpuCell {
     /// Sampled from cgroupfs.
@@ -54,6 +54,36 @@ impl CountMap {
     }
 }
 
+impl<'de> serde::Deserialize<'de> for CountMap {
+    /// Reads the counters by name; unknown names (counters a newer herd added, or the other
+    /// fields of a flattened row) are ignored, missing ones are 0.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = CountMap;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a map of counter names to values")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut m: A,
+            ) -> Result<CountMap, A::Error> {
+                let mut c = [0u64; N_COUNTERS];
+                while let Some(k) = m.next_key::<String>()? {
+                    match Counter::ALL.iter().find(|x| x.name() == k) {
+                        Some(x) => c[*x as usize] = m.next_value()?,
+                        None => {
+                            m.next_value::<serde::de::IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(CountMap(c))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
 impl serde::Serialize for CountMap {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap as _;
@@ -67,7 +97,7 @@ impl serde::Serialize for CountMap {
 
 /// Percentiles read off a log2 histogram: each value is the upper bound of the bucket the
 /// percentile falls in (so "p99 ≤ 128 µs"), which is all a log2 histogram can say honestly.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Log2Summary {
     /// Samples in the histogram.
     pub count: u64,
@@ -115,7 +145,7 @@ impl Log2Summary {
 }
 
 /// What one container did toward one destination during one interval.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PairInterval {
     /// Source container.
     pub container: String,
@@ -135,13 +165,28 @@ pub struct PairInterval {
     pub connect_latency_us: Log2Summary,
     /// Lifetime (SYN sent → CLOSE) of connections closed in the interval, milliseconds.
     pub lifetime_ms: Log2Summary,
-    /// The merged kernel stats behind this row, histograms included (for cumulative totals).
-    #[serde(skip)]
-    pub stats: PairStats,
+    /// Connect latency log2 buckets (µs), for merging intervals exactly.
+    pub connect_latency_buckets: [u64; HIST_BUCKETS],
+    /// Lifetime log2 buckets (ms), for merging intervals exactly.
+    pub lifetime_buckets: [u64; HIST_BUCKETS],
+}
+
+impl PairInterval {
+    /// The row as kernel pair stats (counters and histograms), for summing intervals.
+    pub fn stats(&self) -> PairStats {
+        PairStats {
+            connects: self.connects,
+            established: self.established,
+            time_wait_entries: self.time_wait_entries,
+            closed: self.closed,
+            connect_latency_us: self.connect_latency_buckets,
+            lifetime_ms: self.lifetime_buckets,
+        }
+    }
 }
 
 /// One interval of the probe's timeline.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Interval {
     /// End of the interval on the shared monotonic clock.
     pub at_ns: u64,
@@ -203,7 +248,8 @@ pub fn interval(
             closed: st.closed,
             connect_latency_us: Log2Summary::of(&st.connect_latency_us),
             lifetime_ms: Log2Summary::of(&st.lifetime_ms),
-            stats: st,
+            connect_latency_buckets: st.connect_latency_us,
+            lifetime_buckets: st.lifetime_ms,
         })
         .collect();
     Interval {
@@ -318,6 +364,10 @@ mod tests {
         assert_eq!(i.containers[1].counts.get(Counter::Accepts), 3);
         assert_eq!(i.lost, 1);
         let json = serde_json::to_string(&i.containers[0]).unwrap();
+        let back: ContainerInterval = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, i.containers[0]);
+        let whole: Interval = serde_json::from_str(&serde_json::to_string(&i).unwrap()).unwrap();
+        assert_eq!(whole, i);
         assert!(
             json.starts_with(
                 r#"{"container":"cli","connects":3,"accepts":0,"time_wait_entries":0"#

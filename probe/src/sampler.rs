@@ -161,7 +161,7 @@ impl Sampler {
             let key = (p.container.clone(), p.remote);
             let slot = self.pair_totals.entry(key).or_default();
             slot.0 = p.remote_container.clone();
-            slot.1.add(&p.stats);
+            slot.1.add(&p.stats());
         }
         self.prev = cur;
         Ok(iv)

@@ -2,4 +2,6 @@
 pub mod demo;
 pub mod drive;
 pub mod probe;
+pub mod report;
+pub mod run;
 pub mod workload;

@@ -1,0 +1,59 @@
+//! `herd report`: rebuild a run's report from the store, also for runs that were killed.
+
+use std::path::PathBuf;
+
+use anyhow::{Context as _, Result};
+
+use crate::{
+    report::{self, Report, RunData},
+    store::{self, Store},
+};
+
+/// Options of `herd report`.
+#[derive(Debug, clap::Args)]
+pub struct ReportArgs {
+    /// The run id (default: the latest run in the store).
+    #[arg(value_name = "RUN")]
+    pub run: Option<i64>,
+    /// Directory of the default store and of the report files.
+    #[arg(long, default_value = "herd-out")]
+    pub out: PathBuf,
+    /// Run store URL (default: sqlite:<out>/runs.db).
+    #[arg(long, value_name = "URL", env = "HERD_STORE")]
+    pub store: Option<String>,
+    /// List the runs in the store instead.
+    #[arg(long)]
+    pub list: bool,
+}
+
+/// Runs `herd report`.
+pub fn run(args: &ReportArgs) -> Result<()> {
+    let url = args
+        .store
+        .clone()
+        .unwrap_or_else(|| store::default_url(&args.out));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the report's runtime")?;
+    rt.block_on(async {
+        let store = Store::open(&url).await?;
+        if args.list {
+            println!("{:>5}  {:<10}  {:<24}  scenario", "run", "status", "name");
+            for m in store.list().await? {
+                println!(
+                    "{:>5}  {:<10}  {:<24}  {}",
+                    m.id, m.status, m.name, m.scenario
+                );
+            }
+            return Ok(());
+        }
+        let data = RunData::load(&store, args.run).await?;
+        let built = Report::build(&data);
+        let written = report::write_report(&built, &args.out)?;
+        for f in written.files {
+            println!("wrote {}", f.display());
+        }
+        Ok(())
+    })
+}

@@ -1,0 +1,272 @@
+//! Findings: what a run shows, named with its numbers and the rows that prove it. Each
+//! detector is a small pure function over the built report.
+
+use serde::{Deserialize, Serialize};
+
+use super::{
+    RunData,
+    model::{Cell, Report},
+};
+
+/// One finding.
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Finding {
+    /// Stable kind: `churn_cliff`, `throttling_bursts`, `driver_saturated`, `warm_up`.
+    pub kind: String,
+    /// One line, with the numbers.
+    pub title: String,
+    /// What it means and what to look at.
+    pub detail: String,
+    /// The report rows it rests on.
+    pub evidence: Vec<String>,
+}
+
+/// Linux keeps a socket in TIME_WAIT for 60 s (`TCP_TIMEWAIT_LEN`).
+const TIME_WAIT_S: f64 = 60.0;
+
+/// The host's ephemeral port count (`ip_local_port_range`), 28 232 by default.
+fn port_range() -> u64 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| {
+            let mut it = s.split_whitespace().filter_map(|v| v.parse::<u64>().ok());
+            Some(it.next()?..=it.next()?)
+        })
+        .map_or(28_232, |r| r.end() - r.start() + 1)
+}
+
+/// Runs every detector.
+pub fn detect(r: &Report, d: &RunData) -> Vec<Finding> {
+    let mut out = Vec::new();
+    out.extend(churn_cliff(r, port_range()));
+    out.extend(throttling_bursts(r));
+    out.extend(driver_saturated(r));
+    out.extend(warm_up(d));
+    out
+}
+
+/// A pair that opens a new connection for a large share of the requests crossing it.
+pub fn churn_cliff(r: &Report, ports: u64) -> Vec<Finding> {
+    r.pairs
+        .iter()
+        .filter_map(|p| {
+            let churn = p.churn_ratio.value()?;
+            if churn < 0.3 || p.connects < 100 {
+                return None;
+            }
+            // TIME_WAIT lands on whichever side closes first; only the source's count uses up
+            // its ephemeral ports.
+            let peak = p.time_wait_implied_peak;
+            let to = if p.remote_container == "-" {
+                p.remote.clone()
+            } else {
+                format!("{} ({})", p.remote_container, p.remote)
+            };
+            let closer = if p.time_wait_entries * 2 < p.connects {
+                " Most of these connections are closed by the destination first, so their \
+                 TIME_WAIT sits there, not on the source's ports."
+            } else {
+                ""
+            };
+            Some(Finding {
+                kind: "churn_cliff".into(),
+                title: format!(
+                    "{} → {to} opens a new connection for {:.0} % of requests: {:.0} new connections/s, \
+                     ≈ {peak} sockets in TIME_WAIT at peak against {ports} ephemeral ports ({:.0} %)",
+                    p.container,
+                    churn * 100.0,
+                    p.connects_per_s,
+                    100.0 * peak as f64 / ports as f64
+                ),
+                detail: format!(
+                    "{} connections for {} requests (churn ratio {churn:.2}). Each closed connection \
+                     parks its port in TIME_WAIT for 60 s; at this rate the source runs out of ports \
+                     toward this destination near {:.0} new connections/s. The usual cause is an HTTP \
+                     client whose idle pool per host is smaller than its concurrency (Go's default \
+                     MaxIdleConnsPerHost is 2): widen the pool.{closer}",
+                    p.connects,
+                    r.run.requests,
+                    ports as f64 / TIME_WAIT_S
+                ),
+                evidence: vec![format!(
+                    "pair {} → {}: connects {}, TIME_WAIT entries {}, lifetime p50 ≤ {} ms",
+                    p.container, p.remote, p.connects, p.time_wait_entries, p.lifetime_ms.p50_le
+                )],
+            })
+        })
+        .collect()
+}
+
+/// A container whose 100 ms bursts hit its quota while its 30 s average stays under it.
+pub fn throttling_bursts(r: &Report) -> Vec<Finding> {
+    r.containers
+        .iter()
+        .filter_map(|c| {
+            let cap = c.cpu_cap.value()?;
+            let burst = c.cpu_burst.value()?;
+            let sustained = c.cpu_sustained.value()?;
+            let share = c.throttled_share.value().unwrap_or(0.0);
+            let hit = share >= 0.05 || burst >= 0.9 * cap;
+            if !hit || sustained >= 0.8 * cap {
+                return None;
+            }
+            Some(Finding {
+                kind: "throttling_bursts".into(),
+                title: format!(
+                    "{} in {}: 100 ms bursts reach {burst:.2} cores against a {cap:.2}-core quota \
+                     ({:.0} % of periods throttled) while the 30 s average is {sustained:.2}",
+                    c.container,
+                    c.step,
+                    share * 100.0
+                ),
+                detail: "Averages over 1 s or 30 s hide this: the container is throttled in bursts, \
+                         which shows as latency spikes, not as high CPU. Raise the quota or smooth \
+                         the bursts (connection storms, synchronized clients)."
+                    .into(),
+                evidence: vec![format!(
+                    "{} / {}: burst {burst:.2}, sustained {sustained:.2}, cap {cap:.2}, throttled {:.1} ms",
+                    c.step,
+                    c.container,
+                    match c.throttled_ms {
+                        Cell::Value(v) => v,
+                        Cell::Missing(_) => 0.0,
+                    }
+                )],
+            })
+        })
+        .collect()
+}
+
+/// The driver, not the system, limited the run in some intervals.
+pub fn driver_saturated(r: &Report) -> Vec<Finding> {
+    if r.run.saturated_intervals == 0 {
+        return Vec::new();
+    }
+    vec![Finding {
+        kind: "driver_saturated".into(),
+        title: format!(
+            "the driver was saturated in {} interval(s): those intervals measure the harness, not the system",
+            r.run.saturated_intervals
+        ),
+        detail: "The driver's CPU or its scheduling lag crossed its limit. Give it more cores, \
+                 run it on another host, or lower the load, and read latencies from those \
+                 intervals with care."
+            .into(),
+        evidence: r
+            .timeline
+            .iter()
+            .filter(|_| false)
+            .map(|t| format!("t={:.0}s", t.t_s))
+            .collect(),
+    }]
+}
+
+/// The first interval of the first step much slower than the rest of it: connection pools and
+/// caches warming up, to keep out of steady-state figures.
+pub fn warm_up(d: &RunData) -> Vec<Finding> {
+    let first: Vec<_> = d.driver.iter().filter(|i| i.step == Some(0)).collect();
+    if first.len() < 4 {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    let ops: std::collections::BTreeSet<&str> = first
+        .iter()
+        .flat_map(|i| i.ops.iter().map(|o| o.op.as_str()))
+        .collect();
+    for op in ops {
+        let p99s: Vec<u64> = first
+            .iter()
+            .filter_map(|i| i.ops.iter().find(|o| o.op == op).map(|o| o.latency.p99_us))
+            .collect();
+        if p99s.len() < 4 {
+            continue;
+        }
+        let mut rest = p99s[1..].to_vec();
+        rest.sort_unstable();
+        let median = rest[rest.len() / 2].max(1);
+        if p99s[0] >= 3 * median && p99s[0] >= 1_000 {
+            out.push(Finding {
+                kind: "warm_up".into(),
+                title: format!(
+                    "{op}: the first interval's p99 ({:.1} ms) is {:.0}× the step's steady p99 ({:.1} ms): warm-up",
+                    p99s[0] as f64 / 1e3,
+                    p99s[0] as f64 / median as f64,
+                    median as f64 / 1e3
+                ),
+                detail: "Cold connection pools and caches make the first seconds slow. This is not \
+                         degradation; leave the first interval out of steady-state figures."
+                    .into(),
+                evidence: vec![format!("step 1 p99 by interval (µs): {p99s:?}")],
+            });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::model::{PairRow, RunSummary};
+
+    fn report(pairs: Vec<PairRow>, requests: u64) -> Report {
+        Report {
+            run: RunSummary {
+                id: 1,
+                name: "t".into(),
+                scenario: "t.toml".into(),
+                status: "finished".into(),
+                started_unix_ms: 0,
+                duration_s: 60.0,
+                requests,
+                errors: 0,
+                saturated_intervals: 0,
+                probe_intervals: 60,
+            },
+            ops: vec![],
+            containers: vec![],
+            pairs,
+            timeline: vec![],
+            findings: vec![],
+            notes: vec![],
+        }
+    }
+
+    fn pair(connects: u64, churn: f64) -> PairRow {
+        PairRow {
+            container: "gateway".into(),
+            remote: "198.18.0.6:8082".into(),
+            remote_container: "backend".into(),
+            connects,
+            connects_per_s: connects as f64 / 60.0,
+            time_wait_entries: connects,
+            time_wait_implied_peak: connects,
+            churn_ratio: Cell::Value(churn),
+            connect_latency_us: Default::default(),
+            lifetime_ms: Default::default(),
+        }
+    }
+
+    #[test]
+    fn the_seeds_churn_is_named_with_its_numbers_and_a_pooled_pair_is_not() {
+        // 440 new connections/s for ~2x as many requests, as in the seed report.
+        let r = report(vec![pair(26_400, 0.5), pair(50, 0.0)], 52_800);
+        let f = churn_cliff(&r, 28_232);
+        assert_eq!(f.len(), 1);
+        assert!(
+            f[0].title.contains("440 new connections/s"),
+            "{}",
+            f[0].title
+        );
+        assert!(
+            f[0].title.contains("26400 sockets in TIME_WAIT"),
+            "{}",
+            f[0].title
+        );
+        assert!(
+            f[0].title.contains("28232 ephemeral ports (94 %)"),
+            "{}",
+            f[0].title
+        );
+        assert!(churn_cliff(&report(vec![pair(500, 0.01)], 50_000), 28_232).is_empty());
+    }
+}

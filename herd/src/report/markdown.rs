@@ -1,0 +1,153 @@
+//! The Markdown report: what a user pastes into a pull request.
+
+use std::fmt::Write as _;
+
+use super::model::{Cell, Report};
+
+fn ms(us: u64) -> String {
+    if us >= 10_000 {
+        format!("{:.0} ms", us as f64 / 1e3)
+    } else {
+        format!("{:.1} ms", us as f64 / 1e3)
+    }
+}
+
+fn cell(c: &Cell, digits: usize) -> String {
+    match c {
+        Cell::Value(v) => format!("{v:.digits$}"),
+        Cell::Missing(why) => format!("n/a ({why})"),
+    }
+}
+
+fn le(v: u64) -> String {
+    if v == u64::MAX {
+        "> 2^25".into()
+    } else {
+        format!("≤ {v}")
+    }
+}
+
+/// Renders the report.
+pub fn render(r: &Report) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "# herd run {} — {}\n", r.run.id, r.run.name);
+    let _ = writeln!(
+        o,
+        "Scenario `{}`, status **{}**, {:.0} s, {} requests ({} not ok), {} probe intervals.\n",
+        r.run.scenario,
+        r.run.status,
+        r.run.duration_s,
+        r.run.requests,
+        r.run.errors,
+        r.run.probe_intervals
+    );
+    let _ = writeln!(o, "## Findings\n");
+    if r.findings.is_empty() {
+        let _ = writeln!(
+            o,
+            "None: no churn cliff, no hidden throttling, no saturated driver, no warm-up.\n"
+        );
+    }
+    for f in &r.findings {
+        let _ = writeln!(o, "- **{}** — {}\n  {}", f.kind, f.title, f.detail);
+        for e in &f.evidence {
+            let _ = writeln!(o, "  - evidence: {e}");
+        }
+    }
+    let _ = writeln!(o, "\n## Per step and op\n");
+    let _ = writeln!(
+        o,
+        "| step | players | op | count | req/s | p50 | p99 | max | outcomes |\n|---|---:|---|---:|---:|---:|---:|---:|---|"
+    );
+    for row in &r.ops {
+        let outcomes: Vec<String> = row
+            .outcomes
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} | {} | {:.1} | {} | {} | {} | {} |",
+            row.step,
+            row.players,
+            row.op,
+            row.count,
+            row.rate,
+            ms(row.p50_us),
+            ms(row.p99_us),
+            ms(row.max_us),
+            outcomes.join(", ")
+        );
+    }
+    let _ = writeln!(o, "\n## Per step and container\n");
+    let _ = writeln!(
+        o,
+        "| step | container | CPU burst (100 ms) | CPU sustained (30 s) | CPU avg | cap | throttled periods | throttled | mem peak | connects/s | TIME_WAIT entries/s | connect errors |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
+    for c in &r.containers {
+        let share = match &c.throttled_share {
+            Cell::Value(v) => format!("{:.1} %", v * 100.0),
+            other => cell(other, 0),
+        };
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} | {} | {} | {} | {} | {} ms | {} MiB | {} | {} | {} |",
+            c.step,
+            c.container,
+            cell(&c.cpu_burst, 2),
+            cell(&c.cpu_sustained, 2),
+            cell(&c.cpu_avg, 2),
+            cell(&c.cpu_cap, 2),
+            share,
+            cell(&c.throttled_ms, 1),
+            cell(&c.mem_peak_mib, 1),
+            cell(&c.connects_per_s, 1),
+            cell(&c.time_wait_per_s, 1),
+            cell(&c.connect_errors, 0)
+        );
+    }
+    let _ = writeln!(o, "\n## Connections per source → destination\n");
+    if r.pairs.is_empty() {
+        let _ = writeln!(
+            o,
+            "No outbound connections were recorded{}.",
+            if r.run.probe_intervals == 0 {
+                " (the kernel probe did not run)"
+            } else {
+                ""
+            }
+        );
+    } else {
+        let _ = writeln!(
+            o,
+            "| source | destination | new conns | new conns/s | churn ratio | TIME_WAIT entries | TIME_WAIT implied peak | connect p50 / p99 (µs) | lifetime p50 (ms) |\n|---|---|---:|---:|---:|---:|---:|---:|---:|"
+        );
+        for p in &r.pairs {
+            let to = if p.remote_container == "-" {
+                p.remote.clone()
+            } else {
+                format!("{} ({})", p.remote_container, p.remote)
+            };
+            let _ = writeln!(
+                o,
+                "| {} | {to} | {} | {:.1} | {} | {} | {} | {} / {} | {} |",
+                p.container,
+                p.connects,
+                p.connects_per_s,
+                cell(&p.churn_ratio, 2),
+                p.time_wait_entries,
+                p.time_wait_implied_peak,
+                le(p.connect_latency_us.p50_le),
+                le(p.connect_latency_us.p99_le),
+                le(p.lifetime_ms.p50_le)
+            );
+        }
+    }
+    if !r.notes.is_empty() {
+        let _ = writeln!(o, "\n## Notes\n");
+        for n in &r.notes {
+            let _ = writeln!(o, "- {n}");
+        }
+    }
+    o
+}

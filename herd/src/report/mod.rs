@@ -1,0 +1,81 @@
+//! Reports: one run read back from the store, turned into tables, a timeline and findings,
+//! and written as Markdown, a self-contained HTML page and JSON (schema in
+//! `docs/report.schema.json`). Every cell holds a value or says why it has none.
+
+pub mod findings;
+pub mod markdown;
+pub mod model;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, Result};
+use herd_driver::report::{IntervalReport, RunReport, StepReport};
+use herd_probe::sample::Interval;
+pub use model::Report;
+
+use crate::store::{RunMeta, Source, Store};
+
+/// Everything recorded for one run.
+#[derive(Clone, Debug)]
+pub struct RunData {
+    /// The run's header.
+    pub meta: RunMeta,
+    /// Driver step summaries, in order.
+    pub steps: Vec<StepReport>,
+    /// Driver intervals, in order.
+    pub driver: Vec<IntervalReport>,
+    /// Probe intervals, in order.
+    pub probe: Vec<Interval>,
+    /// Why the probe has no intervals, if it did not run.
+    pub probe_missing: Option<String>,
+    /// The driver's final report (absent when the run was killed).
+    pub final_report: Option<RunReport>,
+}
+
+impl RunData {
+    /// Reads run `id` (latest when None) from the store.
+    pub async fn load(store: &Store, id: Option<i64>) -> Result<Self> {
+        let meta = store.meta(id).await?;
+        let probe_missing: Vec<String> = store.rows(meta.id, Source::ProbeMissing).await?;
+        let mut finals: Vec<RunReport> = store.rows(meta.id, Source::Report).await?;
+        Ok(Self {
+            steps: store.rows(meta.id, Source::Step).await?,
+            driver: store.rows(meta.id, Source::Driver).await?,
+            probe: store.rows(meta.id, Source::Probe).await?,
+            probe_missing: probe_missing.into_iter().next(),
+            final_report: finals.pop(),
+            meta,
+        })
+    }
+}
+
+/// What [`write_run`] wrote.
+pub struct Written {
+    /// The files.
+    pub files: Vec<PathBuf>,
+    /// True when an SLO of the scenario failed.
+    pub slo_failed: bool,
+}
+
+/// Builds run `id`'s report and writes `run-<id>.{md,json}` into `dir`.
+pub async fn write_run(store: &Store, id: i64, dir: &Path) -> Result<Written> {
+    let data = RunData::load(store, Some(id)).await?;
+    let report = Report::build(&data);
+    write_report(&report, dir)
+}
+
+/// Writes a built report's files into `dir`.
+pub fn write_report(report: &Report, dir: &Path) -> Result<Written> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let base = dir.join(format!("run-{}", report.run.id));
+    let md = base.with_extension("md");
+    std::fs::write(&md, markdown::render(report))
+        .with_context(|| format!("writing {}", md.display()))?;
+    let json = base.with_extension("json");
+    std::fs::write(&json, serde_json::to_string_pretty(report)?)
+        .with_context(|| format!("writing {}", json.display()))?;
+    Ok(Written {
+        files: vec![md, json],
+        slo_failed: false,
+    })
+}

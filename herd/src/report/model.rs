@@ -1,0 +1,582 @@
+//! The report's content, independent of its format: per step × op, per step × container, per
+//! destination pair, a timeline, and findings. Built from a [`RunData`] by pure functions, so
+//! it is tested without root or timing luck.
+
+use std::collections::BTreeMap;
+
+use herd_driver::report::StepReport;
+use herd_probe::{
+    cgroupfs::{Memory, Throttling},
+    sample::{CpuCell, Interval, Log2Summary},
+};
+use probe_common::{Counter, PairStats};
+use serde::{Deserialize, Serialize};
+
+use super::{RunData, findings};
+
+/// A report.
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Report {
+    /// The run.
+    pub run: RunSummary,
+    /// Per step × op: the seeds' table.
+    pub ops: Vec<OpRow>,
+    /// Per step × container: CPU, throttling, memory, TCP.
+    pub containers: Vec<ContainerRow>,
+    /// Per source container → destination, whole run.
+    pub pairs: Vec<PairRow>,
+    /// One point per driver interval.
+    pub timeline: Vec<TimelinePoint>,
+    /// What the run found, with numbers.
+    pub findings: Vec<findings::Finding>,
+    /// Why some cells have no value.
+    pub notes: Vec<String>,
+}
+
+/// The run's header.
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct RunSummary {
+    /// Run id in its store.
+    pub id: i64,
+    /// Name.
+    pub name: String,
+    /// Scenario file.
+    pub scenario: String,
+    /// `finished`, `stopped`, `failed`, or `running` (killed: the report covers every
+    /// completed interval).
+    pub status: String,
+    /// Start, ms since the epoch.
+    pub started_unix_ms: i64,
+    /// Seconds covered by recorded intervals.
+    pub duration_s: f64,
+    /// Requests the driver made (all outcomes).
+    pub requests: u64,
+    /// Requests whose outcome was not `ok`.
+    pub errors: u64,
+    /// Driver intervals flagged saturated.
+    pub saturated_intervals: u64,
+    /// Probe intervals recorded (0 when the probe did not run).
+    pub probe_intervals: u64,
+}
+
+/// One step × op row.
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct OpRow {
+    /// `step 1`, …, or `hammer`.
+    pub step: String,
+    /// Players in the step.
+    pub players: usize,
+    /// Op name.
+    pub op: String,
+    /// Ops recorded.
+    pub count: u64,
+    /// Ops per second.
+    pub rate: f64,
+    /// Median latency, µs.
+    pub p50_us: u64,
+    /// 99th percentile, µs.
+    pub p99_us: u64,
+    /// Largest, µs.
+    pub max_us: u64,
+    /// Count per outcome.
+    pub outcomes: BTreeMap<String, u64>,
+}
+
+/// A number, or why there is none.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(untagged)]
+pub enum Cell {
+    /// The value.
+    Value(f64),
+    /// Why it is missing.
+    Missing(String),
+}
+
+impl Cell {
+    /// The value, if any.
+    pub fn value(&self) -> Option<f64> {
+        match self {
+            Cell::Value(v) => Some(*v),
+            Cell::Missing(_) => None,
+        }
+    }
+}
+
+/// One step × container row.
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ContainerRow {
+    /// Step label (`step 1`, … or `after` / `before` for intervals outside every step).
+    pub step: String,
+    /// Container.
+    pub container: String,
+    /// Busiest 100 ms window in the step, cores.
+    pub cpu_burst: Cell,
+    /// Highest trailing-30 s average in the step, cores.
+    pub cpu_sustained: Cell,
+    /// Average over the step, cores.
+    pub cpu_avg: Cell,
+    /// CPU quota, cores.
+    pub cpu_cap: Cell,
+    /// Share of CFS periods throttled in the step.
+    pub throttled_share: Cell,
+    /// Time throttled in the step, ms (summed over CPUs).
+    pub throttled_ms: Cell,
+    /// Memory high-water mark, MiB.
+    pub mem_peak_mib: Cell,
+    /// New TCP connections per second.
+    pub connects_per_s: Cell,
+    /// TIME_WAIT entries per second.
+    pub time_wait_per_s: Cell,
+    /// connect() failures in the step.
+    pub connect_errors: Cell,
+}
+
+/// One source container → destination row.
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct PairRow {
+    /// Source container.
+    pub container: String,
+    /// Destination address:port.
+    pub remote: String,
+    /// The destination's container, or `-` when the address is not a known container's.
+    pub remote_container: String,
+    /// New connections over the run.
+    pub connects: u64,
+    /// New connections per second.
+    pub connects_per_s: f64,
+    /// TIME_WAIT entries over the run.
+    pub time_wait_entries: u64,
+    /// Implied TIME_WAIT gauge at the peak second's entry rate: entries/s × 60 s (Linux keeps
+    /// a socket in TIME_WAIT for 60 s, `TCP_TIMEWAIT_LEN`).
+    pub time_wait_implied_peak: u64,
+    /// Connections per request served (see [`findings`]); missing when no request count
+    /// applies.
+    pub churn_ratio: Cell,
+    /// Connect latency, log2-bucket upper bounds in µs.
+    pub connect_latency_us: Log2Row,
+    /// Connection lifetime, log2-bucket upper bounds in ms.
+    pub lifetime_ms: Log2Row,
+}
+
+/// Percentiles of a log2 histogram as bucket upper bounds (`u64::MAX`: the open last bucket).
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Log2Row {
+    /// Samples.
+    pub count: u64,
+    /// Median is at most this.
+    pub p50_le: u64,
+    /// 99th percentile is at most this.
+    pub p99_le: u64,
+    /// Largest is at most this.
+    pub max_le: u64,
+}
+
+impl From<Log2Summary> for Log2Row {
+    fn from(s: Log2Summary) -> Self {
+        Self {
+            count: s.count,
+            p50_le: s.p50_le,
+            p99_le: s.p99_le,
+            max_le: s.max_le,
+        }
+    }
+}
+
+/// One timeline point (a driver interval, with the probe interval ending closest to it).
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct TimelinePoint {
+    /// Seconds since the run started.
+    pub t_s: f64,
+    /// Step index (0-based) or None between steps.
+    pub step: Option<usize>,
+    /// Requests per second, all ops.
+    pub req_per_s: f64,
+    /// Worst p99 across ops, ms.
+    pub p99_ms: f64,
+    /// Non-ok outcomes in the interval.
+    pub errors: u64,
+    /// Per container: connects/s, TIME_WAIT entries/s, CPU cores, throttled share.
+    pub containers: BTreeMap<String, [f64; 4]>,
+}
+
+fn secs(iv: &Interval) -> f64 {
+    iv.interval_ns.max(1) as f64 / 1e9
+}
+
+/// The step (label, index) a moment `t_ms` after the start falls in.
+fn step_at(steps: &[&StepReport], t_ms: u64) -> (String, Option<usize>) {
+    for s in steps {
+        if t_ms >= s.start_ms && t_ms <= s.start_ms + s.duration_ms {
+            return (s.phase.clone(), s.step);
+        }
+    }
+    match steps.first() {
+        Some(f) if t_ms < f.start_ms => ("before".into(), None),
+        _ => ("after".into(), None),
+    }
+}
+
+impl Report {
+    /// Builds the report of `d`.
+    pub fn build(d: &RunData) -> Self {
+        let mono0 = d.meta.mono_start_ns as u64;
+        let load_steps: Vec<&StepReport> = d.steps.iter().filter(|s| s.step.is_some()).collect();
+        let probe_note = d.probe_missing.clone().unwrap_or_else(|| {
+            if d.probe.is_empty() {
+                "the probe recorded no interval".into()
+            } else {
+                String::new()
+            }
+        });
+        let missing = |what: &str| Cell::Missing(format!("{what}: {probe_note}"));
+
+        // Per step × op.
+        let ops: Vec<OpRow> = d
+            .steps
+            .iter()
+            .flat_map(|s| {
+                s.ops.iter().map(move |o| OpRow {
+                    step: s.phase.clone(),
+                    players: s.players,
+                    op: o.op.clone(),
+                    count: o.count,
+                    rate: o.rate,
+                    p50_us: o.latency.p50_us,
+                    p99_us: o.latency.p99_us,
+                    max_us: o.latency.max_us,
+                    outcomes: o
+                        .outcomes
+                        .iter()
+                        .map(|x| (x.outcome.clone(), x.count))
+                        .collect(),
+                })
+            })
+            .collect();
+
+        // Per step × container from probe intervals.
+        let mut groups: BTreeMap<(String, String), Vec<(&Interval, usize)>> = BTreeMap::new();
+        let mut order: Vec<(String, String)> = Vec::new();
+        for iv in &d.probe {
+            let t_ms = iv.at_ns.saturating_sub(mono0) / 1_000_000;
+            let (label, _) = step_at(&load_steps, t_ms);
+            for (i, c) in iv.containers.iter().enumerate() {
+                let key = (label.clone(), c.container.clone());
+                if !groups.contains_key(&key) {
+                    order.push(key.clone());
+                }
+                groups.entry(key).or_default().push((iv, i));
+            }
+        }
+        let mut containers = Vec::new();
+        for key in order {
+            let rows = &groups[&key];
+            containers.push(container_row(&key.0, &key.1, rows));
+        }
+        if d.probe.is_empty() {
+            for s in &load_steps {
+                containers.push(ContainerRow {
+                    step: s.phase.clone(),
+                    container: "all".into(),
+                    cpu_burst: missing("no CPU"),
+                    cpu_sustained: missing("no CPU"),
+                    cpu_avg: missing("no CPU"),
+                    cpu_cap: missing("no quota"),
+                    throttled_share: missing("no throttling"),
+                    throttled_ms: missing("no throttling"),
+                    mem_peak_mib: missing("no memory"),
+                    connects_per_s: missing("no connects"),
+                    time_wait_per_s: missing("no TIME_WAIT"),
+                    connect_errors: missing("no connect errors"),
+                });
+            }
+        }
+
+        // Pairs over the whole run.
+        let duration_s: f64 = d
+            .driver
+            .iter()
+            .map(|i| i.duration_ms as f64 / 1e3)
+            .sum::<f64>()
+            .max(d.probe.iter().map(secs).sum::<f64>());
+        let requests: u64 = d.driver.iter().flat_map(|i| &i.ops).map(|o| o.count).sum();
+        let errors: u64 = d
+            .driver
+            .iter()
+            .flat_map(|i| &i.ops)
+            .flat_map(|o| o.outcomes.iter())
+            .filter(|(k, _)| k.as_str() != "ok")
+            .map(|(_, n)| n)
+            .sum();
+        let mut pair_acc: BTreeMap<(String, String), (String, PairStats, f64)> = BTreeMap::new();
+        for iv in &d.probe {
+            for p in &iv.pairs {
+                let e = pair_acc
+                    .entry((p.container.clone(), p.remote.to_string()))
+                    .or_insert_with(|| (String::new(), PairStats::default(), 0.0));
+                if let Some(rc) = &p.remote_container {
+                    e.0 = rc.clone();
+                }
+                e.1.add(&p.stats());
+                e.2 = e.2.max(p.time_wait_entries as f64 / secs(iv));
+            }
+        }
+        // The request path: the driver's target, then every hop whose source is a
+        // destination already on the path (a gateway's calls to its backend). Each driver
+        // request crosses each hop once, so connections per driver request is their churn.
+        let target = d.final_report.as_ref().map(|r| r.target.clone());
+        let mut on_path: Vec<String> = Vec::new();
+        let mut path_sources: Vec<String> = Vec::new();
+        if let Some(t) = &target {
+            let port = t.rsplit(':').next().unwrap_or("");
+            let names = [
+                t.clone(),
+                t.replace("localhost:", "127.0.0.1:"),
+                format!("[::1]:{port}"),
+            ];
+            for (c, r) in pair_acc.keys() {
+                if names.contains(r) && (r == t || t.starts_with("localhost:") || r == &names[0]) {
+                    on_path.push(format!("{c}|{r}"));
+                }
+            }
+            loop {
+                let sources: Vec<String> = pair_acc
+                    .iter()
+                    .filter(|((c, r), _)| on_path.contains(&format!("{c}|{r}")))
+                    .map(|(_, (rc, _, _))| rc.clone())
+                    .filter(|rc| !rc.is_empty() && !path_sources.contains(rc))
+                    .collect();
+                if sources.is_empty() {
+                    break;
+                }
+                path_sources.extend(sources);
+                for (c, r) in pair_acc.keys() {
+                    let key = format!("{c}|{r}");
+                    if path_sources.contains(c) && !on_path.contains(&key) {
+                        on_path.push(key);
+                    }
+                }
+            }
+        }
+        let pairs: Vec<PairRow> = pair_acc
+            .into_iter()
+            .map(|((c, r), (rc, st, tw_peak_rate))| PairRow {
+                churn_ratio: if target.is_none() {
+                    Cell::Missing("the run did not finish: no driver target recorded".into())
+                } else if !on_path.contains(&format!("{c}|{r}")) {
+                    Cell::Missing("not on the request path".into())
+                } else if requests == 0 {
+                    Cell::Missing("no requests recorded by the driver".into())
+                } else {
+                    Cell::Value(st.connects as f64 / requests as f64)
+                },
+                container: c,
+                remote: r,
+                remote_container: if rc.is_empty() { "-".into() } else { rc },
+                connects: st.connects,
+                connects_per_s: st.connects as f64 / duration_s.max(1e-9),
+                time_wait_entries: st.time_wait_entries,
+                time_wait_implied_peak: (tw_peak_rate * 60.0).round() as u64,
+                connect_latency_us: Log2Summary::of(&st.connect_latency_us).into(),
+                lifetime_ms: Log2Summary::of(&st.lifetime_ms).into(),
+            })
+            .collect();
+
+        // Timeline.
+        let timeline: Vec<TimelinePoint> = d
+            .driver
+            .iter()
+            .map(|iv| {
+                let end_ns = mono0 + iv.end_ms * 1_000_000;
+                let probe = d.probe.iter().min_by_key(|p| p.at_ns.abs_diff(end_ns));
+                TimelinePoint {
+                    t_s: iv.end_ms as f64 / 1e3,
+                    step: iv.step,
+                    req_per_s: iv.ops.iter().map(|o| o.rate).sum(),
+                    p99_ms: iv.ops.iter().map(|o| o.latency.p99_us).max().unwrap_or(0) as f64 / 1e3,
+                    errors: iv
+                        .ops
+                        .iter()
+                        .flat_map(|o| o.outcomes.iter())
+                        .filter(|(k, _)| k.as_str() != "ok")
+                        .map(|(_, n)| n)
+                        .sum(),
+                    containers: probe
+                        .map(|p| {
+                            p.containers
+                                .iter()
+                                .map(|c| {
+                                    let (cpu, thr) = match &c.cpu {
+                                        CpuCell::Measured(ci) => (
+                                            ci.cpu_cores,
+                                            match ci.throttle {
+                                                Throttling::Measured {
+                                                    throttled_share, ..
+                                                } => throttled_share,
+                                                Throttling::Unavailable { .. } => 0.0,
+                                            },
+                                        ),
+                                        CpuCell::Unavailable { .. } => (0.0, 0.0),
+                                    };
+                                    (
+                                        c.container.clone(),
+                                        [
+                                            c.counts.get(Counter::Connects) as f64 / secs(p),
+                                            c.counts.get(Counter::TimeWaitEntries) as f64 / secs(p),
+                                            cpu,
+                                            thr,
+                                        ],
+                                    )
+                                })
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                }
+            })
+            .collect();
+
+        let mut notes = Vec::new();
+        if !probe_note.is_empty() {
+            notes.push(format!("Kernel probe: {probe_note}"));
+        }
+        if d.final_report.is_none() {
+            notes.push(format!(
+                "The run did not finish (status `{}`): the report covers every interval recorded \
+                 before it stopped; step totals exist only for steps that ended.",
+                d.meta.status
+            ));
+        }
+        let mut report = Report {
+            run: RunSummary {
+                id: d.meta.id,
+                name: d.meta.name.clone(),
+                scenario: d.meta.scenario.clone(),
+                status: d.meta.status.clone(),
+                started_unix_ms: d.meta.started_unix_ms,
+                duration_s,
+                requests,
+                errors,
+                saturated_intervals: d.driver.iter().filter(|i| i.driver.saturated).count() as u64,
+                probe_intervals: d.probe.len() as u64,
+            },
+            ops,
+            containers,
+            pairs,
+            timeline,
+            findings: Vec::new(),
+            notes,
+        };
+        report.findings = findings::detect(&report, d);
+        report
+    }
+}
+
+fn container_row(step: &str, name: &str, rows: &[(&Interval, usize)]) -> ContainerRow {
+    let mut burst: Option<f64> = None;
+    let mut sustained: Option<f64> = None;
+    let (mut used, mut span) = (0.0, 0.0);
+    let mut cap: Option<f64> = None;
+    let (mut periods, mut throttled, mut thr_ns) = (0u64, 0u64, 0u64);
+    let mut thr_reason: Option<String> = None;
+    let mut mem: Option<u64> = None;
+    let mut mem_reason: Option<String> = None;
+    let mut cpu_reason: Option<String> = None;
+    let (mut connects, mut tw, mut errs, mut secs_total) = (0u64, 0u64, 0u64, 0.0);
+    for (iv, i) in rows {
+        let c = &iv.containers[*i];
+        let s = secs(iv);
+        secs_total += s;
+        connects += c.counts.get(Counter::Connects);
+        tw += c.counts.get(Counter::TimeWaitEntries);
+        errs += [
+            Counter::ConnectRefused,
+            Counter::ConnectTimedOut,
+            Counter::ConnectAddrNotAvail,
+            Counter::ConnectNetUnreach,
+            Counter::ConnectHostUnreach,
+            Counter::ConnectOtherError,
+        ]
+        .iter()
+        .map(|k| c.counts.get(*k))
+        .sum::<u64>();
+        match &c.cpu {
+            CpuCell::Measured(ci) => {
+                burst = Some(burst.map_or(ci.burst_cores, |b: f64| b.max(ci.burst_cores)));
+                sustained =
+                    Some(sustained.map_or(ci.sustained_cores, |b: f64| b.max(ci.sustained_cores)));
+                used += ci.cpu_cores * ci.interval_ns as f64;
+                span += ci.interval_ns as f64;
+                match &ci.throttle {
+                    Throttling::Measured {
+                        nr_periods,
+                        nr_throttled,
+                        throttled_ns,
+                        quota_cores,
+                        ..
+                    } => {
+                        periods += nr_periods;
+                        throttled += nr_throttled;
+                        thr_ns += throttled_ns;
+                        if let Some(q) = quota_cores {
+                            cap = Some(*q);
+                        }
+                    }
+                    Throttling::Unavailable { reason } => thr_reason = Some(reason.clone()),
+                }
+                match &ci.memory {
+                    Memory::Measured {
+                        current_bytes,
+                        peak_bytes,
+                    } => {
+                        let m = peak_bytes.unwrap_or(*current_bytes);
+                        mem = Some(mem.map_or(m, |x: u64| x.max(m)));
+                    }
+                    Memory::Unavailable { reason } => mem_reason = Some(reason.clone()),
+                }
+            }
+            CpuCell::Unavailable { reason } => cpu_reason = Some(reason.clone()),
+        }
+    }
+    let or = |v: Option<f64>, why: &Option<String>, what: &str| match v {
+        Some(v) => Cell::Value(v),
+        None => Cell::Missing(why.clone().unwrap_or_else(|| format!("no {what} reading"))),
+    };
+    let has_throttle = thr_reason.is_none() && burst.is_some();
+    ContainerRow {
+        step: step.into(),
+        container: name.into(),
+        cpu_burst: or(burst, &cpu_reason, "CPU"),
+        cpu_sustained: or(sustained, &cpu_reason, "CPU"),
+        cpu_avg: or((span > 0.0).then(|| used / span), &cpu_reason, "CPU"),
+        cpu_cap: match cap {
+            Some(c) => Cell::Value(c),
+            None if has_throttle => Cell::Missing("no quota (unlimited)".into()),
+            None => or(None, &thr_reason.clone().or(cpu_reason.clone()), "quota"),
+        },
+        throttled_share: if has_throttle {
+            Cell::Value(if periods > 0 {
+                throttled as f64 / periods as f64
+            } else {
+                0.0
+            })
+        } else {
+            or(
+                None,
+                &thr_reason.clone().or(cpu_reason.clone()),
+                "throttling",
+            )
+        },
+        throttled_ms: if has_throttle {
+            Cell::Value(thr_ns as f64 / 1e6)
+        } else {
+            or(None, &thr_reason.or(cpu_reason.clone()), "throttling")
+        },
+        mem_peak_mib: or(
+            mem.map(|m| m as f64 / (1024.0 * 1024.0)),
+            &mem_reason.or(cpu_reason),
+            "memory",
+        ),
+        connects_per_s: Cell::Value(connects as f64 / secs_total.max(1e-9)),
+        time_wait_per_s: Cell::Value(tw as f64 / secs_total.max(1e-9)),
+        connect_errors: Cell::Value(errs as f64),
+    }
+}

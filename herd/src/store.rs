@@ -1,0 +1,347 @@
+//! The run store: every interval of both timelines (driver and probe) is written as it
+//! happens, so a run killed at any point leaves every completed interval readable.
+//!
+//! SQLite by default (a file next to the reports, WAL mode: a committed row survives the
+//! process being killed), PostgreSQL when given a `postgres://` URL. Rows hold the interval as
+//! JSON: the schema stays stable while the interval types grow, and old runs stay readable.
+
+use std::path::Path;
+
+use anyhow::{Context as _, Result, bail};
+use sqlx::{AnyPool, Row as _, any::AnyPoolOptions};
+
+/// Which timeline a row belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// A driver interval (`herd_driver::report::IntervalReport`).
+    Driver,
+    /// A driver step summary (`herd_driver::report::StepReport`).
+    Step,
+    /// The driver's final report (`herd_driver::RunReport`).
+    Report,
+    /// A probe interval (`herd_probe::sample::Interval`).
+    Probe,
+    /// Why the probe did not run (a JSON string).
+    ProbeMissing,
+}
+
+impl Source {
+    fn as_str(self) -> &'static str {
+        match self {
+            Source::Driver => "driver",
+            Source::Step => "step",
+            Source::Report => "report",
+            Source::Probe => "probe",
+            Source::ProbeMissing => "probe_missing",
+        }
+    }
+}
+
+/// One run's header.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct RunMeta {
+    /// Run id in this store.
+    pub id: i64,
+    /// A name for reports (scenario file stem unless given).
+    pub name: String,
+    /// The scenario file.
+    pub scenario: String,
+    /// Wall-clock start, ms since the epoch.
+    pub started_unix_ms: i64,
+    /// CLOCK_MONOTONIC at start, ns: driver interval ends are offsets from it.
+    pub mono_start_ns: i64,
+    /// Wall-clock end, if the run finished.
+    pub finished_unix_ms: Option<i64>,
+    /// `running`, `finished`, `stopped` (Ctrl-C) or `failed`.
+    pub status: String,
+}
+
+/// A connection to a run store.
+pub struct Store {
+    pool: AnyPool,
+    url: String,
+}
+
+/// The URL without its password, for messages.
+pub fn redact(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => match rest.split_once('@') {
+            Some((cred, host)) => {
+                let user = cred.split(':').next().unwrap_or("");
+                format!("{scheme}://{user}:***@{host}")
+            }
+            None => url.to_owned(),
+        },
+        None => url.to_owned(),
+    }
+}
+
+/// The default store: `runs.db` (SQLite) inside `dir`.
+pub fn default_url(dir: &Path) -> String {
+    format!("sqlite:{}?mode=rwc", dir.join("runs.db").display())
+}
+
+impl Store {
+    /// Opens (creating if needed) the store at `url`.
+    pub async fn open(url: &str) -> Result<Self> {
+        sqlx::any::install_default_drivers();
+        let sqlite = url.starts_with("sqlite:");
+        if sqlite && let Some(path) = url.strip_prefix("sqlite:") {
+            let file = path.split('?').next().unwrap_or(path);
+            if let Some(dir) = Path::new(file)
+                .parent()
+                .filter(|d| !d.as_os_str().is_empty())
+            {
+                std::fs::create_dir_all(dir).with_context(|| {
+                    format!("creating the run store's directory {}", dir.display())
+                })?;
+            }
+        }
+        let pool = AnyPoolOptions::new()
+            // SQLite has one writer anyway; one connection keeps the pragmas in force.
+            .max_connections(if sqlite { 1 } else { 4 })
+            .acquire_timeout(std::time::Duration::from_secs(10))
+            .connect(url)
+            .await
+            .with_context(|| format!("opening the run store {}", redact(url)))?;
+        let store = Self {
+            pool,
+            url: url.to_owned(),
+        };
+        if sqlite {
+            store.exec("PRAGMA journal_mode=WAL").await?;
+            store.exec("PRAGMA synchronous=NORMAL").await?;
+        }
+        store
+            .exec(
+                "CREATE TABLE IF NOT EXISTS herd_runs (id BIGINT PRIMARY KEY, name TEXT NOT NULL, \
+                 scenario TEXT NOT NULL, started_unix_ms BIGINT NOT NULL, mono_start_ns BIGINT NOT NULL, \
+                 finished_unix_ms BIGINT, status TEXT NOT NULL)",
+            )
+            .await?;
+        store
+            .exec(
+                "CREATE TABLE IF NOT EXISTS herd_rows (run_id BIGINT NOT NULL, source TEXT NOT NULL, \
+                 seq BIGINT NOT NULL, at_ns BIGINT NOT NULL, body TEXT NOT NULL, \
+                 PRIMARY KEY (run_id, source, seq))",
+            )
+            .await?;
+        Ok(store)
+    }
+
+    async fn exec(&self, sql: &'static str) -> Result<()> {
+        sqlx::query(sql)
+            .execute(&self.pool)
+            .await
+            .with_context(|| format!("run store {}: {sql}", redact(&self.url)))?;
+        Ok(())
+    }
+
+    /// Starts a run and returns its header.
+    pub async fn begin(&self, name: &str, scenario: &str, mono_start_ns: u64) -> Result<RunMeta> {
+        let started = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
+        let next: i64 = sqlx::query("SELECT COALESCE(MAX(id), 0) + 1 AS n FROM herd_runs")
+            .fetch_one(&self.pool)
+            .await
+            .context("allocating a run id")?
+            .try_get("n")?;
+        sqlx::query(
+            "INSERT INTO herd_runs (id, name, scenario, started_unix_ms, mono_start_ns, status) \
+             VALUES ($1, $2, $3, $4, $5, 'running')",
+        )
+        .bind(next)
+        .bind(name)
+        .bind(scenario)
+        .bind(started)
+        .bind(mono_start_ns as i64)
+        .execute(&self.pool)
+        .await
+        .with_context(|| format!("recording run {next} in {}", redact(&self.url)))?;
+        Ok(RunMeta {
+            id: next,
+            name: name.to_owned(),
+            scenario: scenario.to_owned(),
+            started_unix_ms: started,
+            mono_start_ns: mono_start_ns as i64,
+            finished_unix_ms: None,
+            status: "running".into(),
+        })
+    }
+
+    /// Appends one row (committed on return).
+    pub async fn put(
+        &self,
+        run: i64,
+        source: Source,
+        seq: u64,
+        at_ns: u64,
+        body: &impl serde::Serialize,
+    ) -> Result<()> {
+        let json = serde_json::to_string(body).context("encoding a run row")?;
+        sqlx::query(
+            "INSERT INTO herd_rows (run_id, source, seq, at_ns, body) VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(run)
+        .bind(source.as_str())
+        .bind(seq as i64)
+        .bind(at_ns as i64)
+        .bind(json)
+        .execute(&self.pool)
+        .await
+        .with_context(|| format!("writing a {} row of run {run}", source.as_str()))?;
+        Ok(())
+    }
+
+    /// Marks the run finished with `status`.
+    pub async fn finish(&self, run: i64, status: &str) -> Result<()> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
+        sqlx::query("UPDATE herd_runs SET finished_unix_ms = $1, status = $2 WHERE id = $3")
+            .bind(now)
+            .bind(status)
+            .bind(run)
+            .execute(&self.pool)
+            .await
+            .with_context(|| format!("closing run {run}"))?;
+        Ok(())
+    }
+
+    /// The header of run `id`, or of the latest run when `id` is None.
+    pub async fn meta(&self, id: Option<i64>) -> Result<RunMeta> {
+        let row = match id {
+            Some(id) => {
+                sqlx::query("SELECT * FROM herd_runs WHERE id = $1")
+                    .bind(id)
+                    .fetch_optional(&self.pool)
+                    .await?
+            }
+            None => {
+                sqlx::query("SELECT * FROM herd_runs ORDER BY id DESC LIMIT 1")
+                    .fetch_optional(&self.pool)
+                    .await?
+            }
+        };
+        let Some(row) = row else {
+            match id {
+                Some(id) => bail!(
+                    "run {id} is not in {}; `herd report --list` shows the runs there",
+                    redact(&self.url)
+                ),
+                None => bail!("{} holds no runs yet", redact(&self.url)),
+            }
+        };
+        Ok(RunMeta {
+            id: row.try_get("id")?,
+            name: row.try_get("name")?,
+            scenario: row.try_get("scenario")?,
+            started_unix_ms: row.try_get("started_unix_ms")?,
+            mono_start_ns: row.try_get("mono_start_ns")?,
+            finished_unix_ms: row.try_get("finished_unix_ms")?,
+            status: row.try_get("status")?,
+        })
+    }
+
+    /// Every run's header, newest first.
+    pub async fn list(&self) -> Result<Vec<RunMeta>> {
+        let ids: Vec<i64> = sqlx::query("SELECT id FROM herd_runs ORDER BY id DESC")
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(|r| r.try_get("id"))
+            .collect::<Result<_, _>>()?;
+        let mut out = Vec::new();
+        for id in ids {
+            out.push(self.meta(Some(id)).await?);
+        }
+        Ok(out)
+    }
+
+    /// The rows of `source` for `run`, in order, decoded.
+    pub async fn rows<T: serde::de::DeserializeOwned>(
+        &self,
+        run: i64,
+        source: Source,
+    ) -> Result<Vec<T>> {
+        let rows = sqlx::query(
+            "SELECT seq, body FROM herd_rows WHERE run_id = $1 AND source = $2 ORDER BY seq",
+        )
+        .bind(run)
+        .bind(source.as_str())
+        .fetch_all(&self.pool)
+        .await
+        .with_context(|| format!("reading {} rows of run {run}", source.as_str()))?;
+        rows.iter()
+            .map(|r| {
+                let seq: i64 = r.try_get("seq")?;
+                let body: String = r.try_get("body")?;
+                serde_json::from_str(&body).with_context(|| {
+                    format!("run {run}: {} row {seq} does not decode", source.as_str())
+                })
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_never_reach_messages() {
+        assert_eq!(
+            redact("postgres://herd:s3cret@127.0.0.1:5432/herd"),
+            "postgres://herd:***@127.0.0.1:5432/herd"
+        );
+        assert_eq!(redact("sqlite:runs.db"), "sqlite:runs.db");
+    }
+
+    #[tokio::test]
+    async fn rows_survive_a_reopen_in_order() {
+        let dir = std::env::temp_dir().join(format!("herd-store-{}", std::process::id()));
+        let url = default_url(&dir);
+        {
+            let s = Store::open(&url).await.unwrap();
+            let run = s.begin("t", "t.toml", 5).await.unwrap();
+            for i in 0..3u64 {
+                s.put(
+                    run.id,
+                    Source::Probe,
+                    i,
+                    i * 10,
+                    &serde_json::json!({"i": i}),
+                )
+                .await
+                .unwrap();
+            }
+            // Not finished: as if the process had been killed here.
+        }
+        let s = Store::open(&url).await.unwrap();
+        let meta = s.meta(None).await.unwrap();
+        assert_eq!((meta.status.as_str(), meta.mono_start_ns), ("running", 5));
+        let rows: Vec<serde_json::Value> = s.rows(meta.id, Source::Probe).await.unwrap();
+        assert_eq!(
+            rows,
+            vec![
+                serde_json::json!({"i": 0}),
+                serde_json::json!({"i": 1}),
+                serde_json::json!({"i": 2})
+            ]
+        );
+        assert!(
+            s.meta(Some(99))
+                .await
+                .unwrap_err()
+                .to_string()
+                .contains("run 99 is not in")
+        );
+        s.finish(meta.id, "finished").await.unwrap();
+        assert_eq!(s.list().await.unwrap()[0].status, "finished");
+        drop(s);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
