@@ -79,3 +79,28 @@ pub fn write_report(report: &Report, dir: &Path) -> Result<Written> {
         slo_failed: false,
     })
 }
+
+/// The JSON schema of [`Report`], as committed in `docs/report.schema.json`.
+pub fn schema() -> String {
+    let schema = schemars::schema_for!(Report);
+    serde_json::to_string_pretty(&schema).expect("a schema serializes") + "\n"
+}
+
+#[cfg(test)]
+mod tests {
+    /// The committed schema is the contract for JSON consumers: a change to the report's
+    /// shape must come with a regenerated schema (`UPDATE_SCHEMA=1 cargo test -p herd schema`).
+    #[test]
+    fn the_committed_schema_matches_the_report_type() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/report.schema.json");
+        let now = super::schema();
+        if std::env::var_os("UPDATE_SCHEMA").is_some() {
+            std::fs::write(path, &now).unwrap();
+        }
+        let committed = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(
+            committed == now,
+            "docs/report.schema.json is out of date; regenerate it with UPDATE_SCHEMA=1 cargo test -p herd schema"
+        );
+    }
+}
