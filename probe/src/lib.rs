@@ -16,9 +16,11 @@ pub mod clock;
 pub mod containers;
 pub mod discover;
 mod error;
+pub mod netstat;
 pub mod prometheus;
 pub mod sample;
 pub mod sampler;
+pub mod sockdiag;
 mod tracefs;
 
 use std::collections::HashMap;

@@ -3,6 +3,7 @@
 //! `docs/report.schema.json`). Every cell holds a value or says why it has none.
 
 pub mod findings;
+pub mod html;
 pub mod markdown;
 pub mod model;
 
@@ -71,11 +72,14 @@ pub fn write_report(report: &Report, dir: &Path) -> Result<Written> {
     let md = base.with_extension("md");
     std::fs::write(&md, markdown::render(report))
         .with_context(|| format!("writing {}", md.display()))?;
+    let html = base.with_extension("html");
+    std::fs::write(&html, html::render(report))
+        .with_context(|| format!("writing {}", html.display()))?;
     let json = base.with_extension("json");
     std::fs::write(&json, serde_json::to_string_pretty(report)?)
         .with_context(|| format!("writing {}", json.display()))?;
     Ok(Written {
-        files: vec![md, json],
+        files: vec![md, html, json],
         slo_failed: false,
     })
 }
