@@ -20,6 +20,47 @@ pub struct ContainerInterval {
     pub counts: CountMap,
     /// CPU, throttling and memory from cgroupfs (filled in by [`crate::sampler::Sampler`]).
     pub cpu: CpuCell,
+    /// Socket gauges of the container's network namespace (filled in by the sampler).
+    #[serde(default)]
+    pub sockets: SocketCell,
+}
+
+/// A container's socket gauges at the end of an interval, or why there are none.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum SocketCell {
+    /// Read from the container's own network namespace (sock_diag and procfs).
+    Measured {
+        /// Sockets in ESTABLISHED.
+        established: u64,
+        /// Sockets in SYN_SENT.
+        syn_sent: u64,
+        /// TIME_WAIT as `ss` shows it (timewait sockets in the TIME_WAIT substate).
+        time_wait: u64,
+        /// Every timewait socket (also those still waiting for the peer's FIN), = sockstat tw.
+        timewait_sockets: u64,
+        /// The fewest free ephemeral ports toward any one destination.
+        min_headroom: Option<u64>,
+        /// Usable ephemeral ports of the namespace.
+        port_range: u64,
+        /// Listen-queue overflows in the interval (TcpExt ListenOverflows).
+        listen_overflows: u64,
+        /// SYNs dropped at listeners in the interval (TcpExt ListenDrops).
+        listen_drops: u64,
+    },
+    /// Not available, with the reason.
+    Unavailable {
+        /// Why.
+        reason: String,
+    },
+}
+
+impl Default for SocketCell {
+    fn default() -> Self {
+        SocketCell::Unavailable {
+            reason: "not sampled".into(),
+        }
+    }
 }
 
 /// A container's CPU numbers for an interval, or why there are none.
@@ -169,6 +210,26 @@ pub struct PairInterval {
     pub connect_latency_buckets: [u64; HIST_BUCKETS],
     /// Lifetime log2 buckets (ms), for merging intervals exactly.
     pub lifetime_buckets: [u64; HIST_BUCKETS],
+    /// Gauges toward this destination at the end of the interval (source netns's sockets).
+    #[serde(default)]
+    pub gauges: Option<PairGauges>,
+}
+
+/// A destination's socket gauges in the source container's network namespace.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PairGauges {
+    /// ESTABLISHED sockets toward the destination.
+    pub established: u64,
+    /// TIME_WAIT sockets toward it.
+    pub time_wait: u64,
+    /// Local ports in use toward it (any state).
+    pub ports_in_use: u64,
+    /// Ephemeral ports still free toward it.
+    pub headroom: u64,
+    /// Median srtt of the established sockets, µs (`ss -ti` rtt).
+    pub srtt_p50_us: Option<u32>,
+    /// Largest srtt, µs.
+    pub srtt_max_us: Option<u32>,
 }
 
 impl PairInterval {
@@ -250,6 +311,7 @@ pub fn interval(
             lifetime_ms: Log2Summary::of(&st.lifetime_ms),
             connect_latency_buckets: st.connect_latency_us,
             lifetime_buckets: st.lifetime_ms,
+            gauges: None,
         })
         .collect();
     Interval {
@@ -263,6 +325,7 @@ pub fn interval(
                 container: (*n).to_owned(),
                 counts: CountMap(c),
                 cpu: CpuCell::default(),
+                sockets: SocketCell::default(),
             })
             .collect(),
         lost: cur.lost().saturating_sub(prev.lost()),

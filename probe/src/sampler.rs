@@ -5,6 +5,7 @@
 use std::{
     collections::{BTreeMap, HashMap},
     net::{IpAddr, SocketAddr},
+    os::unix::fs::MetadataExt as _,
     path::PathBuf,
 };
 
@@ -16,9 +17,11 @@ use crate::{
     cgroupfs::{CpuSampler, HostFiles},
     containers::ContainerSet,
     containers::HOST,
+    netstat::NetCounters,
     prometheus::Exposition,
-    sample::CpuCell,
+    sample::{CpuCell, PairGauges, SocketCell},
     sample::{Interval, interval},
+    sockdiag::{DestinationGauges, NetnsCache, NetnsTarget, TcpState},
 };
 
 /// Samples the kernel maps into intervals.
@@ -35,6 +38,12 @@ pub struct Sampler {
     cpu: HashMap<String, CpuSampler<HostFiles>>,
     /// Why a container has no CPU sampler.
     cpu_missing: HashMap<String, String>,
+    /// Open network namespaces, by inode.
+    netns: NetnsCache,
+    /// The previous interval's counters per netns inode, for deltas.
+    net_prev: HashMap<u64, NetCounters>,
+    /// This process's netns inode: containers in it share the host's row.
+    own_netns: u64,
 }
 
 impl Sampler {
@@ -56,6 +65,9 @@ impl Sampler {
             pair_totals: BTreeMap::new(),
             cpu: HashMap::new(),
             cpu_missing: HashMap::new(),
+            netns: NetnsCache::default(),
+            net_prev: HashMap::new(),
+            own_netns: std::fs::metadata("/proc/self/ns/net").map_or(0, |m| m.ino()),
         };
         s.refresh(crate::clock::now_ns());
         Ok(s)
@@ -157,6 +169,7 @@ impl Sampler {
                 None => self.totals.push((c.container.clone(), c.counts.0)),
             }
         }
+        self.attach_sockets(&mut iv);
         for p in &iv.pairs {
             let key = (p.container.clone(), p.remote);
             let slot = self.pair_totals.entry(key).or_default();
@@ -165,6 +178,141 @@ impl Sampler {
         }
         self.prev = cur;
         Ok(iv)
+    }
+
+    /// Which network namespace a container's row reads: host reads this process's; a
+    /// container reads its own through one of its processes (or, for herd's own containers,
+    /// its named netns), unless it shares the host's.
+    fn netns_target(&self, name: &str) -> Result<NetnsTarget, String> {
+        if name == HOST {
+            return Ok(NetnsTarget::Pid(std::process::id()));
+        }
+        let c = self
+            .set
+            .containers()
+            .iter()
+            .find(|c| c.name == name)
+            .ok_or_else(|| "unknown container".to_owned())?;
+        if c.ended_ns.is_some() {
+            return Err("the container ended".into());
+        }
+        let procs = self.layout.unified_path(&c.cgroup).join("cgroup.procs");
+        let pid = std::fs::read_to_string(&procs)
+            .ok()
+            .and_then(|s| s.lines().next().and_then(|l| l.trim().parse::<u32>().ok()));
+        let target = match pid {
+            Some(pid) => NetnsTarget::Pid(pid),
+            None => {
+                let named = c
+                    .cgroup
+                    .file_name()
+                    .map(|f| f.to_string_lossy().into_owned());
+                match named.filter(|n| std::path::Path::new("/run/netns").join(n).exists()) {
+                    Some(n) => NetnsTarget::Named(n),
+                    None => {
+                        return Err(
+                            "no process in the container to reach its network namespace".into()
+                        );
+                    }
+                }
+            }
+        };
+        if let NetnsTarget::Pid(pid) = target
+            && std::fs::metadata(format!("/proc/{pid}/ns/net")).map_or(0, |m| m.ino())
+                == self.own_netns
+        {
+            return Err(
+                "shares the host's network namespace (its sockets are in host's row)".into(),
+            );
+        }
+        Ok(target)
+    }
+
+    /// Fills every row's socket gauges and every pair's destination gauges, adding rows for
+    /// destinations that only have gauges (long-lived connections opened before the interval).
+    fn attach_sockets(&mut self, iv: &mut Interval) {
+        let mut samples: HashMap<String, crate::sockdiag::NetnsSample> = HashMap::new();
+        for c in &mut iv.containers {
+            let target = match self.netns_target(&c.container) {
+                Ok(t) => t,
+                Err(reason) => {
+                    c.sockets = SocketCell::Unavailable { reason };
+                    continue;
+                }
+            };
+            let sample = self.netns.get(&target).and_then(|n| n.sample());
+            match sample {
+                Ok(s) => {
+                    let prev = self.net_prev.insert(s.netns_inode, s.counters.clone());
+                    let delta = |now: u64, f: fn(&NetCounters) -> u64| {
+                        prev.as_ref().map_or(0, |p| now.saturating_sub(f(p)))
+                    };
+                    c.sockets = SocketCell::Measured {
+                        established: s.gauges.states.get(TcpState::Established),
+                        syn_sent: s.gauges.states.get(TcpState::SynSent),
+                        time_wait: s.gauges.states.get(TcpState::TimeWait),
+                        timewait_sockets: s.gauges.timewait_sockets,
+                        min_headroom: s.gauges.min_headroom.as_ref().map(|m| m.headroom),
+                        port_range: u64::from(s.port_range.usable),
+                        listen_overflows: delta(s.counters.listen_overflows, |p| {
+                            p.listen_overflows
+                        }),
+                        listen_drops: delta(s.counters.listen_drops, |p| p.listen_drops),
+                    };
+                    samples.insert(c.container.clone(), s);
+                }
+                Err(e) => {
+                    c.sockets = SocketCell::Unavailable {
+                        reason: e.to_string(),
+                    }
+                }
+            }
+        }
+        for p in &mut iv.pairs {
+            if let Some(d) = samples
+                .get(&p.container)
+                .and_then(|s| s.gauges.destination(p.remote))
+            {
+                p.gauges = Some(pair_gauges(d));
+            }
+        }
+        for (container, s) in &samples {
+            for d in &s.gauges.destinations {
+                if iv
+                    .pairs
+                    .iter()
+                    .any(|p| &p.container == container && p.remote == d.remote)
+                {
+                    continue;
+                }
+                iv.pairs.push(crate::sample::PairInterval {
+                    container: container.clone(),
+                    remote: d.remote,
+                    remote_container: self.owners.get(&d.remote.ip()).cloned(),
+                    connects: 0,
+                    established: 0,
+                    time_wait_entries: 0,
+                    closed: 0,
+                    connect_latency_us: Default::default(),
+                    lifetime_ms: Default::default(),
+                    connect_latency_buckets: [0; probe_common::HIST_BUCKETS],
+                    lifetime_buckets: [0; probe_common::HIST_BUCKETS],
+                    gauges: Some(pair_gauges(d)),
+                });
+            }
+        }
+        // Namespaces of ended containers are released, so a deleted netns can really go.
+        let live: Vec<u64> = samples.values().map(|s| s.netns_inode).collect();
+        let stale: Vec<u64> = self
+            .net_prev
+            .keys()
+            .filter(|k| !live.contains(k))
+            .copied()
+            .collect();
+        for inode in stale {
+            self.net_prev.remove(&inode);
+            self.netns.remove(inode);
+        }
     }
 
     /// Cumulative counters for the Prometheus endpoint.
@@ -198,5 +346,16 @@ impl Sampler {
     /// An all-zero counter row.
     pub fn zero() -> Counts {
         [0; N_COUNTERS]
+    }
+}
+
+fn pair_gauges(d: &DestinationGauges) -> PairGauges {
+    PairGauges {
+        established: d.established,
+        time_wait: d.time_wait,
+        ports_in_use: d.ports_in_use,
+        headroom: d.headroom,
+        srtt_p50_us: d.srtt.as_ref().map(|s| s.p50_us),
+        srtt_max_us: d.srtt.as_ref().map(|s| s.max_us),
     }
 }

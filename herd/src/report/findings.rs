@@ -56,7 +56,10 @@ pub fn churn_cliff(r: &Report, ports: u64) -> Vec<Finding> {
             }
             // TIME_WAIT lands on whichever side closes first; only the source's count uses up
             // its ephemeral ports.
-            let peak = p.time_wait_implied_peak;
+            let peak = p
+                .time_wait_peak
+                .value()
+                .map_or(p.time_wait_implied_peak, |g| (g as u64).max(p.time_wait_implied_peak));
             let to = if p.remote_container == "-" {
                 p.remote.clone()
             } else {
@@ -240,6 +243,10 @@ mod tests {
             connects_per_s: connects as f64 / 60.0,
             time_wait_entries: connects,
             time_wait_implied_peak: connects,
+            time_wait_peak: Cell::Missing("not sampled".into()),
+            established_peak: Cell::Value(2.0),
+            srtt_p50_us: Cell::Missing("not sampled".into()),
+            headroom_min: Cell::Missing("not sampled".into()),
             churn_ratio: Cell::Value(churn),
             connect_latency_us: Default::default(),
             lifetime_ms: Default::default(),

@@ -246,11 +246,11 @@ pub fn render(r: &Report) -> String {
             esc(&outcomes.join(", "))
         );
     }
-    o.push_str("</table><h2>Per step and container</h2><table><tr><th>step<th>container<th>CPU burst (100 ms)<th>CPU sustained (30 s)<th>CPU avg<th>cap<th>throttled share<th>throttled ms<th>mem peak MiB<th>connects/s<th>TIME_WAIT entries/s<th>connect errors");
+    o.push_str("</table><h2>Per step and container</h2><table><tr><th>step<th>container<th>CPU burst (100 ms)<th>CPU sustained (30 s)<th>CPU avg<th>cap<th>throttled share<th>throttled ms<th>mem peak MiB<th>connects/s<th>TIME_WAIT entries/s<th>TIME_WAIT peak<th>ESTABLISHED peak<th>port headroom min<th>listen overflows<th>connect errors");
     for c in &r.containers {
         let _ = write!(
             o,
-            "<tr><td>{}<td class=l>{}<td>{}<td>{}<td>{}<td>{}<td>{}<td>{}<td>{}<td>{}<td>{}<td>{}",
+            "<tr><td>{}<td class=l>{}<td>{}<td>{}<td>{}<td>{}<td>{}<td>{}<td>{}<td>{}<td>{}<td>{}<td>{}<td>{}<td>{}<td>{}",
             esc(&c.step),
             esc(&c.container),
             cell(&c.cpu_burst, 2),
@@ -262,10 +262,14 @@ pub fn render(r: &Report) -> String {
             cell(&c.mem_peak_mib, 1),
             cell(&c.connects_per_s, 1),
             cell(&c.time_wait_per_s, 1),
+            cell(&c.time_wait_peak, 0),
+            cell(&c.established_peak, 0),
+            cell(&c.headroom_min, 0),
+            cell(&c.listen_overflows, 0),
             cell(&c.connect_errors, 0)
         );
     }
-    o.push_str("</table><h2>Connections per source → destination</h2><table><tr><th>source<th>destination<th>new conns<th>new conns/s<th>churn ratio<th>TIME_WAIT entries<th>TIME_WAIT implied peak<th>connect p50 / p99 µs (≤)<th>lifetime p50 ms (≤)");
+    o.push_str("</table><h2>Connections per source → destination</h2><table><tr><th>source<th>destination<th>new conns<th>new conns/s<th>churn ratio<th>ESTABLISHED peak<th>TIME_WAIT peak<th>TIME_WAIT entries<th>port headroom min<th>connect p50 / p99 µs (≤)<th>srtt p50 µs<th>lifetime p50 ms (≤)");
     for p in &r.pairs {
         let to = if p.remote_container == "-" {
             p.remote.clone()
@@ -274,16 +278,19 @@ pub fn render(r: &Report) -> String {
         };
         let _ = write!(
             o,
-            "<tr><td>{}<td class=l>{}<td>{}<td>{:.1}<td>{}<td>{}<td>{}<td>{} / {}<td>{}",
+            "<tr><td>{}<td class=l>{}<td>{}<td>{:.1}<td>{}<td>{}<td>{}<td>{}<td>{}<td>{} / {}<td>{}<td>{}",
             esc(&p.container),
             esc(&to),
             p.connects,
             p.connects_per_s,
             cell(&p.churn_ratio, 2),
+            cell(&p.established_peak, 0),
+            cell(&p.time_wait_peak, 0),
             p.time_wait_entries,
-            p.time_wait_implied_peak,
+            cell(&p.headroom_min, 0),
             p.connect_latency_us.p50_le,
             p.connect_latency_us.p99_le,
+            cell(&p.srtt_p50_us, 0),
             p.lifetime_ms.p50_le
         );
     }

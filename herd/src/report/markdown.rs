@@ -82,7 +82,7 @@ pub fn render(r: &Report) -> String {
     let _ = writeln!(o, "\n## Per step and container\n");
     let _ = writeln!(
         o,
-        "| step | container | CPU burst (100 ms) | CPU sustained (30 s) | CPU avg | cap | throttled periods | throttled | mem peak | connects/s | TIME_WAIT entries/s | connect errors |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "| step | container | CPU burst (100 ms) | CPU sustained (30 s) | CPU avg | cap | throttled periods | throttled | mem peak | connects/s | TIME_WAIT entries/s | TIME_WAIT peak | ESTABLISHED peak | port headroom min | listen overflows | connect errors |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     for c in &r.containers {
         let share = match &c.throttled_share {
@@ -91,7 +91,7 @@ pub fn render(r: &Report) -> String {
         };
         let _ = writeln!(
             o,
-            "| {} | {} | {} | {} | {} | {} | {} | {} ms | {} MiB | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} ms | {} MiB | {} | {} | {} | {} | {} | {} | {} |",
             c.step,
             c.container,
             cell(&c.cpu_burst, 2),
@@ -103,6 +103,10 @@ pub fn render(r: &Report) -> String {
             cell(&c.mem_peak_mib, 1),
             cell(&c.connects_per_s, 1),
             cell(&c.time_wait_per_s, 1),
+            cell(&c.time_wait_peak, 0),
+            cell(&c.established_peak, 0),
+            cell(&c.headroom_min, 0),
+            cell(&c.listen_overflows, 0),
             cell(&c.connect_errors, 0)
         );
     }
@@ -120,7 +124,7 @@ pub fn render(r: &Report) -> String {
     } else {
         let _ = writeln!(
             o,
-            "| source | destination | new conns | new conns/s | churn ratio | TIME_WAIT entries | TIME_WAIT implied peak | connect p50 / p99 (µs) | lifetime p50 (ms) |\n|---|---|---:|---:|---:|---:|---:|---:|---:|"
+            "| source | destination | new conns | new conns/s | churn ratio | ESTABLISHED peak | TIME_WAIT peak | TIME_WAIT entries | port headroom min | connect p50 / p99 (µs) | srtt p50 (µs) | lifetime p50 (ms) |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
         );
         for p in &r.pairs {
             let to = if p.remote_container == "-" {
@@ -130,15 +134,18 @@ pub fn render(r: &Report) -> String {
             };
             let _ = writeln!(
                 o,
-                "| {} | {to} | {} | {:.1} | {} | {} | {} | {} / {} | {} |",
+                "| {} | {to} | {} | {:.1} | {} | {} | {} | {} | {} | {} / {} | {} | {} |",
                 p.container,
                 p.connects,
                 p.connects_per_s,
                 cell(&p.churn_ratio, 2),
+                cell(&p.established_peak, 0),
+                cell(&p.time_wait_peak, 0),
                 p.time_wait_entries,
-                p.time_wait_implied_peak,
+                cell(&p.headroom_min, 0),
                 le(p.connect_latency_us.p50_le),
                 le(p.connect_latency_us.p99_le),
+                cell(&p.srtt_p50_us, 0),
                 le(p.lifetime_ms.p50_le)
             );
         }

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use herd_driver::report::StepReport;
 use herd_probe::{
     cgroupfs::{Memory, Throttling},
-    sample::{CpuCell, Interval, Log2Summary},
+    sample::{CpuCell, Interval, Log2Summary, SocketCell},
 };
 use probe_common::{Counter, PairStats};
 use serde::{Deserialize, Serialize};
@@ -129,6 +129,14 @@ pub struct ContainerRow {
     pub time_wait_per_s: Cell,
     /// connect() failures in the step.
     pub connect_errors: Cell,
+    /// Highest TIME_WAIT gauge of the container's netns in the step (as `ss` counts).
+    pub time_wait_peak: Cell,
+    /// Highest ESTABLISHED gauge in the step.
+    pub established_peak: Cell,
+    /// Fewest free ephemeral ports toward one destination in the step.
+    pub headroom_min: Cell,
+    /// Listen-queue overflows in the step.
+    pub listen_overflows: Cell,
 }
 
 /// One source container → destination row.
@@ -152,6 +160,14 @@ pub struct PairRow {
     /// Connections per request served (see [`findings`]); missing when no request count
     /// applies.
     pub churn_ratio: Cell,
+    /// Highest TIME_WAIT gauge toward the destination (source netns, as `ss` counts).
+    pub time_wait_peak: Cell,
+    /// Highest ESTABLISHED gauge toward it.
+    pub established_peak: Cell,
+    /// Median srtt of established connections at the last sample, µs.
+    pub srtt_p50_us: Cell,
+    /// Fewest free ephemeral ports toward it.
+    pub headroom_min: Cell,
     /// Connect latency, log2-bucket upper bounds in µs.
     pub connect_latency_us: Log2Row,
     /// Connection lifetime, log2-bucket upper bounds in ms.
@@ -198,6 +214,9 @@ pub struct TimelinePoint {
     /// Per container: connects/s, TIME_WAIT entries/s, CPU cores, throttled share.
     pub containers: BTreeMap<String, [f64; 4]>,
 }
+
+/// Per pair over the run: (TIME_WAIT peak, ESTABLISHED peak, last srtt p50, headroom minimum).
+type GaugePeaks = (u64, u64, Option<u32>, Option<u64>);
 
 fn secs(iv: &Interval) -> f64 {
     iv.interval_ns.max(1) as f64 / 1e9
@@ -287,6 +306,10 @@ impl Report {
                     connects_per_s: missing("no connects"),
                     time_wait_per_s: missing("no TIME_WAIT"),
                     connect_errors: missing("no connect errors"),
+                    time_wait_peak: missing("no TIME_WAIT gauge"),
+                    established_peak: missing("no ESTABLISHED gauge"),
+                    headroom_min: missing("no port headroom"),
+                    listen_overflows: missing("no listen overflows"),
                 });
             }
         }
@@ -308,6 +331,7 @@ impl Report {
             .map(|(_, n)| n)
             .sum();
         let mut pair_acc: BTreeMap<(String, String), (String, PairStats, f64)> = BTreeMap::new();
+        let mut pair_gauges: BTreeMap<(String, String), GaugePeaks> = BTreeMap::new();
         for iv in &d.probe {
             for p in &iv.pairs {
                 let e = pair_acc
@@ -317,6 +341,17 @@ impl Report {
                     e.0 = rc.clone();
                 }
                 e.1.add(&p.stats());
+                if let Some(g) = &p.gauges {
+                    let e = pair_gauges
+                        .entry((p.container.clone(), p.remote.to_string()))
+                        .or_insert((0, 0, None, None));
+                    e.0 = e.0.max(g.time_wait);
+                    e.1 = e.1.max(g.established);
+                    if g.srtt_p50_us.is_some() {
+                        e.2 = g.srtt_p50_us;
+                    }
+                    e.3 = Some(e.3.map_or(g.headroom, |h| h.min(g.headroom)));
+                }
                 e.2 = e.2.max(p.time_wait_entries as f64 / secs(iv));
             }
         }
@@ -359,25 +394,42 @@ impl Report {
         }
         let pairs: Vec<PairRow> = pair_acc
             .into_iter()
-            .map(|((c, r), (rc, st, tw_peak_rate))| PairRow {
-                churn_ratio: if target.is_none() {
-                    Cell::Missing("the run did not finish: no driver target recorded".into())
-                } else if !on_path.contains(&format!("{c}|{r}")) {
-                    Cell::Missing("not on the request path".into())
-                } else if requests == 0 {
-                    Cell::Missing("no requests recorded by the driver".into())
-                } else {
-                    Cell::Value(st.connects as f64 / requests as f64)
-                },
-                container: c,
-                remote: r,
-                remote_container: if rc.is_empty() { "-".into() } else { rc },
-                connects: st.connects,
-                connects_per_s: st.connects as f64 / duration_s.max(1e-9),
-                time_wait_entries: st.time_wait_entries,
-                time_wait_implied_peak: (tw_peak_rate * 60.0).round() as u64,
-                connect_latency_us: Log2Summary::of(&st.connect_latency_us).into(),
-                lifetime_ms: Log2Summary::of(&st.lifetime_ms).into(),
+            .map(|((c, r), (rc, st, tw_peak_rate))| {
+                let g = pair_gauges.get(&(c.clone(), r.clone())).copied();
+                let gauge = |v: Option<f64>, what: &str| match (g, v) {
+                    (_, Some(v)) => Cell::Value(v),
+                    (Some(_), None) => Cell::Missing(format!("no {what}")),
+                    (None, None) => {
+                        Cell::Missing("the source's network namespace was not sampled".into())
+                    }
+                };
+                PairRow {
+                    time_wait_peak: gauge(g.map(|g| g.0 as f64), "TIME_WAIT"),
+                    established_peak: gauge(g.map(|g| g.1 as f64), "connections"),
+                    srtt_p50_us: gauge(
+                        g.and_then(|g| g.2).map(f64::from),
+                        "established connection",
+                    ),
+                    headroom_min: gauge(g.and_then(|g| g.3).map(|h| h as f64), "headroom"),
+                    churn_ratio: if target.is_none() {
+                        Cell::Missing("the run did not finish: no driver target recorded".into())
+                    } else if !on_path.contains(&format!("{c}|{r}")) {
+                        Cell::Missing("not on the request path".into())
+                    } else if requests == 0 {
+                        Cell::Missing("no requests recorded by the driver".into())
+                    } else {
+                        Cell::Value(st.connects as f64 / requests as f64)
+                    },
+                    container: c,
+                    remote: r,
+                    remote_container: if rc.is_empty() { "-".into() } else { rc },
+                    connects: st.connects,
+                    connects_per_s: st.connects as f64 / duration_s.max(1e-9),
+                    time_wait_entries: st.time_wait_entries,
+                    time_wait_implied_peak: (tw_peak_rate * 60.0).round() as u64,
+                    connect_latency_us: Log2Summary::of(&st.connect_latency_us).into(),
+                    lifetime_ms: Log2Summary::of(&st.lifetime_ms).into(),
+                }
             })
             .collect();
 
@@ -481,6 +533,13 @@ fn container_row(step: &str, name: &str, rows: &[(&Interval, usize)]) -> Contain
     let mut mem_reason: Option<String> = None;
     let mut cpu_reason: Option<String> = None;
     let (mut connects, mut tw, mut errs, mut secs_total) = (0u64, 0u64, 0u64, 0.0);
+    let (mut tw_peak, mut est_peak, mut head_min, mut overflows): (
+        Option<u64>,
+        Option<u64>,
+        Option<u64>,
+        u64,
+    ) = (None, None, None, 0);
+    let mut sock_reason: Option<String> = None;
     for (iv, i) in rows {
         let c = &iv.containers[*i];
         let s = secs(iv);
@@ -498,6 +557,23 @@ fn container_row(step: &str, name: &str, rows: &[(&Interval, usize)]) -> Contain
         .iter()
         .map(|k| c.counts.get(*k))
         .sum::<u64>();
+        match &c.sockets {
+            SocketCell::Measured {
+                established,
+                time_wait,
+                min_headroom,
+                listen_overflows,
+                ..
+            } => {
+                tw_peak = Some(tw_peak.unwrap_or(0).max(*time_wait));
+                est_peak = Some(est_peak.unwrap_or(0).max(*established));
+                if let Some(h) = min_headroom {
+                    head_min = Some(head_min.map_or(*h, |m| m.min(*h)));
+                }
+                overflows += listen_overflows;
+            }
+            SocketCell::Unavailable { reason } => sock_reason = Some(reason.clone()),
+        }
         match &c.cpu {
             CpuCell::Measured(ci) => {
                 burst = Some(burst.map_or(ci.burst_cores, |b: f64| b.max(ci.burst_cores)));
@@ -578,5 +654,151 @@ fn container_row(step: &str, name: &str, rows: &[(&Interval, usize)]) -> Contain
         connects_per_s: Cell::Value(connects as f64 / secs_total.max(1e-9)),
         time_wait_per_s: Cell::Value(tw as f64 / secs_total.max(1e-9)),
         connect_errors: Cell::Value(errs as f64),
+        time_wait_peak: or(tw_peak.map(|v| v as f64), &sock_reason, "socket gauge"),
+        established_peak: or(est_peak.map(|v| v as f64), &sock_reason, "socket gauge"),
+        headroom_min: match (head_min, tw_peak) {
+            (Some(h), _) => Cell::Value(h as f64),
+            (None, Some(_)) => Cell::Missing("no outbound connections".into()),
+            (None, None) => or(None, &sock_reason, "socket gauge"),
+        },
+        listen_overflows: if tw_peak.is_some() {
+            Cell::Value(overflows as f64)
+        } else {
+            or(None, &sock_reason, "socket gauge")
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use herd_driver::report::{
+        DriverHealth, IntervalOp, IntervalReport, Latency, OpStats, OutcomeStats, RunReport,
+    };
+    use herd_probe::sample::{ContainerInterval, CountMap, CpuCell, Interval, SocketCell};
+
+    use super::*;
+    use crate::store::RunMeta;
+
+    fn latency(p99_us: u64) -> Latency {
+        Latency {
+            p50_us: p99_us / 4,
+            p90_us: p99_us / 2,
+            p99_us,
+            p999_us: p99_us,
+            max_us: p99_us,
+            mean_us: p99_us as f64 / 3.0,
+        }
+    }
+
+    /// A run with one step, two driver intervals and two probe intervals; the probe has no
+    /// CPU source and no netns for its one container.
+    pub(crate) fn data() -> RunData {
+        let mono0 = 1_000_000_000u64;
+        let op = |count| IntervalOp {
+            op: "game.state".into(),
+            count,
+            rate: count as f64,
+            latency: latency(2_000),
+            outcomes: BTreeMap::from([("ok".into(), count)]),
+        };
+        let driver = (1..=2)
+            .map(|i| IntervalReport {
+                index: i - 1,
+                end_ms: i * 1000,
+                duration_ms: 1000,
+                step: Some(0),
+                players: 10,
+                hammer_workers: 0,
+                ops: vec![op(100)],
+                connects: 0,
+                reconnects: 0,
+                connect_errors: 0,
+                driver: DriverHealth::default(),
+            })
+            .collect();
+        let mut counts = [0u64; probe_common::N_COUNTERS];
+        counts[Counter::Connects as usize] = 100;
+        let probe = (1..=2u64)
+            .map(|i| Interval {
+                at_ns: mono0 + i * 1_000_000_000,
+                interval_ns: 1_000_000_000,
+                containers: vec![ContainerInterval {
+                    container: "gateway".into(),
+                    counts: CountMap(counts),
+                    cpu: CpuCell::Unavailable {
+                        reason: "no cgroup".into(),
+                    },
+                    sockets: SocketCell::Unavailable {
+                        reason: "no netns".into(),
+                    },
+                }],
+                pairs: vec![],
+                lost: 0,
+            })
+            .collect();
+        let step = herd_driver::report::StepReport {
+            phase: "step 1".into(),
+            step: Some(0),
+            players: 10,
+            start_ms: 0,
+            duration_ms: 2000,
+            ops: vec![OpStats {
+                op: "game.state".into(),
+                count: 200,
+                rate: 100.0,
+                latency: latency(2_000),
+                outcomes: vec![OutcomeStats {
+                    outcome: "ok".into(),
+                    count: 200,
+                    latency: latency(2_000),
+                }],
+            }],
+            connects: 10,
+            reconnects: 0,
+            connect_errors: 0,
+        };
+        RunData {
+            meta: RunMeta {
+                id: 7,
+                name: "t".into(),
+                scenario: "t.toml".into(),
+                started_unix_ms: 0,
+                mono_start_ns: mono0 as i64,
+                finished_unix_ms: None,
+                status: "running".into(),
+            },
+            steps: vec![step],
+            driver,
+            probe,
+            probe_missing: None,
+            final_report: None::<RunReport>,
+        }
+    }
+
+    #[test]
+    fn every_table_cell_has_a_value_or_a_reason() {
+        let r = Report::build(&data());
+        assert_eq!(r.run.requests, 200);
+        assert_eq!(r.containers.len(), 1);
+        assert_eq!(r.containers[0].cpu_burst, Cell::Missing("no cgroup".into()));
+        assert_eq!(r.containers[0].connects_per_s, Cell::Value(100.0));
+        let md = super::super::markdown::render(&r);
+        for line in md.lines().filter(|l| l.starts_with('|')) {
+            let cells: Vec<&str> = line.trim_matches('|').split('|').collect();
+            assert!(
+                cells.iter().all(|c| !c.trim().is_empty()),
+                "empty cell in: {line}"
+            );
+        }
+        // A killed run says so.
+        assert!(
+            r.notes.iter().any(|n| n.contains("did not finish")),
+            "{:?}",
+            r.notes
+        );
+        let html = super::super::html::render(&r);
+        assert!(html.contains("<svg") && !html.contains("http://") && !html.contains("https://"));
     }
 }
