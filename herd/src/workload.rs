@@ -41,20 +41,22 @@ pub fn tcp_server(
     let listener = TcpListener::bind(listen)
         .with_context(|| format!("binding the test server to {listen}"))?;
     listener.set_nonblocking(true)?;
-    say(&format!("ready {}", listener.local_addr()?));
     let end = Instant::now() + deadline;
     if max_conns == 0 {
         // A listener that never accepts, with an accept queue of one: once that slot is taken
         // the kernel drops further SYNs (tcp_conn_request: ListenOverflows), so clients time
-        // out. Calling listen() again on a listening socket just resizes its backlog.
+        // out. Calling listen() again on a listening socket just resizes its backlog; `ready`
+        // is said after it, so no client connects against the old backlog.
         // SAFETY: a valid listening fd.
         unsafe { libc::listen(std::os::fd::AsRawFd::as_raw_fd(&listener), 0) };
+        say(&format!("ready {}", listener.local_addr()?));
         while Instant::now() < end {
             std::thread::sleep(Duration::from_millis(50));
         }
         say("accepted 0");
         return Ok(());
     }
+    say(&format!("ready {}", listener.local_addr()?));
     let mut accepted = 0u64;
     let mut handlers = Vec::new();
     // Drain-only connections are swept, not given a thread each: at 10 000+ connects/s a
