@@ -4,6 +4,7 @@
 //! drive the same code in-process.
 
 pub mod cmd;
+pub mod contour;
 pub mod metrics;
 pub mod report;
 pub mod sandbox;
@@ -52,6 +53,9 @@ pub enum Command {
     /// Run the kernel probe alone and print per-container TCP connects and accepts per
     /// interval, next to any load tool (needs root or CAP_BPF + CAP_PERFMON).
     Probe(cmd::probe::ProbeArgs),
+    /// The demo contour's services (internal).
+    #[command(subcommand, hide = true)]
+    Contour(contour::ContourCmd),
     /// Processes herd runs inside its containers (internal).
     #[command(subcommand, hide = true)]
     Workload(cmd::workload::WorkloadCmd),
@@ -66,6 +70,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Probe(a) => cmd::probe::run(a),
         Command::Report(a) => cmd::report::run(a),
         Command::Run(a) => cmd::run::run(a),
+        Command::Contour(c) => contour::run(c),
         Command::Workload(w) => cmd::workload::run(w),
     };
     match result {

@@ -48,6 +48,7 @@ pub struct Sandbox {
     containers: Vec<Container>,
     children: Vec<Child>,
     links: u32,
+    seq: u32,
 }
 
 fn run(cmd: &mut Command) -> Result<()> {
@@ -86,6 +87,7 @@ impl Sandbox {
             containers: Vec::new(),
             children: Vec::new(),
             links: 0,
+            seq: n,
         })
     }
 
@@ -170,6 +172,46 @@ impl Sandbox {
             ip(&["-n", ns, "link", "set", ifname, "up"])?;
         }
         Ok((addr_a, addr_b))
+    }
+
+    /// Joins herd's own network namespace to container `c` with a veth pair (one end stays
+    /// here) and returns (herd's address, the container's address), from 198.18.0.0/15. The
+    /// route covers only the /30 of the pair, so nothing else on the host is redirected; the
+    /// pair disappears with the container's namespace.
+    pub fn link_host(&mut self, c: &Container) -> Result<(Ipv4Addr, Ipv4Addr)> {
+        let n = self.links;
+        self.links += 1;
+        // Host-side names must be unique on the host: other sandboxes may exist at once.
+        let id = (std::process::id() % 10_000) * 100 + self.seq % 100;
+        // The host's routes are shared by every sandbox on it: each gets its own /24.
+        let hi = 64 + (std::process::id().wrapping_mul(7).wrapping_add(self.seq) % 190);
+        let lo = (n * 4) % 256;
+        let host_ip = Ipv4Addr::new(198, 19, hi as u8, lo as u8 + 1);
+        let c_ip = Ipv4Addr::new(198, 19, hi as u8, lo as u8 + 2);
+        let (if_host, if_c) = (format!("hh{id}x{n}"), format!("hv{n}c"));
+        ip(&[
+            "link", "add", "name", &if_host, "type", "veth", "peer", "name", &if_c, "netns",
+            &c.netns,
+        ])?;
+        let setup = (|| {
+            ip(&["addr", "add", &format!("{host_ip}/30"), "dev", &if_host])?;
+            ip(&["link", "set", &if_host, "up"])?;
+            ip(&[
+                "-n",
+                &c.netns,
+                "addr",
+                "add",
+                &format!("{c_ip}/30"),
+                "dev",
+                &if_c,
+            ])?;
+            ip(&["-n", &c.netns, "link", "set", &if_c, "up"])
+        })();
+        if let Err(e) = setup {
+            let _ = ip(&["link", "del", &if_host]);
+            return Err(e);
+        }
+        Ok((host_ip, c_ip))
     }
 
     /// Starts `cmd` inside container `c` (its cgroups and network namespace). The child is

@@ -41,6 +41,12 @@ pub fn tcp_server(
     let listener = TcpListener::bind(listen)
         .with_context(|| format!("binding the test server to {listen}"))?;
     listener.set_nonblocking(true)?;
+    // std listens with a fixed backlog (128 on older toolchains): a storm of 10 000
+    // connects/s overflows a small one whenever the accept loop is descheduled for a few ms,
+    // and each dropped SYN stalls its client for the 1 s retransmit. The kernel caps the
+    // request at net.core.somaxconn.
+    // SAFETY: a valid listening fd; listen() again only resizes the backlog.
+    unsafe { libc::listen(std::os::fd::AsRawFd::as_raw_fd(&listener), 65_535) };
     let end = Instant::now() + deadline;
     if max_conns == 0 {
         // A listener that never accepts, with an accept queue of one: once that slot is taken

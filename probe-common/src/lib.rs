@@ -308,6 +308,8 @@ pub mod globals {
     pub const SKC_DPORT: &str = "SKC_DPORT_OFF";
     /// `offsetof(struct sock_common, skc_family)`.
     pub const SKC_FAMILY: &str = "SKC_FAMILY_OFF";
+    /// `offsetof(struct sock_common, skc_state)`: valid in full, request and timewait sockets.
+    pub const SKC_STATE: &str = "SKC_STATE_OFF";
 }
 
 /// TCP states as numbered by the kernel (`include/net/tcp_states.h`); part of the UAPI-stable

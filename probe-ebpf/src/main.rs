@@ -76,6 +76,8 @@ static SKC_V6_DADDR_OFF: u64 = 0;
 static SKC_DPORT_OFF: u64 = 0;
 #[unsafe(no_mangle)]
 static SKC_FAMILY_OFF: u64 = 0;
+#[unsafe(no_mangle)]
+static SKC_STATE_OFF: u64 = 0;
 
 const AF_INET: u16 = 2;
 const AF_INET6: u16 = 10;
@@ -324,12 +326,20 @@ pub fn sys_exit_connect(ctx: TracePointContext) -> u32 {
 }
 
 /// `trace_tcp_send_reset(const struct sock *sk, const struct sk_buff *skb, ...)`. `sk` is NULL
-/// for resets answering a segment no socket owns (a closed port): those count for cgroup 0,
-/// which user space reports as `host`.
+/// for resets answering a segment no socket owns (a closed port), and may be a timewait or
+/// request socket (`tcp_v4_send_reset` from `tcp_timewait_state_process`/`tcp_check_req`):
+/// those are not full sockets and have no `sk_cgrp_data`, so only `skc_state` (in
+/// `sock_common`, shared by all three) is read before deciding. Resets without a full socket
+/// count for cgroup 0, reported as `host`.
 #[raw_tracepoint(tracepoint = "tcp_send_reset")]
 pub fn tcp_send_reset(ctx: RawTracePointContext) -> i32 {
     let sk: *const u8 = ctx.arg(0);
     if sk.is_null() {
+        count(0, Counter::ResetsSent);
+        return 0;
+    }
+    let state: u8 = read(sk, global(&SKC_STATE_OFF)).unwrap_or(0);
+    if i32::from(state) == tcp_state::TIME_WAIT || i32::from(state) == tcp_state::NEW_SYN_RECV {
         count(0, Counter::ResetsSent);
     } else {
         count_sock(sk, Counter::ResetsSent);

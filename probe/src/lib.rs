@@ -160,6 +160,10 @@ impl KernelProbe {
                 globals::SKC_FAMILY,
                 btf.member_offset("sock_common", &["skc_family"])?,
             ),
+            (
+                globals::SKC_STATE,
+                btf.member_offset("sock_common", &["skc_state"])?,
+            ),
         ];
         raise_memlock();
         let mut loader = EbpfLoader::new();

@@ -20,7 +20,7 @@ use anyhow::{Context as _, Result, bail};
 
 const NS: &str = "herd-bench";
 const SECONDS: u64 = 5;
-const REPS: usize = 3;
+const REPS: usize = 4;
 
 struct Netns;
 
@@ -125,33 +125,55 @@ fn field(said: &str, name: &str) -> Result<u64> {
     Ok(w[i + 1].parse()?)
 }
 
+/// A fresh namespace with the two servers in it: every measurement starts from the same
+/// state (no TIME_WAIT left over from the previous one, which skews a storm by 5x).
+struct Bench {
+    _ns: Netns,
+    servers: Vec<Child>,
+}
+
+impl Bench {
+    fn start(herd: &Path) -> Result<Self> {
+        let ns = Netns::create()?;
+        let servers = [
+            vec![
+                "workload",
+                "tcp-server",
+                "--listen",
+                "127.0.0.1:9300",
+                "--deadline",
+                "10m",
+            ],
+            vec![
+                "workload",
+                "tcp-server",
+                "--listen",
+                "127.0.0.1:9301",
+                "--echo",
+                "0s",
+                "--deadline",
+                "10m",
+            ],
+        ]
+        .iter()
+        .map(|a| in_ns(herd, a).stdout(Stdio::null()).spawn())
+        .collect::<std::io::Result<_>>()?;
+        std::thread::sleep(Duration::from_millis(300));
+        Ok(Self { _ns: ns, servers })
+    }
+}
+
+impl Drop for Bench {
+    fn drop(&mut self) {
+        for s in &mut self.servers {
+            let _ = s.kill();
+            let _ = s.wait();
+        }
+    }
+}
+
 pub fn bench_probe(root: &Path) -> Result<String> {
     let herd = root.join("target/release/herd");
-    let _ns = Netns::create()?;
-    let servers: Vec<Child> = [
-        vec![
-            "workload",
-            "tcp-server",
-            "--listen",
-            "127.0.0.1:9300",
-            "--deadline",
-            "10m",
-        ],
-        vec![
-            "workload",
-            "tcp-server",
-            "--listen",
-            "127.0.0.1:9301",
-            "--echo",
-            "0s",
-            "--deadline",
-            "10m",
-        ],
-    ]
-    .iter()
-    .map(|a| in_ns(&herd, a).stdout(Stdio::null()).spawn())
-    .collect::<std::io::Result<_>>()?;
-    std::thread::sleep(Duration::from_millis(300));
     let secs = format!("{SECONDS}s");
     let loads = [
         Load {
@@ -200,7 +222,14 @@ pub fn bench_probe(root: &Path) -> Result<String> {
         let (mut off, mut on, mut cpu, mut hwm, mut lost) = (Vec::new(), Vec::new(), 0.0, 0, 0);
         let args: Vec<&str> = load.args.iter().map(String::as_str).collect();
         for rep in 0..REPS {
-            for probe_on in [false, true] {
+            // Alternate which goes first, so drift over the run does not favour one side.
+            let order = if rep % 2 == 0 {
+                [false, true]
+            } else {
+                [true, false]
+            };
+            for probe_on in order {
+                let _bench = Bench::start(&herd)?;
                 let probe = probe_on
                     .then(|| ProbeProc::start(&herd, tmp.clone()))
                     .transpose()?;
@@ -239,9 +268,5 @@ pub fn bench_probe(root: &Path) -> Result<String> {
         ));
     }
     let _ = std::fs::remove_file(&tmp);
-    for mut s in servers {
-        let _ = s.kill();
-        let _ = s.wait();
-    }
     Ok(report)
 }

@@ -1,136 +1,314 @@
 //! `herd demo`: herd's main job on its embedded default, with nothing to install or configure.
 //!
-//! Today it builds two containers on this host (cgroup + network namespace, joined by a veth
-//! pair), runs a TCP server in one and a client making a known number of connections in the
-//! other, watches both with the kernel probe and checks the probe's per-container counts
-//! against the workload's own. The full game-like contour (gateway, backend, database) grows
-//! here as the end-to-end run lands.
+//! herd builds a small game service on this host — a gateway and a backend, each in its own
+//! container (cgroup with a CPU quota + network namespace), the backend on SQLite with accounts
+//! and sessions seeded by herd — and runs the same scenario twice: with the gateway's backend
+//! pool keeping 2 idle connections per host (Go's default, the seeds' bug) and with 512 (the
+//! fix). Each run is a full `herd run` (probe + driver + store + report); the demo ends with the
+//! comparison. Everything it creates outside the output directory is removed at the end, on
+//! Ctrl-C and on failure.
 
 use std::{
     io::{BufRead as _, BufReader},
+    path::{Path, PathBuf},
     process::{Command, Stdio},
     time::Duration,
 };
 
 use anyhow::{Context as _, Result, bail};
-use herd_probe::{
-    containers::{Container, ContainerSet},
-    sampler::Sampler,
-};
-use probe_common::Counter;
 
-use crate::{cmd::probe, sandbox::Sandbox, signals};
+use crate::{
+    cmd::{probe::parse_duration, run},
+    contour,
+    sandbox::{Container, Sandbox},
+    signals,
+};
 
 /// Options of `herd demo`.
 #[derive(Debug, clap::Args)]
 pub struct DemoArgs {
-    /// Connections the client opens (one after another, client closes first).
-    #[arg(long, default_value_t = 3000)]
-    pub connections: u64,
-    /// Sampling interval of the probe.
-    #[arg(long, default_value = "500ms", value_parser = probe::parse_duration)]
-    pub interval: Duration,
-    /// Print the kernel verifier's log if a program is rejected.
-    #[arg(long)]
-    pub verbose: bool,
+    /// Where the run store, the reports and the comparison go.
+    #[arg(long, default_value = "herd-out/demo")]
+    pub out: PathBuf,
+    /// Players per step, gradual arrival; the last step arrives all at once (a burst).
+    #[arg(long, default_value = "50,200,400", value_delimiter = ',')]
+    pub steps: Vec<usize>,
+    /// Length of each step.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    pub step_duration: Duration,
+    /// Pause of each player between its calls.
+    #[arg(long, default_value = "200ms", value_parser = parse_duration)]
+    pub think: Duration,
+    /// The gateway's CPU quota, in cores.
+    #[arg(long, default_value_t = 0.5)]
+    pub gateway_cpus: f64,
+    /// The backend's CPU quota, in cores.
+    #[arg(long, default_value_t = 1.0)]
+    pub backend_cpus: f64,
+    /// Time the backend takes per call (a wait standing for its own downstream work), which
+    /// sets how many gateway→backend calls are in flight at once.
+    #[arg(long, default_value = "5ms", value_parser = parse_duration)]
+    pub backend_service_time: Duration,
+    /// Idle backend connections per host for the two runs: the bug, then the fix.
+    #[arg(long, default_value = "2,512", value_delimiter = ',')]
+    pub max_idle: Vec<usize>,
+}
+
+/// The scenario both runs use, with `@…@` markers filled in (TOML uses braces itself).
+const SCENARIO: &str = r#"# The demo's players: each owns an h2c connection to the gateway, joins a 2-player game,
+# then polls its state, moves and reads the history. Written by `herd demo`.
+seed = 7
+
+[target]
+url = "http://@GATEWAY@"
+transport = "h2c"
+connections = "per_player"
+timeout = "5s"
+connect_timeout = "3s"
+
+[outcome]
+code = "/error/code"
+
+[player]
+think = "@THINK@"
+accounts = @ACCOUNTS@
+setup = ["game.join"]
+
+[[op]]
+name = "game.join"
+method = "POST"
+path = "/v1/call/game.join"
+headers = { authorization = "Bearer token-{account}", content-type = "application/json" }
+body = '{"seats": 2}'
+weight = 0
+capture = { game_id = "/game/id" }
+
+[[op]]
+name = "game.state"
+method = "POST"
+path = "/v1/call/game.state"
+headers = { authorization = "Bearer token-{account}", content-type = "application/json" }
+body = '{"game_id": {game_id}}'
+weight = 5
+
+[[op]]
+name = "game.move"
+method = "POST"
+path = "/v1/call/game.move"
+headers = { authorization = "Bearer token-{account}", content-type = "application/json" }
+body = '{"game_id": {game_id}, "move": {"tiles": 2}}'
+weight = 2
+
+[[op]]
+name = "game.history"
+method = "POST"
+path = "/v1/call/game.history"
+headers = { authorization = "Bearer token-{account}", content-type = "application/json" }
+body = '{"game_id": {game_id}, "limit": 20}'
+weight = 1
+"#;
+
+fn scenario(gateway: &str, args: &DemoArgs, accounts: usize) -> String {
+    let mut s = SCENARIO
+        .replace("@GATEWAY@", gateway)
+        .replace(
+            "@THINK@",
+            &humantime::format_duration(args.think).to_string(),
+        )
+        .replace("@ACCOUNTS@", &accounts.to_string());
+    let dur = humantime::format_duration(args.step_duration).to_string();
+    let ramp = humantime::format_duration(args.step_duration / 3).to_string();
+    for (i, players) in args.steps.iter().enumerate() {
+        s.push_str(&format!(
+            "\n[[step]]\nplayers = {players}\nduration = \"{dur}\"\n"
+        ));
+        if i + 1 == args.steps.len() && i > 0 {
+            s.push_str("arrival = \"burst\"\n");
+        } else {
+            s.push_str(&format!("ramp = \"{ramp}\"\n"));
+        }
+    }
+    s
+}
+
+/// Creates the contour's schema and seeds `n` accounts with one session each (token
+/// `token-<k>` for account k + 1, its SHA-256 stored as the backend checks it).
+async fn seed(db_url: &str, n: usize) -> Result<()> {
+    let opts = contour::store::StoreOptions {
+        max_connections: 1,
+        timeout: Duration::from_secs(5),
+        max_moves: 1000,
+    };
+    let store = contour::store::Store::open(db_url, opts)
+        .await
+        .with_context(|| format!("creating the demo database {db_url}"))?;
+    store.close().await;
+    let pool = sqlx::SqlitePool::connect(db_url)
+        .await
+        .with_context(|| format!("opening {db_url} to seed it"))?;
+    let mut tx = pool.begin().await?;
+    for k in 0..n as i64 {
+        sqlx::query("INSERT INTO accounts (id, name, kind) VALUES ($1, $2, $3)")
+            .bind(k + 1)
+            .bind(format!("player-{k}"))
+            .bind(if k % 10 == 9 { "guest" } else { "durable" })
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("INSERT INTO sessions (token_hash, account_id) VALUES ($1, $2)")
+            .bind(contour::store::token_hash(&format!("token-{k}")))
+            .bind(k + 1)
+            .execute(&mut *tx)
+            .await?;
+    }
+    tx.commit().await.context("seeding the demo database")?;
+    pool.close().await;
+    Ok(())
+}
+
+/// Starts `herd contour <args>` in `c` and waits for its `ready` line.
+fn start(sb: &mut Sandbox, c: &Container, args: &[String]) -> Result<()> {
+    let exe = std::env::current_exe().context("locating the herd binary")?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("contour").args(args).stdout(Stdio::piped());
+    let h = sb.spawn(c, cmd)?;
+    let out = sb.child(h).stdout.take().context("service stdout")?;
+    let mut line = String::new();
+    BufReader::new(out)
+        .read_line(&mut line)
+        .with_context(|| format!("waiting for the {} to start", c.name))?;
+    if !line.starts_with("ready") {
+        bail!(
+            "the {} did not start (said {line:?}); run with the same flags by hand to see why",
+            c.name
+        );
+    }
+    Ok(())
+}
+
+/// One full run against a fresh contour whose gateway keeps `max_idle` idle backend
+/// connections. Returns the run id.
+fn one_run(args: &DemoArgs, max_idle: usize, store: &str) -> Result<i64> {
+    let accounts = args.steps.iter().copied().max().unwrap_or(1);
+    let mut sb = Sandbox::new("demo").map_err(crate::environment)?;
+    let quota = |cores: f64| Some(((cores * 100_000.0) as u64, 100_000));
+    let gateway = sb.container("gateway", quota(args.gateway_cpus))?;
+    let backend = sb.container("backend", quota(args.backend_cpus))?;
+    let (_, gw_ip) = sb.link_host(&gateway)?;
+    let (_, be_ip) = sb.link(&gateway, &backend)?;
+    let db = args.out.join(format!("contour-max-idle-{max_idle}.db"));
+    for f in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(PathBuf::from(format!("{}{f}", db.display())));
+    }
+    let db_url = format!("sqlite:{}?mode=rwc", db.display());
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(seed(&db_url, accounts))?;
+    start(
+        &mut sb,
+        &backend,
+        &[
+            "backend".into(),
+            "--listen".into(),
+            format!("{be_ip}:8082"),
+            "--db".into(),
+            db_url.clone(),
+            "--workers".into(),
+            "1".into(),
+            "--service-time".into(),
+            humantime::format_duration(args.backend_service_time).to_string(),
+        ],
+    )?;
+    start(
+        &mut sb,
+        &gateway,
+        &[
+            "gateway".into(),
+            "--listen".into(),
+            format!("{gw_ip}:8081"),
+            "--backend".into(),
+            format!("{be_ip}:8082"),
+            "--backend-max-idle".into(),
+            max_idle.to_string(),
+            "--workers".into(),
+            "2".into(),
+        ],
+    )?;
+    let file = args.out.join(format!("demo-max-idle-{max_idle}.toml"));
+    std::fs::write(&file, scenario(&format!("{gw_ip}:8081"), args, accounts))
+        .with_context(|| format!("writing {}", file.display()))?;
+    eprintln!(
+        "\nherd demo: run with the gateway keeping {max_idle} idle backend connections \
+         (gateway {gw_ip} quota {} cores, backend {be_ip} quota {} cores)",
+        args.gateway_cpus, args.backend_cpus
+    );
+    let outcome = run::execute(&run::RunArgs {
+        scenario: file,
+        set: Vec::new(),
+        name: Some(format!("max-idle-{max_idle}")),
+        out: args.out.clone(),
+        store: Some(store.to_owned()),
+        containers: Vec::new(),
+        no_probe: false,
+        interval: Duration::from_secs(1),
+        grace: Duration::from_secs(3),
+        quiet: true,
+    })?;
+    for f in &outcome.files {
+        println!("wrote {}", f.display());
+    }
+    drop(sb);
+    Ok(outcome.run_id)
 }
 
 /// Runs `herd demo`.
 pub fn run(args: &DemoArgs) -> Result<()> {
-    if args.connections == 0 || args.connections > 100_000 {
-        bail!(
-            "--connections {} must be between 1 and 100000",
-            args.connections
-        );
+    if args.steps.is_empty() || args.steps.iter().any(|&p| p == 0 || p > 5_000) {
+        bail!("--steps takes 1 to 5000 players per step, e.g. 50,200,400");
     }
-    let probe_handle = probe::load(args.verbose)?;
-    let mut sb = Sandbox::new("demo").map_err(crate::environment)?;
-    let client = sb.container("client", None)?;
-    let server = sb.container("server", None)?;
-    let (_, server_ip) = sb.link(&client, &server)?;
-    let layout = sb.layout().clone();
-    let mut set = ContainerSet::default();
-    for c in [&client, &server] {
-        set.add(Container {
-            name: c.name.clone(),
-            cgroup: c
-                .cgroup
-                .strip_prefix(&layout.unified)
-                .map(|p| std::path::Path::new("/").join(p))?,
-            cgroup_id: c.cgroup_id,
-            kind: herd_probe::discover::Kind::Herd,
-            ended_ns: None,
-        })?;
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err(crate::environment(anyhow::anyhow!(
+            "herd demo creates containers (cgroups, network namespaces) and loads eBPF programs: run it as root, e.g. `sudo herd demo`"
+        )));
     }
-    let exe = std::env::current_exe().context("locating the herd binary")?;
-    let target = format!("{server_ip}:8080");
-    let mut srv = Command::new(&exe);
-    srv.args(["workload", "tcp-server", "--listen", &target, "--max-conns"])
-        .arg(args.connections.to_string())
-        .stdout(Stdio::piped());
-    let srv = sb.spawn(&server, srv)?;
-    let mut srv_out = BufReader::new(sb.child(srv).stdout.take().context("server stdout")?);
-    let mut line = String::new();
-    srv_out
-        .read_line(&mut line)
-        .context("waiting for the demo server")?;
-    if !line.starts_with("ready") {
-        bail!("the demo server did not start: {line:?}");
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating the output directory {}", args.out.display()))?;
+    let store = crate::store::default_url(&args.out);
+    let mut runs = Vec::new();
+    for &idle in &args.max_idle {
+        runs.push(one_run(args, idle, &store)?);
+        if signals::stop_requested() {
+            bail!(
+                "interrupted; the containers are removed and every recorded interval is in {store}"
+            );
+        }
     }
-    eprintln!(
-        "herd demo: client ({}) opens {} connections to server ({target}) in its own network \
-         namespace; the kernel probe counts them per container",
-        client.netns, args.connections
-    );
-    let mut cli = Command::new(&exe);
-    cli.args(["workload", "tcp-client", "--target", &target, "--count"])
-        .arg(args.connections.to_string())
-        .stdout(Stdio::piped());
-    let cli = sb.spawn(&client, cli)?;
-    let t0 = herd_probe::clock::now_ns();
-    let mut exited_at: Option<std::time::Instant> = None;
-    let mut sampler = Sampler::new(probe_handle, set, layout)?;
-    probe::watch(
-        &mut sampler,
-        args.interval,
-        Duration::from_secs(120),
-        || {
-            // Once the client's bounded loop ends, give the last handshakes' softirq work a
-            // moment to land, then take the final sample.
-            if exited_at.is_none() && matches!(sb.child(cli).try_wait(), Ok(Some(_))) {
-                exited_at = Some(std::time::Instant::now());
+    summary(&store, &runs, &args.out)
+}
+
+/// Prints each run's findings and writes the comparison.
+fn summary(store: &str, runs: &[i64], out: &Path) -> Result<()> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(async {
+            let s = crate::store::Store::open(store).await?;
+            println!();
+            for &id in runs {
+                let data = crate::report::RunData::load(&s, Some(id)).await?;
+                let r = crate::report::Report::build(&data);
+                println!(
+                    "run {} ({}): {} findings",
+                    r.run.id,
+                    r.run.name,
+                    r.findings.len()
+                );
+                for f in &r.findings {
+                    println!("  - {}: {}", f.kind, f.title);
+                }
             }
-            exited_at.is_some_and(|t| t.elapsed() >= Duration::from_millis(200))
-        },
-        |iv, _| {
-            probe::print_interval(iv, t0);
+            let _ = out;
             Ok(())
-        },
-    )?;
-    let totals = sampler.totals();
-    drop(sampler);
-    println!();
-    probe::print_totals(&totals);
-    if signals::stop_requested() {
-        bail!("interrupted; containers removed");
-    }
-    let mut reported = String::new();
-    if let Some(mut out) = sb.child(cli).stdout.take() {
-        std::io::Read::read_to_string(&mut out, &mut reported)?;
-    }
-    let total = |name: &str, c: Counter| {
-        totals
-            .iter()
-            .find(|(n, _)| n == name)
-            .map_or(0, |(_, t)| t[c as usize])
-    };
-    let connects = total("client", Counter::Connects);
-    let accepts = total("server", Counter::Accepts);
-    println!(
-        "\nground truth: the client says `{}`; the probe saw client connects {connects}, server \
-         accepts {accepts}, host connects {}",
-        reported.trim(),
-        total(herd_probe::containers::HOST, Counter::Connects)
-    );
-    Ok(())
+        })
 }
