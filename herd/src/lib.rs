@@ -40,18 +40,24 @@ pub struct Cli {
 /// herd's subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the embedded demo: containers on this host, real traffic, the kernel probe's
-    /// per-container counts checked against the workload's own (needs root).
+    /// Compare two recorded runs (before and after a fix): TIME_WAIT, new connections/s, CPU
+    /// peaks per container, latency and errors per op, findings, with deltas and ratios.
+    Compare(cmd::compare::CompareArgs),
+    /// Run the embedded demo: a gateway and a backend in containers on this host, driven and
+    /// probed twice (the seeds' 2-idle-connection pool, then the fix), reported and compared
+    /// (needs root; about 3 minutes).
     Demo(cmd::demo::DemoArgs),
     /// Drive virtual players against a service from a scenario file and print a per-step
     /// table (latency percentiles and outcomes per op).
     Drive(cmd::drive::DriveArgs),
-    /// Report a recorded run (Markdown and JSON), or list the runs in a store.
+    /// Report a recorded run (Markdown, HTML and JSON), also one that was killed, or list the
+    /// runs in a store.
     Report(cmd::report::ReportArgs),
     /// Attach the probe, drive a scenario, record both timelines, and write the report.
     Run(cmd::run::RunArgs),
-    /// Run the kernel probe alone and print per-container TCP connects and accepts per
-    /// interval, next to any load tool (needs root or CAP_BPF + CAP_PERFMON).
+    /// Run the kernel probe alone, next to any load tool: per container and interval TCP
+    /// connects, accepts, failures by errno, TIME_WAIT, socket gauges, CPU and throttling
+    /// (needs root or CAP_BPF + CAP_PERFMON).
     Probe(cmd::probe::ProbeArgs),
     /// The demo contour's services (internal).
     #[command(subcommand, hide = true)]
@@ -65,6 +71,7 @@ pub enum Command {
 pub fn run(cli: Cli) -> ExitCode {
     signals::install();
     let result = match &cli.command {
+        Command::Compare(a) => cmd::compare::run(a),
         Command::Demo(a) => cmd::demo::run(a),
         Command::Drive(a) => cmd::drive::run(a),
         Command::Probe(a) => cmd::probe::run(a),

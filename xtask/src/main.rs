@@ -32,7 +32,8 @@ enum Task {
     /// Build herd in release mode and measure the probe's overhead: throughput with the probe
     /// detached vs attached, interleaved, plus the probe's CPU, RSS and lost events (root).
     BenchProbe,
-    /// Setup, build herd in release mode, and run `herd demo` (needs root).
+    /// Setup, build herd in release mode, and run `herd demo` (needs root): the demo contour,
+    /// driven and probed with the buggy and the fixed pool, reported and compared.
     Demo {
         /// Arguments passed to `herd demo`.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]

@@ -308,7 +308,13 @@ fn summary(store: &str, runs: &[i64], out: &Path) -> Result<()> {
                     println!("  - {}: {}", f.kind, f.title);
                 }
             }
-            let _ = out;
+            if let [before, after, ..] = runs {
+                let c = crate::report::compare::load_comparison(&s, *before, *after).await?;
+                println!("\n{}", crate::report::compare::table(&c));
+                for f in crate::report::compare::write_comparison(&c, out)? {
+                    println!("wrote {}", f.display());
+                }
+            }
             Ok(())
         })
 }

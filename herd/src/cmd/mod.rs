@@ -1,4 +1,5 @@
 //! One module per subcommand.
+pub mod compare;
 pub mod demo;
 pub mod drive;
 pub mod probe;

@@ -54,7 +54,8 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("{e} (write e.g. 500ms, 10s, 2m)"))
 }
 
-fn parse_interval(s: &str) -> Result<Duration, String> {
+/// Parses an interval: a duration of 100 ms or more.
+pub fn parse_interval(s: &str) -> Result<Duration, String> {
     let d = parse_duration(s)?;
     if d < Duration::from_millis(100) {
         return Err(format!("{s} is below the 100ms minimum interval"));

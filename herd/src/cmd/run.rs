@@ -51,7 +51,7 @@ pub struct RunArgs {
     #[arg(long)]
     pub no_probe: bool,
     /// Length of one interval of both timelines (100ms or more).
-    #[arg(long, default_value = "1s", value_parser = probe::parse_duration)]
+    #[arg(long, default_value = "1s", value_parser = probe::parse_interval)]
     pub interval: Duration,
     /// How long requests in flight may take to finish once the plan ends or Ctrl-C stops it.
     #[arg(long, default_value = "5s", value_parser = probe::parse_duration)]

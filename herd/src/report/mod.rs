@@ -2,6 +2,7 @@
 //! and written as Markdown, a self-contained HTML page and JSON (schema in
 //! `docs/report.schema.json`). Every cell holds a value or says why it has none.
 
+pub mod compare;
 pub mod findings;
 pub mod html;
 pub mod markdown;

@@ -1,0 +1,1533 @@
+//! Two runs side by side — before and after a fix — as one table with deltas and ratios: the
+//! seeds' before/after table (TIME_WAIT, new connections/s, CPU peak per container, p99 per op,
+//! errors, findings), built from two [`Report`]s by a pure function and written as Markdown and
+//! a self-contained HTML page. A value one run lacks shows why, never an empty cell.
+
+use std::{
+    collections::BTreeMap,
+    fmt::Write as _,
+    path::{Path, PathBuf},
+};
+
+use anyhow::{Context as _, Result};
+use serde::{Deserialize, Serialize};
+
+use super::{
+    RunData,
+    findings::Finding,
+    model::{Cell, ContainerRow, OpRow, PairRow, Report, RunSummary},
+};
+use crate::store::Store;
+
+/// The part of the comparison a row belongs to; rows come in this order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Section {
+    /// A source container → destination.
+    Pair,
+    /// A container.
+    Container,
+    /// An op, over the whole run.
+    Op,
+    /// The run's totals.
+    Run,
+}
+
+/// How a metric's numbers are stored (the JSON holds the stored form) and shown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Unit {
+    /// A count.
+    Count,
+    /// Per second.
+    PerSecond,
+    /// A plain ratio (churn: new connections per request).
+    Ratio,
+    /// CPU cores, shown as percent of one core (the seeds read `docker stats`, which does so).
+    Cores,
+    /// A share in 0..=1, shown in percent; its deltas in percentage points.
+    Share,
+    /// Microseconds, shown in ms.
+    Micros,
+    /// MiB.
+    Mib,
+}
+
+/// Which direction of change is an improvement.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Better {
+    /// Less is better (TIME_WAIT, CPU, latency, errors).
+    Lower,
+    /// More is better (throughput).
+    Higher,
+    /// Neither: a fix can rightly raise it (a pool keeping more connections ESTABLISHED).
+    Neither,
+}
+
+/// One run's value in a row.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Side {
+    /// The value, or why there is none.
+    pub value: Cell,
+    /// True when the value is implied from a rate rather than read from a gauge (the
+    /// TIME_WAIT peak as the busiest second's TIME_WAIT entries × 60 s, where the gauge was
+    /// not sampled).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub implied: bool,
+}
+
+impl Side {
+    fn of(value: Cell) -> Self {
+        Self {
+            value,
+            implied: false,
+        }
+    }
+
+    fn missing(why: impl Into<String>) -> Self {
+        Self::of(Cell::Missing(why.into()))
+    }
+}
+
+/// One row of the before/after table.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Row {
+    /// Which part of the table.
+    pub section: Section,
+    /// `gateway → backend`, `gateway`, `game.state`, or `run`.
+    pub subject: String,
+    /// What is compared, e.g. `TIME_WAIT peak`.
+    pub metric: String,
+    /// How the numbers are stored and shown.
+    pub unit: Unit,
+    /// Which direction is an improvement.
+    pub better: Better,
+    /// The first run's value.
+    pub before: Side,
+    /// The second run's value.
+    pub after: Side,
+    /// after − before, or why there is none.
+    pub delta: Cell,
+    /// after / before; 0 when after is 0; missing when before is 0 or a side has no value.
+    pub ratio: Cell,
+}
+
+/// Two runs compared.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Comparison {
+    /// The run before the change.
+    pub before: RunSummary,
+    /// The run after it.
+    pub after: RunSummary,
+    /// Pairs, then containers, then ops, then run totals.
+    pub rows: Vec<Row>,
+    /// The first run's findings.
+    pub before_findings: Vec<Finding>,
+    /// The second run's findings.
+    pub after_findings: Vec<Finding>,
+    /// How the numbers were obtained and why some are missing.
+    pub notes: Vec<String>,
+}
+
+/// A Linux socket stays in TIME_WAIT for 60 s (`TCP_TIMEWAIT_LEN`); the report's implied peak
+/// uses it, and the note explaining that peak says so.
+const TIME_WAIT_S: u32 = 60;
+
+/// Builds a row, deriving its delta and ratio.
+fn row(
+    section: Section,
+    subject: &str,
+    metric: &str,
+    unit: Unit,
+    better: Better,
+    [before, after]: [Side; 2],
+    ids: [i64; 2],
+) -> Row {
+    let lacks = |which: &str| -> Cell { Cell::Missing(which.to_owned()) };
+    let (delta, ratio) = match (before.value.value(), after.value.value()) {
+        (Some(x), Some(y)) => (
+            Cell::Value(y - x),
+            if x == 0.0 && y == 0.0 {
+                lacks("both 0")
+            } else if x == 0.0 {
+                lacks("before is 0")
+            } else {
+                Cell::Value(y / x)
+            },
+        ),
+        (None, Some(_)) => {
+            let why = format!("run {} has no value", ids[0]);
+            (lacks(&why), lacks(&why))
+        }
+        (Some(_), None) => {
+            let why = format!("run {} has no value", ids[1]);
+            (lacks(&why), lacks(&why))
+        }
+        (None, None) => (
+            lacks("neither run has a value"),
+            lacks("neither run has a value"),
+        ),
+    };
+    Row {
+        section,
+        subject: subject.to_owned(),
+        metric: metric.to_owned(),
+        unit,
+        better,
+        before,
+        after,
+        delta,
+        ratio,
+    }
+}
+
+/// Why a run has no probe figures, when it has none.
+fn probe_missing(r: &Report) -> Option<String> {
+    (r.run.probe_intervals == 0).then(|| {
+        let why = r
+            .notes
+            .iter()
+            .find_map(|n| n.strip_prefix("Kernel probe: "))
+            .unwrap_or("the probe recorded no interval");
+        format!("no probe data in run {}: {why}", r.run.id)
+    })
+}
+
+/// The largest value of `cells`, or the first reason when none has a value.
+fn peak<'a>(cells: impl Iterator<Item = &'a Cell>) -> Option<Cell> {
+    let mut best: Option<f64> = None;
+    let mut why: Option<String> = None;
+    for c in cells {
+        match c {
+            Cell::Value(v) => best = Some(best.map_or(*v, |b| b.max(*v))),
+            Cell::Missing(w) => {
+                why.get_or_insert_with(|| w.clone());
+            }
+        }
+    }
+    best.map(Cell::Value).or(why.map(Cell::Missing))
+}
+
+/// The sum of the cells' values, or the first reason when none has a value.
+fn sum<'a>(cells: impl Iterator<Item = &'a Cell>) -> Cell {
+    let mut total: Option<f64> = None;
+    let mut why: Option<String> = None;
+    for c in cells {
+        match c {
+            Cell::Value(v) => total = Some(total.unwrap_or(0.0) + v),
+            Cell::Missing(w) => {
+                why.get_or_insert_with(|| w.clone());
+            }
+        }
+    }
+    match (total, why) {
+        (Some(t), _) => Cell::Value(t),
+        (None, Some(w)) => Cell::Missing(w),
+        (None, None) => Cell::Missing("no rows".into()),
+    }
+}
+
+/// Keeps the first appearance of each name, `a`'s before `b`'s.
+fn union_in_order<'a>(
+    a: impl Iterator<Item = &'a str>,
+    b: impl Iterator<Item = &'a str>,
+) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for n in a.chain(b) {
+        if !out.iter().any(|o| o == n) {
+            out.push(n.to_owned());
+        }
+    }
+    out
+}
+
+/// Compares run `a` (before) with run `b` (after).
+pub fn compare(a: &Report, b: &Report) -> Comparison {
+    let ids = [a.run.id, b.run.id];
+    let mut rows = Vec::new();
+    let mut notes = Vec::new();
+    pair_rows(a, b, &mut rows, &mut notes);
+    container_rows(a, b, &mut rows);
+    op_rows(a, b, &mut rows);
+
+    // Run totals.
+    let count = |v: u64| Side::of(Cell::Value(v as f64));
+    let totals = [
+        // Same load, more requests served: the system kept up better.
+        ("requests", Better::Higher, [a.run.requests, b.run.requests]),
+        (
+            "errors (not ok)",
+            Better::Lower,
+            [a.run.errors, b.run.errors],
+        ),
+        (
+            "findings",
+            Better::Lower,
+            [a.findings.len() as u64, b.findings.len() as u64],
+        ),
+    ];
+    for (metric, better, [x, y]) in totals {
+        rows.push(row(
+            Section::Run,
+            "run",
+            metric,
+            Unit::Count,
+            better,
+            [count(x), count(y)],
+            ids,
+        ));
+    }
+    let mut kinds: BTreeMap<&str, [u64; 2]> = BTreeMap::new();
+    for (i, r) in [a, b].into_iter().enumerate() {
+        for f in &r.findings {
+            kinds.entry(f.kind.as_str()).or_default()[i] += 1;
+        }
+    }
+    for (kind, [x, y]) in kinds {
+        rows.push(row(
+            Section::Run,
+            "run",
+            &format!("findings: {kind}"),
+            Unit::Count,
+            Better::Lower,
+            [count(x), count(y)],
+            ids,
+        ));
+    }
+
+    notes.push(
+        "Op latencies over a run are count-weighted means of the per-step percentiles (the \
+         store keeps each step's percentiles, not its histogram): close to the run's own \
+         percentiles, not equal to them. Max is the largest of any step; req/s is the op's \
+         count over the time of the steps it ran in."
+            .into(),
+    );
+    notes.push(
+        "Container peaks are the highest of any load step; intervals before the first step and \
+         after the last (setup, clean-up) are left out when a run has steps."
+            .into(),
+    );
+    notes.push(
+        "Ratio is after ÷ before: ×k when the second run's value is k times the first's, ÷k \
+         when it is k times smaller, → 0 when it fell to 0."
+            .into(),
+    );
+    for r in [a, b] {
+        if let Some(why) = probe_missing(r) {
+            notes.push(format!("Kernel probe: {why}."));
+        }
+        if r.run.status != "finished" {
+            notes.push(format!(
+                "Run {} did not finish (status `{}`): its figures cover the intervals recorded \
+                 before it stopped.",
+                r.run.id, r.run.status
+            ));
+        }
+    }
+    Comparison {
+        before: a.run.clone(),
+        after: b.run.clone(),
+        rows,
+        before_findings: a.findings.clone(),
+        after_findings: b.findings.clone(),
+        notes,
+    }
+}
+
+/// The figures of a pair compared.
+#[derive(Clone, Copy)]
+enum PairMetric {
+    Connects,
+    TimeWait,
+    Churn,
+    Established,
+}
+
+/// Per destination pair: new connections/s, TIME_WAIT peak, churn ratio, ESTABLISHED peak.
+fn pair_rows(a: &Report, b: &Report, rows: &mut Vec<Row>, notes: &mut Vec<String>) {
+    let ids = [a.run.id, b.run.id];
+    // A destination is named by its container when either run knows it, so a backend that
+    // came up at another address in the second run still lines up with the first.
+    let mut names: BTreeMap<&str, &str> = BTreeMap::new();
+    for p in a.pairs.iter().chain(&b.pairs) {
+        if p.remote_container != "-" {
+            names.insert(p.remote.as_str(), p.remote_container.as_str());
+        }
+    }
+    let dest = |p: &PairRow| -> (String, bool) {
+        match names.get(p.remote.as_str()) {
+            Some(n) => ((*n).to_owned(), true),
+            None => (p.remote.clone(), false),
+        }
+    };
+    let mut by_key: BTreeMap<(String, String), [Vec<&PairRow>; 2]> = BTreeMap::new();
+    let mut by_address = false;
+    for (i, r) in [a, b].into_iter().enumerate() {
+        for p in &r.pairs {
+            let (d, named) = dest(p);
+            by_address |= !named;
+            by_key.entry((p.container.clone(), d)).or_default()[i].push(p);
+        }
+    }
+    // The busiest pair first: that is where churn shows.
+    let mut keys: Vec<((String, String), f64)> = by_key
+        .iter()
+        .map(|(k, sides)| {
+            let busiest = sides
+                .iter()
+                .map(|ps| ps.iter().map(|p| p.connects_per_s).sum::<f64>())
+                .fold(0.0, f64::max);
+            (k.clone(), busiest)
+        })
+        .collect();
+    keys.sort_by(|x, y| y.1.total_cmp(&x.1).then_with(|| x.0.cmp(&y.0)));
+
+    for ((src, dst), _) in keys {
+        let sides = &by_key[&(src.clone(), dst.clone())];
+        let subject = format!("{src} → {dst}");
+        let reports = [a, b];
+        // Several rows under one key (one destination container on two ports) add up: counts
+        // and rates exactly, gauge peaks as an upper bound (their peaks may not coincide).
+        let side = |i: usize, metric: PairMetric| -> Side {
+            let ps = &sides[i];
+            if ps.is_empty() {
+                if let Some(why) = probe_missing(reports[i]) {
+                    return Side::missing(why);
+                }
+                // The probe counts every connect of every container, so a pair with no row
+                // opened no connection in that run; its gauges were never read.
+                return match metric {
+                    PairMetric::Connects => Side::of(Cell::Value(0.0)),
+                    _ => Side::missing(format!(
+                        "no connection from {src} to {dst} in run {}",
+                        ids[i]
+                    )),
+                };
+            }
+            match metric {
+                PairMetric::Connects => {
+                    Side::of(Cell::Value(ps.iter().map(|p| p.connects_per_s).sum()))
+                }
+                PairMetric::TimeWait => {
+                    let implied = ps.iter().any(|p| p.time_wait_peak.value().is_none());
+                    let total = ps
+                        .iter()
+                        .map(|p| {
+                            p.time_wait_peak
+                                .value()
+                                .unwrap_or(p.time_wait_implied_peak as f64)
+                        })
+                        .sum();
+                    Side {
+                        value: Cell::Value(total),
+                        implied,
+                    }
+                }
+                PairMetric::Churn => Side::of(sum(ps.iter().map(|p| &p.churn_ratio))),
+                PairMetric::Established => Side::of(sum(ps.iter().map(|p| &p.established_peak))),
+            }
+        };
+        for (metric, key, unit, better) in [
+            (
+                "new connections/s",
+                PairMetric::Connects,
+                Unit::PerSecond,
+                Better::Lower,
+            ),
+            (
+                "TIME_WAIT peak",
+                PairMetric::TimeWait,
+                Unit::Count,
+                Better::Lower,
+            ),
+            (
+                "churn ratio (new connections per request)",
+                PairMetric::Churn,
+                Unit::Ratio,
+                Better::Lower,
+            ),
+            (
+                "ESTABLISHED peak",
+                PairMetric::Established,
+                Unit::Count,
+                Better::Neither,
+            ),
+        ] {
+            rows.push(row(
+                Section::Pair,
+                &subject,
+                metric,
+                unit,
+                better,
+                [side(0, key), side(1, key)],
+                ids,
+            ));
+        }
+    }
+    if rows.iter().any(|r| r.before.implied || r.after.implied) {
+        notes.push(format!(
+            "TIME_WAIT peak is the gauge of the source's network namespace toward the \
+             destination; ≈ … (implied) marks a peak implied from the busiest second's TIME_WAIT \
+             entries × {TIME_WAIT_S} s, where the gauge was not sampled."
+        ));
+    }
+    if by_address {
+        notes.push("Destinations no run names a container for are matched by address:port.".into());
+    }
+}
+
+/// The container rows to compare: those of the load steps (all rows when there are none).
+/// Without the probe a report holds one placeholder row per step (container `all`) whose cells
+/// carry the reason; the reason is used instead, so `all` is no container to compare.
+fn compared_containers(r: &Report) -> Vec<&ContainerRow> {
+    if probe_missing(r).is_some() {
+        return Vec::new();
+    }
+    let in_steps: Vec<&ContainerRow> = r
+        .containers
+        .iter()
+        .filter(|c| c.step != "before" && c.step != "after")
+        .collect();
+    if in_steps.is_empty() {
+        r.containers.iter().collect()
+    } else {
+        in_steps
+    }
+}
+
+/// Per container: CPU burst and sustained peaks, throttled share, memory peak.
+fn container_rows(a: &Report, b: &Report, rows: &mut Vec<Row>) {
+    let ids = [a.run.id, b.run.id];
+    let reports = [a, b];
+    let sides = [compared_containers(a), compared_containers(b)];
+    let names = union_in_order(
+        sides[0].iter().map(|c| c.container.as_str()),
+        sides[1].iter().map(|c| c.container.as_str()),
+    );
+    type Pick = fn(&ContainerRow) -> &Cell;
+    let metrics: [(&str, Unit, Pick); 4] = [
+        ("CPU burst peak (busiest 100 ms)", Unit::Cores, |c| {
+            &c.cpu_burst
+        }),
+        ("CPU sustained peak (30 s)", Unit::Cores, |c| {
+            &c.cpu_sustained
+        }),
+        (
+            "throttled share of periods (worst step)",
+            Unit::Share,
+            |c| &c.throttled_share,
+        ),
+        ("memory peak", Unit::Mib, |c| &c.mem_peak_mib),
+    ];
+    for name in &names {
+        for (metric, unit, pick) in metrics {
+            let side = |i: usize| -> Side {
+                if let Some(why) = probe_missing(reports[i]) {
+                    return Side::missing(why);
+                }
+                let cells = sides[i]
+                    .iter()
+                    .filter(|c| &c.container == name)
+                    .map(|c| pick(c));
+                Side::of(peak(cells).unwrap_or_else(|| {
+                    Cell::Missing(format!("no container {name} in run {}", ids[i]))
+                }))
+            };
+            rows.push(row(
+                Section::Container,
+                name,
+                metric,
+                unit,
+                Better::Lower,
+                [side(0), side(1)],
+                ids,
+            ));
+        }
+    }
+}
+
+/// One op over a whole run.
+#[derive(Default)]
+struct OpTotal {
+    count: u64,
+    /// Σ count × p50 (µs), Σ count × p99 (µs): for count-weighted means.
+    p50_w: f64,
+    p99_w: f64,
+    max_us: u64,
+    not_ok: u64,
+    /// Seconds of the steps the op ran in, from each step's count and rate.
+    secs: f64,
+}
+
+/// Per op over the whole run: p50, p99, max, error share, req/s.
+fn op_rows(a: &Report, b: &Report, rows: &mut Vec<Row>) {
+    let ids = [a.run.id, b.run.id];
+    let total = |r: &Report, op: &str| -> Option<OpTotal> {
+        let mut t: Option<OpTotal> = None;
+        for o in r.ops.iter().filter(|o: &&OpRow| o.op == op) {
+            let t = t.get_or_insert_with(OpTotal::default);
+            t.count += o.count;
+            t.p50_w += o.count as f64 * o.p50_us as f64;
+            t.p99_w += o.count as f64 * o.p99_us as f64;
+            t.max_us = t.max_us.max(o.max_us);
+            t.not_ok += o
+                .outcomes
+                .iter()
+                .filter(|(k, _)| k.as_str() != "ok")
+                .map(|(_, n)| n)
+                .sum::<u64>();
+            if o.rate > 0.0 {
+                t.secs += o.count as f64 / o.rate;
+            }
+        }
+        t
+    };
+    let names = union_in_order(
+        a.ops.iter().map(|o| o.op.as_str()),
+        b.ops.iter().map(|o| o.op.as_str()),
+    );
+    for op in &names {
+        let totals = [total(a, op), total(b, op)];
+        type Metric = fn(&OpTotal) -> Cell;
+        let metrics: [(&str, Unit, Better, Metric); 5] = [
+            ("p50", Unit::Micros, Better::Lower, |t| {
+                Cell::Value(t.p50_w / t.count as f64)
+            }),
+            ("p99", Unit::Micros, Better::Lower, |t| {
+                Cell::Value(t.p99_w / t.count as f64)
+            }),
+            ("max", Unit::Micros, Better::Lower, |t| {
+                Cell::Value(t.max_us as f64)
+            }),
+            (
+                "error share (not ok / count)",
+                Unit::Share,
+                Better::Lower,
+                |t| Cell::Value(t.not_ok as f64 / t.count as f64),
+            ),
+            ("req/s", Unit::PerSecond, Better::Higher, |t| {
+                Cell::Value(t.count as f64 / t.secs)
+            }),
+        ];
+        for (metric, unit, better, f) in metrics {
+            let side = |i: usize| -> Side {
+                match &totals[i] {
+                    None => Side::missing(format!("op not run in run {}", ids[i])),
+                    Some(t) if metric == "req/s" && t.secs <= 0.0 => {
+                        Side::missing("no step time recorded")
+                    }
+                    Some(t) if t.count == 0 && metric != "req/s" => {
+                        Side::missing("no requests recorded")
+                    }
+                    Some(t) => Side::of(f(t)),
+                }
+            };
+            rows.push(row(
+                Section::Op,
+                op,
+                metric,
+                unit,
+                better,
+                [side(0), side(1)],
+                ids,
+            ));
+        }
+    }
+}
+
+/// `v` in `unit`, signed (`+3`, `-26500`) when `signed`.
+fn show(unit: Unit, v: f64, signed: bool) -> String {
+    let m = v.abs();
+    let body = match unit {
+        Unit::Count => format!("{m:.0}"),
+        Unit::PerSecond => format!("{m:.1}"),
+        // Churn after a fix sits in the thousandths (2 connections per 500 requests).
+        Unit::Ratio if m > 0.0 && m < 0.01 => format!("{m:.4}"),
+        Unit::Ratio if m < 0.1 => format!("{m:.3}"),
+        Unit::Ratio => format!("{m:.2}"),
+        Unit::Cores if m >= 0.1 => format!("{:.0}", m * 100.0),
+        Unit::Cores => format!("{:.1}", m * 100.0),
+        // Error shares live well under 1 % (the seeds' 0.07 %); one decimal would say 0.
+        Unit::Share if m > 0.0 && m < 0.01 => format!("{:.2}", m * 100.0),
+        Unit::Share => format!("{:.1}", m * 100.0),
+        Unit::Micros if m >= 10_000.0 => format!("{:.0}", m / 1e3),
+        Unit::Micros => format!("{:.1}", m / 1e3),
+        Unit::Mib => format!("{m:.1}"),
+    };
+    // A value that rounds to zero carries no sign.
+    let zero = body.chars().all(|c| c == '0' || c == '.');
+    let sign = match () {
+        _ if zero => "",
+        _ if v < 0.0 => "-",
+        _ if signed => "+",
+        _ => "",
+    };
+    let suffix = match unit {
+        Unit::Count | Unit::PerSecond | Unit::Ratio => "",
+        Unit::Cores => " %",
+        Unit::Share if signed => " pp",
+        Unit::Share => " %",
+        Unit::Micros => " ms",
+        Unit::Mib => " MiB",
+    };
+    format!("{sign}{body}{suffix}")
+}
+
+fn show_side(unit: Unit, s: &Side) -> String {
+    match &s.value {
+        Cell::Value(v) if s.implied => format!("≈ {} (implied)", show(unit, *v, false)),
+        Cell::Value(v) => show(unit, *v, false),
+        Cell::Missing(why) => format!("n/a ({why})"),
+    }
+}
+
+fn show_delta(unit: Unit, d: &Cell) -> String {
+    match d {
+        Cell::Value(v) => show(unit, *v, true),
+        Cell::Missing(why) => format!("n/a ({why})"),
+    }
+}
+
+fn show_ratio(r: &Cell) -> String {
+    let factor = |f: f64| {
+        if f >= 100.0 {
+            format!("{f:.0}")
+        } else if f >= 10.0 {
+            format!("{f:.1}")
+        } else {
+            format!("{f:.2}")
+        }
+    };
+    match r {
+        Cell::Value(v) if *v == 0.0 => "→ 0".into(),
+        // Within half a percent either way reads as unchanged, not as "÷1.00".
+        Cell::Value(v) if (v - 1.0).abs() < 0.005 => "×1.00".into(),
+        Cell::Value(v) if *v >= 1.0 => format!("×{}", factor(*v)),
+        Cell::Value(v) => format!("÷{}", factor(1.0 / v)),
+        Cell::Missing(why) => format!("n/a ({why})"),
+    }
+}
+
+fn what(r: &Row) -> String {
+    match r.section {
+        Section::Pair => format!("pair {}", r.subject),
+        Section::Container => format!("container {}", r.subject),
+        Section::Op => format!("op {}", r.subject),
+        Section::Run => r.subject.clone(),
+    }
+}
+
+/// Whether the change is an improvement (Some(true)), a regression (Some(false)), or neither.
+fn verdict(r: &Row) -> Option<bool> {
+    let (x, y) = (r.before.value.value()?, r.after.value.value()?);
+    let lower = match r.better {
+        Better::Lower => true,
+        Better::Higher => false,
+        Better::Neither => return None,
+    };
+    // Run-to-run noise moves latencies and rates by a few percent; only paint what moved more.
+    if (y - x).abs() <= 0.05 * x.abs().max(y.abs()) {
+        return None;
+    }
+    Some((y < x) == lower)
+}
+
+fn run_line(r: &RunSummary, code: fn(&str) -> String) -> String {
+    format!(
+        "run {} {} (scenario {}, status {}, {:.0} s, {} requests, {} not ok)",
+        r.id,
+        code(&r.name),
+        code(&r.scenario),
+        r.status,
+        r.duration_s,
+        r.requests,
+        r.errors
+    )
+}
+
+fn md_code(s: &str) -> String {
+    format!("`{s}`")
+}
+
+fn html_code(s: &str) -> String {
+    format!("<code>{}</code>", esc(s))
+}
+
+/// The before/after table alone, in Markdown (what `herd compare` prints).
+pub fn table(c: &Comparison) -> String {
+    // A `|` inside a reason would split its cell.
+    let md = |s: String| s.replace('|', "\\|").replace('\n', " ");
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "| what | metric | before: run {} | after: run {} | delta | ratio |\n|---|---|---:|---:|---:|---:|",
+        c.before.id, c.after.id
+    );
+    for r in &c.rows {
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} | {} | {} | {} |",
+            md(what(r)),
+            md(r.metric.clone()),
+            md(show_side(r.unit, &r.before)),
+            md(show_side(r.unit, &r.after)),
+            md(show_delta(r.unit, &r.delta)),
+            md(show_ratio(&r.ratio))
+        );
+    }
+    o
+}
+
+/// The Markdown page: header, the table, both runs' findings, notes.
+pub fn markdown(c: &Comparison) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "# herd compare — run {} → run {}\n\n- before: {}\n- after: {}\n",
+        c.before.id,
+        c.after.id,
+        run_line(&c.before, md_code),
+        run_line(&c.after, md_code)
+    );
+    let _ = writeln!(o, "## Before / after\n\n{}", table(c));
+    let _ = writeln!(o, "## Findings\n");
+    for (label, r, fs) in [
+        ("before", &c.before, &c.before_findings),
+        ("after", &c.after, &c.after_findings),
+    ] {
+        if fs.is_empty() {
+            let _ = writeln!(o, "- run {} ({label}): none", r.id);
+        }
+        for f in fs {
+            let _ = writeln!(o, "- run {} ({label}): **{}** — {}", r.id, f.kind, f.title);
+        }
+    }
+    let _ = writeln!(o, "\n## Notes\n");
+    for n in &c.notes {
+        let _ = writeln!(o, "- {n}");
+    }
+    o
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// The HTML page: self-contained (inline CSS, no scripts, no network); improvements green,
+/// regressions red.
+pub fn html(c: &Comparison) -> String {
+    let mut o = String::new();
+    let _ = write!(
+        o,
+        "<!doctype html><html lang=en><meta charset=utf-8><title>herd compare — run {} → run {}</title><style>\
+         body{{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222}}\
+         table{{border-collapse:collapse;margin:.5em 0 1.5em}}td,th{{border:1px solid #ccc;padding:3px 7px;text-align:right}}\
+         td.l,th.l{{text-align:left}}th{{background:#f3f3f3}}th.section{{background:#e6e6e6;text-align:left}}\
+         .na{{color:#999}}.better{{color:#1a7f37;font-weight:600}}.worse{{color:#d62728;font-weight:600}}\
+         .finding{{border-left:4px solid #d62728;padding:.3em .8em;margin:.6em 0;background:#fff6f6}}</style>",
+        c.before.id, c.after.id
+    );
+    let _ = write!(
+        o,
+        "<h1>herd compare — run {} → run {}</h1><ul><li>before: {}<li>after: {}</ul>",
+        c.before.id,
+        c.after.id,
+        run_line(&c.before, html_code),
+        run_line(&c.after, html_code)
+    );
+    let _ = write!(
+        o,
+        "<h2>Before / after</h2><table><tr><th class=l>what<th class=l>metric<th>before: run {}<th>after: run {}<th>delta<th>ratio",
+        c.before.id, c.after.id
+    );
+    let mut section = None;
+    for r in &c.rows {
+        if section != Some(r.section) {
+            section = Some(r.section);
+            let title = match r.section {
+                Section::Pair => "Connections per source → destination",
+                Section::Container => "Containers (peaks over the load steps)",
+                Section::Op => "Ops over the whole run",
+                Section::Run => "Run totals",
+            };
+            let _ = write!(o, "<tr><th class=section colspan=6>{title}");
+        }
+        let grey = |c: &Cell, text: String| match c {
+            Cell::Missing(_) => format!("<span class=na>{}</span>", esc(&text)),
+            Cell::Value(_) => esc(&text),
+        };
+        let class = match verdict(r) {
+            Some(true) => " class=better",
+            Some(false) => " class=worse",
+            None => "",
+        };
+        let ratio_class = if r.ratio.value().is_some() { class } else { "" };
+        let _ = write!(
+            o,
+            "<tr><td class=l>{}<td class=l>{}<td>{}<td>{}<td{class}>{}<td{ratio_class}>{}",
+            esc(&what(r)),
+            esc(&r.metric),
+            grey(&r.before.value, show_side(r.unit, &r.before)),
+            grey(&r.after.value, show_side(r.unit, &r.after)),
+            grey(&r.delta, show_delta(r.unit, &r.delta)),
+            grey(&r.ratio, show_ratio(&r.ratio))
+        );
+    }
+    o.push_str("</table><h2>Findings</h2>");
+    for (label, r, fs) in [
+        ("before", &c.before, &c.before_findings),
+        ("after", &c.after, &c.after_findings),
+    ] {
+        let _ = write!(o, "<h3>run {} ({label})</h3>", r.id);
+        if fs.is_empty() {
+            o.push_str("<p>None.</p>");
+        }
+        for f in fs {
+            let _ = write!(
+                o,
+                "<div class=finding><b>{}</b> — {}</div>",
+                esc(&f.kind),
+                esc(&f.title)
+            );
+        }
+    }
+    o.push_str("<h2>Notes</h2><ul>");
+    for n in &c.notes {
+        let _ = write!(o, "<li>{}", esc(n));
+    }
+    o.push_str("</ul></html>\n");
+    o
+}
+
+/// Reads runs `a` and `b` from the store and compares them.
+pub async fn load_comparison(store: &Store, a: i64, b: i64) -> Result<Comparison> {
+    let before = RunData::load(store, Some(a))
+        .await
+        .with_context(|| format!("reading run {a}, the run before"))?;
+    let after = RunData::load(store, Some(b))
+        .await
+        .with_context(|| format!("reading run {b}, the run after"))?;
+    Ok(compare(&Report::build(&before), &Report::build(&after)))
+}
+
+/// Writes `compare-<A>-<B>.md` and `.html` into `dir`.
+pub fn write_comparison(c: &Comparison, dir: &Path) -> Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let base = dir.join(format!("compare-{}-{}", c.before.id, c.after.id));
+    let md = base.with_extension("md");
+    std::fs::write(&md, markdown(c)).with_context(|| format!("writing {}", md.display()))?;
+    let page = base.with_extension("html");
+    std::fs::write(&page, html(c)).with_context(|| format!("writing {}", page.display()))?;
+    Ok(vec![md, page])
+}
+
+/// Compares runs `a` and `b` of the store and writes the comparison into `dir`.
+pub async fn write_compare(store: &Store, a: i64, b: i64, dir: &Path) -> Result<Vec<PathBuf>> {
+    let c = load_comparison(store, a, b).await?;
+    write_comparison(&c, dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::report::model::Log2Row;
+
+    fn summary(id: i64, requests: u64, errors: u64, probe_intervals: u64) -> RunSummary {
+        RunSummary {
+            id,
+            name: format!("demo-{id}"),
+            scenario: "demo.toml".into(),
+            status: "finished".into(),
+            started_unix_ms: 0,
+            duration_s: 60.0,
+            requests,
+            errors,
+            saturated_intervals: 0,
+            probe_intervals,
+        }
+    }
+
+    fn op(step: &str, name: &str, count: u64, rate: f64, p: [u64; 3], not_ok: u64) -> OpRow {
+        let mut outcomes = BTreeMap::from([("ok".to_owned(), count - not_ok)]);
+        if not_ok > 0 {
+            outcomes.insert("transport_error".into(), not_ok);
+        }
+        OpRow {
+            step: step.into(),
+            players: 10,
+            op: name.into(),
+            count,
+            rate,
+            p50_us: p[0] * 1000,
+            p99_us: p[1] * 1000,
+            max_us: p[2] * 1000,
+            outcomes,
+        }
+    }
+
+    fn container(step: &str, name: &str, burst: f64, share: f64, mem: Cell) -> ContainerRow {
+        let unused = || Cell::Missing("not part of the comparison".into());
+        ContainerRow {
+            step: step.into(),
+            container: name.into(),
+            cpu_burst: Cell::Value(burst),
+            cpu_sustained: Cell::Value(burst / 2.0),
+            cpu_avg: unused(),
+            cpu_cap: Cell::Value(3.0),
+            throttled_share: Cell::Value(share),
+            throttled_ms: unused(),
+            mem_peak_mib: mem,
+            connects_per_s: unused(),
+            time_wait_per_s: unused(),
+            connect_errors: unused(),
+            time_wait_peak: unused(),
+            established_peak: unused(),
+            headroom_min: unused(),
+            listen_overflows: unused(),
+        }
+    }
+
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one argument per column of the pair row"
+    )]
+    fn pair(
+        src: &str,
+        remote: &str,
+        remote_container: &str,
+        connects_per_s: f64,
+        time_wait_peak: Cell,
+        implied_peak: u64,
+        churn: Cell,
+        established: f64,
+    ) -> PairRow {
+        PairRow {
+            container: src.into(),
+            remote: remote.into(),
+            remote_container: remote_container.into(),
+            connects: (connects_per_s * 60.0) as u64,
+            connects_per_s,
+            time_wait_entries: (connects_per_s * 60.0) as u64,
+            time_wait_implied_peak: implied_peak,
+            churn_ratio: churn,
+            time_wait_peak,
+            established_peak: Cell::Value(established),
+            srtt_p50_us: Cell::Missing("not part of the comparison".into()),
+            headroom_min: Cell::Missing("not part of the comparison".into()),
+            connect_latency_us: Log2Row::default(),
+            lifetime_ms: Log2Row::default(),
+        }
+    }
+
+    fn finding(kind: &str) -> Finding {
+        Finding {
+            kind: kind.into(),
+            title: format!("{kind} title"),
+            detail: String::new(),
+            evidence: vec![],
+        }
+    }
+
+    /// The seeds' buggy pass: the gateway churns ~440 connections/s to the backend, 26 500
+    /// sockets in TIME_WAIT, CPU bursts to 1.75 cores, game.state p99 500 ms.
+    fn buggy() -> Report {
+        Report {
+            run: summary(1, 4000, 40, 60),
+            ops: vec![
+                op("step 1", "game.state", 1000, 100.0, [20, 200, 400], 10),
+                op("step 2", "game.state", 3000, 150.0, [100, 600, 900], 30),
+            ],
+            containers: vec![
+                container("step 1", "gateway", 0.9, 0.02, Cell::Value(40.0)),
+                container("step 2", "gateway", 1.75, 0.12, Cell::Value(80.0)),
+                // Clean-up after the last step: not load, so not the peak.
+                container("after", "gateway", 2.5, 0.5, Cell::Value(90.0)),
+                container("step 1", "backend", 0.7, 0.0, Cell::Value(50.0)),
+            ],
+            pairs: vec![
+                pair(
+                    "gateway",
+                    "198.18.0.6:8082",
+                    "backend",
+                    440.0,
+                    Cell::Value(26_500.0),
+                    26_400,
+                    Cell::Value(0.5),
+                    2.0,
+                ),
+                pair(
+                    "host",
+                    "127.0.0.1:8080",
+                    "gateway",
+                    1.0,
+                    Cell::Missing("the source's network namespace was not sampled".into()),
+                    60,
+                    Cell::Value(0.01),
+                    500.0,
+                ),
+            ],
+            timeline: vec![],
+            findings: vec![finding("churn_cliff"), finding("throttling_bursts")],
+            notes: vec![],
+        }
+    }
+
+    /// The fixed pass: the backend came up at another address, the pool keeps ~225
+    /// connections, TIME_WAIT is gone, game.state p99 200 ms, a new op and a DNS pair appear.
+    fn fixed() -> Report {
+        Report {
+            run: summary(2, 4500, 0, 60),
+            ops: vec![
+                op("step 1", "game.state", 1000, 100.0, [10, 200, 250], 0),
+                op("step 2", "game.state", 3000, 150.0, [20, 200, 260], 0),
+                op("step 2", "game.evaluate", 500, 25.0, [1, 200, 193], 0),
+            ],
+            containers: vec![
+                container("step 1", "gateway", 0.2, 0.0, Cell::Value(45.0)),
+                container("step 2", "gateway", 0.26, 0.0, Cell::Value(45.0)),
+                container(
+                    "step 1",
+                    "backend",
+                    0.7,
+                    0.0,
+                    Cell::Missing("memory.peak needs kernel 5.19".into()),
+                ),
+            ],
+            pairs: vec![
+                pair(
+                    "gateway",
+                    "198.18.0.10:8082",
+                    "backend",
+                    3.75,
+                    Cell::Value(0.0),
+                    0,
+                    Cell::Value(0.004),
+                    225.0,
+                ),
+                pair(
+                    "gateway",
+                    "10.0.0.9:53",
+                    "-",
+                    0.5,
+                    Cell::Value(0.0),
+                    0,
+                    Cell::Missing("not on the request path".into()),
+                    0.0,
+                ),
+            ],
+            timeline: vec![],
+            findings: vec![],
+            notes: vec![],
+        }
+    }
+
+    fn find<'a>(c: &'a Comparison, subject: &str, metric: &str) -> &'a Row {
+        c.rows
+            .iter()
+            .find(|r| r.subject == subject && r.metric.starts_with(metric))
+            .unwrap_or_else(|| panic!("no row {subject} / {metric}"))
+    }
+
+    /// Splits a Markdown table line into cells, keeping escaped `\|` inside its cell.
+    fn cells(line: &str) -> Vec<String> {
+        let mut out = vec![String::new()];
+        let mut prev = ' ';
+        for ch in line.trim().trim_start_matches('|').chars() {
+            if ch == '|' && prev != '\\' {
+                out.push(String::new());
+            } else {
+                out.last_mut().unwrap().push(ch);
+            }
+            prev = ch;
+        }
+        if line.trim().ends_with('|') {
+            out.pop();
+        }
+        out
+    }
+
+    #[test]
+    fn the_seeds_fix_reads_as_before_and_after_with_deltas_and_ratios() {
+        let c = compare(&buggy(), &fixed());
+
+        // Order: pairs (busiest first), containers, ops, run totals.
+        let sections: Vec<Section> = c.rows.iter().map(|r| r.section).collect();
+        assert!(sections.windows(2).all(|w| w[0] <= w[1]), "{sections:?}");
+        assert_eq!(c.rows[0].subject, "gateway → backend");
+        assert_eq!(c.rows.last().unwrap().section, Section::Run);
+
+        // Matched by destination container although the backend's address changed.
+        let tw = find(&c, "gateway → backend", "TIME_WAIT peak");
+        assert_eq!(tw.before.value, Cell::Value(26_500.0));
+        assert_eq!(tw.after.value, Cell::Value(0.0));
+        assert_eq!(tw.delta, Cell::Value(-26_500.0));
+        assert_eq!(tw.ratio, Cell::Value(0.0));
+        let conn = find(&c, "gateway → backend", "new connections/s");
+        assert_eq!(conn.delta, Cell::Value(3.75 - 440.0));
+        assert_eq!(conn.ratio, Cell::Value(3.75 / 440.0));
+        let est = find(&c, "gateway → backend", "ESTABLISHED peak");
+        assert_eq!(
+            (est.before.value.value(), est.after.value.value()),
+            (Some(2.0), Some(225.0))
+        );
+        assert_eq!(est.ratio, Cell::Value(112.5));
+
+        // The driver's pair has no gauge in run 1 (implied peak) and no row in run 2.
+        let host_tw = find(&c, "host → gateway", "TIME_WAIT peak");
+        assert!(host_tw.before.implied);
+        assert_eq!(host_tw.before.value, Cell::Value(60.0));
+        assert!(
+            matches!(&host_tw.after.value, Cell::Missing(w) if w.contains("no connection from host to gateway in run 2")),
+            "{:?}",
+            host_tw.after
+        );
+        assert_eq!(host_tw.delta, Cell::Missing("run 2 has no value".into()));
+        let host_conn = find(&c, "host → gateway", "new connections/s");
+        assert_eq!(host_conn.after.value, Cell::Value(0.0));
+        assert_eq!(host_conn.ratio, Cell::Value(0.0));
+
+        // A destination with no container is keyed by address; run 1 opened nothing to it.
+        let dns = find(&c, "gateway → 10.0.0.9:53", "new connections/s");
+        assert_eq!(dns.before.value, Cell::Value(0.0));
+        assert_eq!(dns.ratio, Cell::Missing("before is 0".into()));
+        let dns_tw = find(&c, "gateway → 10.0.0.9:53", "TIME_WAIT peak");
+        assert_eq!(dns_tw.ratio, Cell::Missing("run 1 has no value".into()));
+
+        // Containers: peaks over load steps only (the 2.5-core clean-up burst is left out).
+        let cpu = find(&c, "gateway", "CPU burst peak");
+        assert_eq!(cpu.before.value, Cell::Value(1.75));
+        assert_eq!(cpu.after.value, Cell::Value(0.26));
+        let thr = find(&c, "gateway", "throttled share");
+        assert_eq!(thr.before.value, Cell::Value(0.12));
+        let mem = find(&c, "backend", "memory peak");
+        assert_eq!(mem.before.value, Cell::Value(50.0));
+        assert_eq!(
+            mem.after.value,
+            Cell::Missing("memory.peak needs kernel 5.19".into())
+        );
+
+        // Ops over the whole run, count-weighted: p99 (1000×200 + 3000×600) / 4000 = 500 ms.
+        let p99 = find(&c, "game.state", "p99");
+        assert_eq!(p99.before.value, Cell::Value(500_000.0));
+        assert_eq!(p99.after.value, Cell::Value(200_000.0));
+        assert_eq!(p99.delta, Cell::Value(-300_000.0));
+        assert_eq!(p99.ratio, Cell::Value(0.4));
+        assert_eq!(
+            find(&c, "game.state", "p50").before.value,
+            Cell::Value(80_000.0)
+        );
+        assert_eq!(
+            find(&c, "game.state", "max").before.value,
+            Cell::Value(900_000.0)
+        );
+        let errs = find(&c, "game.state", "error share");
+        assert_eq!(errs.before.value, Cell::Value(0.01));
+        assert_eq!(errs.ratio, Cell::Value(0.0));
+        // 4000 requests over 10 s + 20 s of steps.
+        let rate = find(&c, "game.state", "req/s");
+        assert!((rate.before.value.value().unwrap() - 4000.0 / 30.0).abs() < 1e-9);
+        let eval = find(&c, "game.evaluate", "p99");
+        assert_eq!(
+            eval.before.value,
+            Cell::Missing("op not run in run 1".into())
+        );
+
+        // Totals and findings by kind.
+        let churn = find(&c, "run", "findings: churn_cliff");
+        assert_eq!(
+            (churn.before.value.value(), churn.after.value.value()),
+            (Some(1.0), Some(0.0))
+        );
+        assert_eq!(find(&c, "run", "findings").before.value, Cell::Value(2.0));
+        assert_eq!(find(&c, "run", "errors").ratio, Cell::Value(0.0));
+
+        // The rendered table says it the seeds' way, with no empty cell.
+        let md = markdown(&c);
+        for needle in [
+            "| pair gateway → backend | TIME_WAIT peak | 26500 | 0 | -26500 | → 0 |",
+            "| container gateway | CPU burst peak (busiest 100 ms) | 175 % | 26 % | -149 % | ÷6.73 |",
+            "| op game.state | p99 | 500 ms | 200 ms | -300 ms | ÷2.50 |",
+            "| run | findings: churn_cliff | 1 | 0 | -1 | → 0 |",
+            "| pair gateway → 10.0.0.9:53 | new connections/s | 0.0 | 0.5 | +0.5 | n/a (before is 0) |",
+            "| pair host → gateway | TIME_WAIT peak | ≈ 60 (implied) | n/a (no connection from host to gateway in run 2) |",
+            "| op game.state | error share (not ok / count) | 1.0 % | 0.0 % | -1.0 pp | → 0 |",
+            "| pair gateway → backend | ESTABLISHED peak | 2 | 225 | +223 | ×112 |",
+            "| pair gateway → backend | churn ratio (new connections per request) | 0.50 | 0.0040 | -0.50 | ÷125 |",
+        ] {
+            assert!(md.contains(needle), "missing {needle:?} in:\n{md}");
+        }
+        let lines: Vec<&str> = md.lines().filter(|l| l.starts_with('|')).collect();
+        assert_eq!(lines.len(), c.rows.len() + 2);
+        for line in lines {
+            let cs = cells(line);
+            assert_eq!(cs.len(), 6, "{line}");
+            assert!(
+                cs.iter().all(|c| !c.trim().is_empty()),
+                "empty cell in: {line}"
+            );
+        }
+        assert!(md.contains("run 1 (before): **churn_cliff**"), "{md}");
+        assert!(md.contains("run 2 (after): none"), "{md}");
+
+        // The JSON form keeps raw numbers and units, and flags implied values.
+        let json = serde_json::to_value(&c).unwrap();
+        assert_eq!(json["rows"][0]["section"], "pair");
+        assert_eq!(json["rows"][1]["before"]["value"], 26_500.0);
+        assert_eq!(json["rows"][1]["unit"], "count");
+        assert!(json["rows"][1]["before"].get("implied").is_none());
+        let host = c
+            .rows
+            .iter()
+            .position(|r| std::ptr::eq(r, host_tw))
+            .unwrap();
+        assert_eq!(json["rows"][host]["before"]["implied"], true);
+        let back: Comparison = serde_json::from_value(json).unwrap();
+        assert_eq!(back.rows, c.rows);
+
+        let page = html(&c);
+        assert!(
+            page.contains("<td class=better>-26500<td class=better>→ 0"),
+            "{page}"
+        );
+        assert!(
+            !page.contains("<script") && !page.contains("http://") && !page.contains("https://")
+        );
+        assert!(!page.contains("<td></td>") && !page.contains("<td><td"));
+    }
+
+    #[test]
+    fn a_run_without_the_probe_says_why_in_every_probe_cell() {
+        let mut b = fixed();
+        b.run.probe_intervals = 0;
+        b.pairs.clear();
+        b.containers = vec![container("step 1", "all", 0.0, 0.0, Cell::Value(0.0))];
+        b.notes = vec!["Kernel probe: needs root or CAP_BPF".into()];
+        let c = compare(&buggy(), &b);
+        let why = Cell::Missing("no probe data in run 2: needs root or CAP_BPF".into());
+        for r in c
+            .rows
+            .iter()
+            .filter(|r| matches!(r.section, Section::Pair | Section::Container))
+        {
+            assert_eq!(r.after.value, why, "{} / {}", r.subject, r.metric);
+            assert_eq!(r.delta, Cell::Missing("run 2 has no value".into()));
+        }
+        // The placeholder container of a probe-less report is no container.
+        assert!(!c.rows.iter().any(|r| r.subject == "all"));
+        assert!(c.notes.iter().any(|n| n.contains("needs root or CAP_BPF")));
+        // Reasons with a `|` stay inside their cell.
+        let mut b2 = b.clone();
+        b2.notes = vec!["Kernel probe: a | b".into()];
+        let md = table(&compare(&buggy(), &b2));
+        assert!(md.contains("a \\| b"));
+        for line in md.lines() {
+            assert_eq!(cells(line).len(), 6, "{line}");
+        }
+    }
+
+    #[test]
+    fn numbers_show_in_their_units() {
+        assert_eq!(show(Unit::Share, 0.0007, false), "0.07 %");
+        assert_eq!(show(Unit::Share, -0.02, true), "-2.0 pp");
+        assert_eq!(show(Unit::Cores, 0.045, false), "4.5 %");
+        assert_eq!(show(Unit::Micros, 1500.0, false), "1.5 ms");
+        assert_eq!(show(Unit::Count, 0.2, true), "0");
+        assert_eq!(show(Unit::Mib, 2.0, true), "+2.0 MiB");
+        assert_eq!(show(Unit::Ratio, 0.004, false), "0.0040");
+        assert_eq!(show(Unit::Ratio, 0.05, false), "0.050");
+        assert_eq!(show_ratio(&Cell::Value(1.0)), "×1.00");
+        assert_eq!(show_ratio(&Cell::Value(0.9995)), "×1.00");
+        assert_eq!(show_ratio(&Cell::Value(0.99)), "÷1.01");
+        assert_eq!(show_ratio(&Cell::Value(0.0001)), "÷10000");
+        assert_eq!(show_ratio(&Cell::Missing("both 0".into())), "n/a (both 0)");
+    }
+
+    /// Two runs written through the store the way `herd run` writes them, compared by id.
+    #[tokio::test]
+    async fn write_compare_reads_two_stored_runs_and_writes_both_pages() {
+        use herd_driver::report::{
+            DriverHealth, IntervalOp, IntervalReport, Latency, OpStats, OutcomeStats, RunReport,
+            StepReport,
+        };
+        use herd_probe::sample::{
+            ContainerInterval, CountMap, CpuCell, Interval, Log2Summary, PairGauges, PairInterval,
+            SocketCell,
+        };
+        use probe_common::{Counter, HIST_BUCKETS};
+
+        use crate::store::{Source, default_url};
+
+        let latency = |p99_us: u64| Latency {
+            p50_us: p99_us / 4,
+            p90_us: p99_us / 2,
+            p99_us,
+            p999_us: p99_us,
+            max_us: p99_us,
+            mean_us: p99_us as f64 / 3.0,
+        };
+        // One 2 s step of 100 game.state calls/s; the gateway opens `per_s` connections/s to
+        // the backend and holds `tw` sockets in TIME_WAIT.
+        let record = |store: Store, name: &'static str, per_s: u64, tw: u64, p99_us: u64| async move {
+            let mono0 = 1_000_000_000u64;
+            let run = store.begin(name, "demo.toml", mono0).await.unwrap();
+            let step = StepReport {
+                phase: "step 1".into(),
+                step: Some(0),
+                players: 10,
+                start_ms: 0,
+                duration_ms: 2000,
+                ops: vec![OpStats {
+                    op: "game.state".into(),
+                    count: 200,
+                    rate: 100.0,
+                    latency: latency(p99_us),
+                    outcomes: vec![OutcomeStats {
+                        outcome: "ok".into(),
+                        count: 200,
+                        latency: latency(p99_us),
+                    }],
+                }],
+                connects: 10,
+                reconnects: 0,
+                connect_errors: 0,
+            };
+            let mut intervals = Vec::new();
+            for i in 1..=2u64 {
+                let iv = IntervalReport {
+                    index: i - 1,
+                    end_ms: i * 1000,
+                    duration_ms: 1000,
+                    step: Some(0),
+                    players: 10,
+                    hammer_workers: 0,
+                    ops: vec![IntervalOp {
+                        op: "game.state".into(),
+                        count: 100,
+                        rate: 100.0,
+                        latency: latency(p99_us),
+                        outcomes: BTreeMap::from([("ok".into(), 100)]),
+                    }],
+                    connects: 0,
+                    reconnects: 0,
+                    connect_errors: 0,
+                    driver: DriverHealth::default(),
+                };
+                store.put(run.id, Source::Driver, i, i, &iv).await.unwrap();
+                intervals.push(iv);
+                let mut counts = [0u64; probe_common::N_COUNTERS];
+                counts[Counter::Connects as usize] = per_s;
+                let hop = |container: &str, remote: &str, to: &str, n: u64, tw: u64| PairInterval {
+                    container: container.into(),
+                    remote: remote.parse().unwrap(),
+                    remote_container: Some(to.into()),
+                    connects: n,
+                    established: n,
+                    time_wait_entries: n,
+                    closed: n,
+                    connect_latency_us: Log2Summary::default(),
+                    lifetime_ms: Log2Summary::default(),
+                    connect_latency_buckets: [0; HIST_BUCKETS],
+                    lifetime_buckets: [0; HIST_BUCKETS],
+                    gauges: Some(PairGauges {
+                        established: 2,
+                        time_wait: tw,
+                        ports_in_use: tw + 2,
+                        headroom: 28_232 - tw - 2,
+                        srtt_p50_us: Some(50),
+                        srtt_max_us: Some(90),
+                    }),
+                };
+                let probe = Interval {
+                    at_ns: mono0 + i * 1_000_000_000,
+                    interval_ns: 1_000_000_000,
+                    containers: vec![ContainerInterval {
+                        container: "gateway".into(),
+                        counts: CountMap(counts),
+                        cpu: CpuCell::Unavailable {
+                            reason: "no cgroup".into(),
+                        },
+                        sockets: SocketCell::Unavailable {
+                            reason: "no netns".into(),
+                        },
+                    }],
+                    pairs: vec![
+                        hop("host", "127.0.0.1:8080", "gateway", 1, 0),
+                        hop("gateway", "198.18.0.6:8082", "backend", per_s, tw),
+                    ],
+                    lost: 0,
+                };
+                store
+                    .put(run.id, Source::Probe, i, i, &probe)
+                    .await
+                    .unwrap();
+            }
+            store.put(run.id, Source::Step, 0, 0, &step).await.unwrap();
+            let report = RunReport {
+                scenario: "demo.toml".into(),
+                target: "127.0.0.1:8080".into(),
+                transport: "h2c".into(),
+                connections: "per_player".into(),
+                started_unix_ms: 0,
+                duration_ms: 2000,
+                stopped_early: false,
+                requests: 200,
+                connects: 10,
+                reconnects: 0,
+                connect_errors: 0,
+                saturated_intervals: 0,
+                steps: vec![step],
+                intervals,
+            };
+            store
+                .put(run.id, Source::Report, 0, 0, &report)
+                .await
+                .unwrap();
+            store.finish(run.id, "finished").await.unwrap();
+            (store, run.id)
+        };
+
+        let dir = std::env::temp_dir().join(format!("herd-compare-{}", std::process::id()));
+        // A store left by an earlier failed run would shift the run ids.
+        let _ = std::fs::remove_dir_all(&dir);
+        let store = Store::open(&default_url(&dir)).await.unwrap();
+        let (store, a) = record(store, "pool-2", 100, 150, 500_000).await;
+        let (store, b) = record(store, "pool-512", 1, 0, 200_000).await;
+        let files = write_compare(&store, a, b, &dir).await.unwrap();
+        assert_eq!(
+            files,
+            vec![
+                dir.join(format!("compare-{a}-{b}.md")),
+                dir.join(format!("compare-{a}-{b}.html"))
+            ]
+        );
+        let md = std::fs::read_to_string(&files[0]).unwrap();
+        for needle in [
+            // 200 connections for 200 requests → churn 1; 2 for 200 after the fix.
+            "| pair gateway → backend | churn ratio (new connections per request) | 1.00 | 0.010 | -0.99 | ÷100 |",
+            "| pair gateway → backend | new connections/s | 100.0 | 1.0 | -99.0 | ÷100 |",
+            "| pair gateway → backend | TIME_WAIT peak | 150 | 0 | -150 | → 0 |",
+            "| container gateway | CPU burst peak (busiest 100 ms) | n/a (no cgroup) | n/a (no cgroup) | n/a (neither run has a value) |",
+            "| op game.state | p99 | 500 ms | 200 ms | -300 ms | ÷2.50 |",
+            "| run | requests | 200 | 200 | 0 | ×1.00 |",
+        ] {
+            assert!(md.contains(needle), "missing {needle:?} in:\n{md}");
+        }
+        assert!(
+            md.contains(&format!("run {a} (before): **churn_cliff**")),
+            "{md}"
+        );
+        let page = std::fs::read_to_string(&files[1]).unwrap();
+        assert!(page.starts_with("<!doctype html>") && page.contains("gateway → backend"));
+        // An unknown run is named, with where to look.
+        let err = write_compare(&store, a, 99, &dir).await.unwrap_err();
+        assert!(format!("{err:#}").contains("run 99 is not in"), "{err:#}");
+        drop(store);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
