@@ -78,11 +78,15 @@ pub fn churn_cliff(r: &Report, ports: u64) -> Vec<Finding> {
                 title: format!(
                     "{} → {to} opens a new connection for {:.0} % of requests: {:.0} new connections/s; \
                      held for 60 s that is ≈ {projected} sockets in TIME_WAIT against {ports} ephemeral \
-                     ports ({:.0} %){}",
+                     ports {}{}",
                     p.container,
                     churn * 100.0,
                     p.connects_per_s,
-                    100.0 * projected as f64 / ports as f64,
+                    if projected >= ports {
+                        "— past the cliff: sustained, connects fail with EADDRNOTAVAIL".to_owned()
+                    } else {
+                        format!("({:.0} %)", 100.0 * projected as f64 / ports as f64)
+                    },
                     match measured {
                         Some(m) => format!("; measured peak in this run: {m}"),
                         None => String::new(),
@@ -286,5 +290,8 @@ mod tests {
             f[0].title
         );
         assert!(churn_cliff(&report(vec![pair(500, 0.01)], 50_000), 28_232).is_empty());
+        // Past the port range the finding says what happens next.
+        let f = churn_cliff(&report(vec![pair(60_000, 0.9)], 66_000), 28_232);
+        assert!(f[0].title.contains("past the cliff"), "{}", f[0].title);
     }
 }
