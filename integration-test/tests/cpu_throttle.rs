@@ -271,14 +271,26 @@ fn measured(i: &CpuInterval) -> (u64, u64, u64, f64, Option<f64>, Option<u64>, u
     }
 }
 
-/// Memory of a sandbox container: its own memory cgroup when the host gives it one (pure
-/// v2 with the memory controller delegated), otherwise unavailable with a reason naming
-/// where it looked — never 0. Sandbox containers on hybrid hosts have no v1 memory
-/// directory.
+/// Memory of a sandbox container: its own memory cgroup (v2 with the memory controller, or
+/// the v1 memory directory the sandbox creates on hybrid hosts), otherwise unavailable with a
+/// reason naming where it looked — never 0.
 fn check_memory(i: &CpuInterval, sources: &CgroupSources) {
     match (&i.memory, &sources.memory) {
         (Memory::Measured { current_bytes, .. }, MemorySource::V2 { .. }) => {
             assert!(*current_bytes > 0, "a running shell charges memory")
+        }
+        (
+            Memory::Measured {
+                current_bytes,
+                peak_bytes,
+            },
+            MemorySource::V1 { .. },
+        ) => {
+            assert!(*current_bytes > 0, "a running shell charges memory");
+            assert!(
+                peak_bytes.is_some_and(|p| p >= *current_bytes),
+                "{peak_bytes:?}"
+            );
         }
         (Memory::Unavailable { reason }, MemorySource::Unavailable { .. }) => {
             assert!(reason.contains("memory"), "{reason}")

@@ -230,6 +230,9 @@ pub struct PairGauges {
     pub srtt_p50_us: Option<u32>,
     /// Largest srtt, µs.
     pub srtt_max_us: Option<u32>,
+    /// The srtt histogram of the established sockets: (upper bound µs, sockets), log2 buckets.
+    #[serde(default)]
+    pub srtt_log2: Vec<(u64, u64)>,
 }
 
 impl PairInterval {

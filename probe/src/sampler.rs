@@ -357,5 +357,10 @@ fn pair_gauges(d: &DestinationGauges) -> PairGauges {
         headroom: d.headroom,
         srtt_p50_us: d.srtt.as_ref().map(|s| s.p50_us),
         srtt_max_us: d.srtt.as_ref().map(|s| s.max_us),
+        srtt_log2: d
+            .srtt
+            .as_ref()
+            .map(|s| s.log2.iter().map(|b| (b.hi_us, b.count)).collect())
+            .unwrap_or_default(),
     }
 }

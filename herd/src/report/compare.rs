@@ -1019,6 +1019,7 @@ mod tests {
             time_wait_peak,
             established_peak: Cell::Value(established),
             srtt_p50_us: Cell::Missing("not part of the comparison".into()),
+            srtt_p99_le_us: Cell::Missing("not part of the comparison".into()),
             headroom_min: Cell::Missing("not part of the comparison".into()),
             connect_latency_us: Log2Row::default(),
             lifetime_ms: Log2Row::default(),
@@ -1441,6 +1442,7 @@ mod tests {
                         headroom: 28_232 - tw - 2,
                         srtt_p50_us: Some(50),
                         srtt_max_us: Some(90),
+                        srtt_log2: vec![(64, 2)],
                     }),
                 };
                 let probe = Interval {

@@ -261,6 +261,7 @@ mod tests {
             time_wait_peak: Cell::Missing("not sampled".into()),
             established_peak: Cell::Value(2.0),
             srtt_p50_us: Cell::Missing("not sampled".into()),
+            srtt_p99_le_us: Cell::Missing("not sampled".into()),
             headroom_min: Cell::Missing("not sampled".into()),
             churn_ratio: Cell::Value(churn),
             connect_latency_us: Default::default(),

@@ -269,7 +269,7 @@ pub fn render(r: &Report) -> String {
             cell(&c.connect_errors, 0)
         );
     }
-    o.push_str("</table><h2>Connections per source → destination</h2><table><tr><th>source<th>destination<th>new conns<th>new conns/s<th>churn ratio<th>ESTABLISHED peak<th>TIME_WAIT peak<th>TIME_WAIT entries<th>port headroom min<th>connect p50 / p99 µs (≤)<th>srtt p50 µs<th>lifetime p50 ms (≤)");
+    o.push_str("</table><h2>Connections per source → destination</h2><table><tr><th>source<th>destination<th>new conns<th>new conns/s<th>churn ratio<th>ESTABLISHED peak<th>TIME_WAIT peak<th>TIME_WAIT entries<th>port headroom min<th>connect p50 / p99 µs (≤)<th>srtt p50 / p99 µs (≤)<th>lifetime p50 ms (≤)");
     for p in &r.pairs {
         let to = if p.remote_container == "-" {
             p.remote.clone()
@@ -278,7 +278,7 @@ pub fn render(r: &Report) -> String {
         };
         let _ = write!(
             o,
-            "<tr><td>{}<td class=l>{}<td>{}<td>{:.1}<td>{}<td>{}<td>{}<td>{}<td>{}<td>{} / {}<td>{}<td>{}",
+            "<tr><td>{}<td class=l>{}<td>{}<td>{:.1}<td>{}<td>{}<td>{}<td>{}<td>{}<td>{} / {}<td>{} / {}<td>{}",
             esc(&p.container),
             esc(&to),
             p.connects,
@@ -291,6 +291,7 @@ pub fn render(r: &Report) -> String {
             p.connect_latency_us.p50_le,
             p.connect_latency_us.p99_le,
             cell(&p.srtt_p50_us, 0),
+            cell(&p.srtt_p99_le_us, 0),
             p.lifetime_ms.p50_le
         );
     }

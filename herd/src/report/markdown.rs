@@ -124,7 +124,7 @@ pub fn render(r: &Report) -> String {
     } else {
         let _ = writeln!(
             o,
-            "| source | destination | new conns | new conns/s | churn ratio | ESTABLISHED peak | TIME_WAIT peak | TIME_WAIT entries | port headroom min | connect p50 / p99 (µs) | srtt p50 (µs) | lifetime p50 (ms) |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+            "| source | destination | new conns | new conns/s | churn ratio | ESTABLISHED peak | TIME_WAIT peak | TIME_WAIT entries | port headroom min | connect p50 / p99 (µs) | srtt p50 / p99 (µs) | lifetime p50 (ms) |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
         );
         for p in &r.pairs {
             let to = if p.remote_container == "-" {
@@ -134,7 +134,7 @@ pub fn render(r: &Report) -> String {
             };
             let _ = writeln!(
                 o,
-                "| {} | {to} | {} | {:.1} | {} | {} | {} | {} | {} | {} / {} | {} | {} |",
+                "| {} | {to} | {} | {:.1} | {} | {} | {} | {} | {} | {} / {} | {} / ≤ {} | {} |",
                 p.container,
                 p.connects,
                 p.connects_per_s,
@@ -146,6 +146,7 @@ pub fn render(r: &Report) -> String {
                 le(p.connect_latency_us.p50_le),
                 le(p.connect_latency_us.p99_le),
                 cell(&p.srtt_p50_us, 0),
+                cell(&p.srtt_p99_le_us, 0),
                 le(p.lifetime_ms.p50_le)
             );
         }

@@ -166,6 +166,8 @@ pub struct PairRow {
     pub established_peak: Cell,
     /// Median srtt of established connections at the last sample, µs.
     pub srtt_p50_us: Cell,
+    /// Upper bound of the log2 bucket holding their 99th percentile srtt, µs.
+    pub srtt_p99_le_us: Cell,
     /// Fewest free ephemeral ports toward it.
     pub headroom_min: Cell,
     /// Connect latency, log2-bucket upper bounds in µs.
@@ -215,8 +217,32 @@ pub struct TimelinePoint {
     pub containers: BTreeMap<String, [f64; 4]>,
 }
 
-/// Per pair over the run: (TIME_WAIT peak, ESTABLISHED peak, last srtt p50, headroom minimum).
-type GaugePeaks = (u64, u64, Option<u32>, Option<u64>);
+/// Per pair over the run: peaks of the gauges, the last srtt sample, the fewest free ports.
+#[derive(Clone, Default)]
+struct GaugePeaks {
+    time_wait: u64,
+    established: u64,
+    srtt_p50: Option<u32>,
+    srtt_log2: Vec<(u64, u64)>,
+    headroom: Option<u64>,
+}
+
+/// The upper bound of the log2 bucket holding the 99th percentile.
+fn p99_le(buckets: &[(u64, u64)]) -> Option<u64> {
+    let total: u64 = buckets.iter().map(|(_, n)| n).sum();
+    if total == 0 {
+        return None;
+    }
+    let rank = (total as f64 * 0.99).ceil() as u64;
+    let mut seen = 0;
+    for (le, n) in buckets {
+        seen += n;
+        if seen >= rank {
+            return Some(*le);
+        }
+    }
+    buckets.last().map(|(le, _)| *le)
+}
 
 fn secs(iv: &Interval) -> f64 {
     iv.interval_ns.max(1) as f64 / 1e9
@@ -344,13 +370,14 @@ impl Report {
                 if let Some(g) = &p.gauges {
                     let e = pair_gauges
                         .entry((p.container.clone(), p.remote.to_string()))
-                        .or_insert((0, 0, None, None));
-                    e.0 = e.0.max(g.time_wait);
-                    e.1 = e.1.max(g.established);
+                        .or_default();
+                    e.time_wait = e.time_wait.max(g.time_wait);
+                    e.established = e.established.max(g.established);
                     if g.srtt_p50_us.is_some() {
-                        e.2 = g.srtt_p50_us;
+                        e.srtt_p50 = g.srtt_p50_us;
+                        e.srtt_log2 = g.srtt_log2.clone();
                     }
-                    e.3 = Some(e.3.map_or(g.headroom, |h| h.min(g.headroom)));
+                    e.headroom = Some(e.headroom.map_or(g.headroom, |h| h.min(g.headroom)));
                 }
                 e.2 = e.2.max(p.time_wait_entries as f64 / secs(iv));
             }
@@ -395,8 +422,8 @@ impl Report {
         let pairs: Vec<PairRow> = pair_acc
             .into_iter()
             .map(|((c, r), (rc, st, tw_peak_rate))| {
-                let g = pair_gauges.get(&(c.clone(), r.clone())).copied();
-                let gauge = |v: Option<f64>, what: &str| match (g, v) {
+                let g = pair_gauges.get(&(c.clone(), r.clone())).cloned();
+                let gauge = |v: Option<f64>, what: &str| match (&g, v) {
                     (_, Some(v)) => Cell::Value(v),
                     (Some(_), None) => Cell::Missing(format!("no {what}")),
                     (None, None) => {
@@ -404,13 +431,25 @@ impl Report {
                     }
                 };
                 PairRow {
-                    time_wait_peak: gauge(g.map(|g| g.0 as f64), "TIME_WAIT"),
-                    established_peak: gauge(g.map(|g| g.1 as f64), "connections"),
+                    time_wait_peak: gauge(g.as_ref().map(|g| g.time_wait as f64), "TIME_WAIT"),
+                    established_peak: gauge(
+                        g.as_ref().map(|g| g.established as f64),
+                        "connections",
+                    ),
                     srtt_p50_us: gauge(
-                        g.and_then(|g| g.2).map(f64::from),
+                        g.as_ref().and_then(|g| g.srtt_p50).map(f64::from),
                         "established connection",
                     ),
-                    headroom_min: gauge(g.and_then(|g| g.3).map(|h| h as f64), "headroom"),
+                    srtt_p99_le_us: gauge(
+                        g.as_ref()
+                            .and_then(|g| p99_le(&g.srtt_log2))
+                            .map(|v| v as f64),
+                        "established connection",
+                    ),
+                    headroom_min: gauge(
+                        g.as_ref().and_then(|g| g.headroom).map(|h| h as f64),
+                        "headroom",
+                    ),
                     churn_ratio: if target.is_none() {
                         Cell::Missing("the run did not finish: no driver target recorded".into())
                     } else if !on_path.contains(&format!("{c}|{r}")) {
