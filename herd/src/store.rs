@@ -23,6 +23,8 @@ pub enum Source {
     Probe,
     /// Why the probe did not run (a JSON string).
     ProbeMissing,
+    /// The scenario's service-level objectives (`Vec<herd_driver::scenario::Slo>`).
+    Slo,
 }
 
 impl Source {
@@ -33,6 +35,7 @@ impl Source {
             Source::Report => "report",
             Source::Probe => "probe",
             Source::ProbeMissing => "probe_missing",
+            Source::Slo => "slo",
         }
     }
 }

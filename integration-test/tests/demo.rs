@@ -121,6 +121,92 @@ fn the_buggy_pool_churns_and_is_named_while_the_fixed_one_is_not() {
     std::fs::remove_dir_all(&out).unwrap();
 }
 
+/// Starts the contour backend on loopback and returns it with its address.
+fn backend(out: &std::path::Path) -> (std::process::Child, String) {
+    let db = format!("sqlite:{}?mode=rwc", out.join("backend.db").display());
+    let mut backend = herd_cmd()
+        .args(["contour", "backend", "--listen", "127.0.0.1:0", "--db", &db])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(backend.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("ready ")
+        .expect("ready line")
+        .to_owned();
+    (backend, addr)
+}
+
+#[test]
+fn a_broken_objective_fails_the_run_and_is_reported_per_step() {
+    if !privileged("a_broken_objective_fails_the_run") {
+        return;
+    }
+    let out = tmp("slo");
+    let (mut be, addr) = backend(&out);
+    let scenario = |limit: &str| {
+        let f = out.join(format!("slo-{}.toml", limit.replace(' ', "")));
+        std::fs::write(
+            &f,
+            format!(
+                "[target]\nurl = \"http://{addr}\"\ntransport = \"h1\"\n\n[slo]\nhealth = \"p99 < {limit}\"\n\n\
+                 [[op]]\nname = \"health\"\npath = \"/healthz\"\n\n[[step]]\nplayers = 2\nduration = \"2s\"\n"
+            ),
+        )
+        .unwrap();
+        f
+    };
+    let run = |f: &std::path::Path| {
+        herd_cmd()
+            .args(["run", "--quiet", "--no-probe", "--out"])
+            .arg(&out)
+            .arg(f)
+            .output()
+            .unwrap()
+    };
+    // 1 µs cannot be met: the run fails, and says why.
+    let failed = run(&scenario("1us"));
+    assert_eq!(
+        failed.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&failed.stderr)
+    );
+    assert!(String::from_utf8_lossy(&failed.stderr).contains("broke an SLO"));
+    let passed = run(&scenario("10s"));
+    assert!(
+        passed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&passed.stderr)
+    );
+    let _ = be.kill();
+    let _ = be.wait();
+    let r = reports(&out);
+    assert!(
+        !r[0].slo[0].pass && r[0].slo[0].objective == "p99 < 1us",
+        "{:?}",
+        r[0].slo
+    );
+    assert!(r[1].slo.iter().all(|s| s.pass), "{:?}", r[1].slo);
+    // 0 errors while the latency objective broke: the silent-degradation finding.
+    assert!(
+        r[0].findings
+            .iter()
+            .any(|f| f.kind == "slo_breach_without_errors"),
+        "{:#?}",
+        r[0].findings
+    );
+    let md = std::fs::read_to_string(out.join(format!("run-{}.md", r[0].run.id))).unwrap();
+    assert!(md.contains("**FAIL**"), "{md}");
+    // Without the probe every probe cell says why.
+    assert!(md.contains("--no-probe"), "{md}");
+    std::fs::remove_dir_all(&out).unwrap();
+}
+
 #[test]
 fn a_run_killed_with_sigkill_still_reports_every_recorded_interval() {
     if !privileged("a_run_killed_with_sigkill_still_reports") {

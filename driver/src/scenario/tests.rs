@@ -201,3 +201,34 @@ fn override_errors_name_the_override() {
         "--set step[4].players=1: `step` has 1 entries, indexed from 0"
     );
 }
+
+#[test]
+fn objectives_parse_and_bad_ones_point_at_their_key() {
+    let src = format!("{MINIMAL}\n[slo]\nstate = [\"p99 < 500ms\", \"errors < 1%\"]\n");
+    let s = Scenario::parse("s.toml", &src, &[]).unwrap();
+    assert_eq!(s.slo.len(), 2);
+    assert_eq!(
+        (s.slo[0].metric, s.slo[0].limit),
+        (SloMetric::P99, 500_000.0)
+    );
+    assert_eq!((s.slo[1].metric, s.slo[1].limit), (SloMetric::Errors, 0.01));
+    assert_eq!(s.slo[0].text, "p99 < 500ms");
+
+    let d = diag(&format!("{MINIMAL}\n[slo]\nstate = \"p98 < 1s\"\n"), &[]);
+    assert_eq!(d.key, "slo.state");
+    assert!(
+        d.message
+            .contains("valid: p50, p90, p99, p999, max, errors"),
+        "{}",
+        d.message
+    );
+    let d = diag(&format!("{MINIMAL}\n[slo]\nnope = \"p99 < 1s\"\n"), &[]);
+    assert!(
+        d.message.contains("no op named `nope`; ops are: state"),
+        "{}",
+        d.message
+    );
+    // An A/B run can tighten an objective without editing the file.
+    let s = Scenario::parse("s.toml", &src, &["slo.state=\"p99 < 50ms\"".into()]).unwrap();
+    assert_eq!(s.slo[0].limit, 50_000.0);
+}

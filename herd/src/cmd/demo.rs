@@ -69,6 +69,10 @@ connect_timeout = "3s"
 [outcome]
 code = "/error/code"
 
+# What the game promises its players: a state poll answered within 250 ms.
+[slo]
+"game.state" = "p99 < 250ms"
+
 [player]
 think = "@THINK@"
 accounts = @ACCOUNTS@

@@ -114,6 +114,7 @@ pub fn execute(args: &RunArgs) -> Result<RunOutcome> {
             .begin(&name, &args.scenario.display().to_string(), herd_probe::clock::now_ns())
             .await?;
         eprintln!("herd run: run {} ({name}) recorded in {}", meta.id, store::redact(&url));
+        store.put(meta.id, Source::Slo, 0, 0, &scenario.slo).await?;
 
         // The probe samples in its own thread and sends intervals to the recorder.
         let (probe_tx, mut probe_rx) = mpsc::unbounded_channel::<Interval>();

@@ -1074,6 +1074,7 @@ mod tests {
                 ),
             ],
             timeline: vec![],
+            slo: vec![],
             findings: vec![finding("churn_cliff"), finding("throttling_bursts")],
             notes: vec![],
         }
@@ -1123,6 +1124,7 @@ mod tests {
                 ),
             ],
             timeline: vec![],
+            slo: vec![],
             findings: vec![],
             notes: vec![],
         }

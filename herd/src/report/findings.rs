@@ -42,6 +42,52 @@ pub fn detect(r: &Report, d: &RunData) -> Vec<Finding> {
     out.extend(throttling_bursts(r));
     out.extend(driver_saturated(r));
     out.extend(warm_up(d));
+    out.extend(slo_breach_without_errors(r));
+    out
+}
+
+/// A latency objective broken while the op's error share stayed 0: the service degrades
+/// without failing, which error-rate alerts never see (seed 003: RPC at 16 s, 0 errors).
+pub fn slo_breach_without_errors(r: &Report) -> Vec<Finding> {
+    let mut out: Vec<Finding> = Vec::new();
+    for row in r.slo.iter().filter(|s| !s.pass && s.error_share == 0.0) {
+        if row.objective.starts_with("errors") {
+            continue;
+        }
+        // One finding per objective, from the first step that broke it.
+        if out.iter().any(|f| {
+            f.evidence
+                .iter()
+                .any(|e| e.starts_with(&format!("{} {}:", row.op, row.objective)))
+        }) {
+            continue;
+        }
+        let broken: Vec<String> = r
+            .slo
+            .iter()
+            .filter(|s| s.op == row.op && s.objective == row.objective && !s.pass)
+            .map(|s| format!("{} {:.0} ms", s.step, s.measured / 1e3))
+            .collect();
+        out.push(Finding {
+            kind: "slo_breach_without_errors".into(),
+            title: format!(
+                "{}: `{}` broken from {} ({:.0} ms) with 0 errors",
+                row.op,
+                row.objective,
+                row.step,
+                row.measured / 1e3
+            ),
+            detail: "Every call still succeeds, so error-rate alerts stay green while users wait. \
+                     Look for a queue or a long-poll path that saturates before the CPU does."
+                .into(),
+            evidence: vec![format!(
+                "{} {}: {}",
+                row.op,
+                row.objective,
+                broken.join(", ")
+            )],
+        });
+    }
     out
 }
 
@@ -244,6 +290,7 @@ mod tests {
             containers: vec![],
             pairs,
             timeline: vec![],
+            slo: vec![],
             findings: vec![],
             notes: vec![],
         }
@@ -267,6 +314,41 @@ mod tests {
             connect_latency_us: Default::default(),
             lifetime_ms: Default::default(),
         }
+    }
+
+    #[test]
+    fn a_latency_breach_without_errors_is_named_once_from_its_first_step() {
+        let mut r = report(vec![], 1000);
+        let row = |step: &str, ms: f64, errors: f64| crate::report::model::SloRow {
+            step: step.into(),
+            op: "rpc".into(),
+            objective: "p99 < 500ms".into(),
+            measured: ms * 1e3,
+            limit: 500e3,
+            pass: ms < 500.0,
+            error_share: errors,
+        };
+        r.slo = vec![
+            row("step 1", 120.0, 0.0),
+            row("step 2", 1671.0, 0.0),
+            row("step 3", 16_000.0, 0.0),
+        ];
+        let f = slo_breach_without_errors(&r);
+        assert_eq!(f.len(), 1);
+        assert!(
+            f[0].title
+                .contains("broken from step 2 (1671 ms) with 0 errors"),
+            "{}",
+            f[0].title
+        );
+        assert!(
+            f[0].evidence[0].contains("step 3 16000 ms"),
+            "{:?}",
+            f[0].evidence
+        );
+        // With errors it is a failure, not a silent degradation.
+        r.slo = vec![row("step 1", 900.0, 0.2)];
+        assert!(slo_breach_without_errors(&r).is_empty());
     }
 
     #[test]

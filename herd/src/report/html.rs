@@ -225,6 +225,31 @@ pub fn render(r: &Report) -> String {
             o.push_str(&chart(title, unit, &s, &marks));
         }
     }
+    if !r.slo.is_empty() {
+        o.push_str("<h2>Objectives</h2><table><tr><th>step<th>op<th>objective<th>measured<th>errors<th>result");
+        for s in &r.slo {
+            let measured = if s.objective.starts_with("errors") {
+                format!("{:.2} %", s.measured * 100.0)
+            } else {
+                format!("{:.1} ms", s.measured / 1e3)
+            };
+            let _ = write!(
+                o,
+                "<tr><td>{}<td class=l>{}<td class=l><code>{}</code><td>{}<td>{:.2} %<td>{}",
+                esc(&s.step),
+                esc(&s.op),
+                esc(&s.objective),
+                measured,
+                s.error_share * 100.0,
+                if s.pass {
+                    "pass"
+                } else {
+                    "<b style=color:#d62728>FAIL</b>"
+                }
+            );
+        }
+        o.push_str("</table>");
+    }
     o.push_str("<h2>Per step and op</h2><table><tr><th>step<th>players<th>op<th>count<th>req/s<th>p50 ms<th>p99 ms<th>max ms<th>outcomes");
     for row in &r.ops {
         let outcomes: Vec<String> = row

@@ -54,6 +54,30 @@ pub fn render(r: &Report) -> String {
             let _ = writeln!(o, "  - evidence: {e}");
         }
     }
+    if !r.slo.is_empty() {
+        let _ = writeln!(o, "\n## Objectives\n");
+        let _ = writeln!(
+            o,
+            "| step | op | objective | measured | errors | result |\n|---|---|---|---:|---:|---|"
+        );
+        for s in &r.slo {
+            let measured = if s.objective.starts_with("errors") {
+                format!("{:.2} %", s.measured * 100.0)
+            } else {
+                ms(s.measured as u64)
+            };
+            let _ = writeln!(
+                o,
+                "| {} | {} | `{}` | {} | {:.2} % | {} |",
+                s.step,
+                s.op,
+                s.objective,
+                measured,
+                s.error_share * 100.0,
+                if s.pass { "pass" } else { "**FAIL**" }
+            );
+        }
+    }
     let _ = writeln!(o, "\n## Per step and op\n");
     let _ = writeln!(
         o,

@@ -32,6 +32,8 @@ pub struct RunData {
     pub probe_missing: Option<String>,
     /// The driver's final report (absent when the run was killed).
     pub final_report: Option<RunReport>,
+    /// The scenario's service-level objectives.
+    pub slo: Vec<herd_driver::scenario::Slo>,
 }
 
 impl RunData {
@@ -40,12 +42,14 @@ impl RunData {
         let meta = store.meta(id).await?;
         let probe_missing: Vec<String> = store.rows(meta.id, Source::ProbeMissing).await?;
         let mut finals: Vec<RunReport> = store.rows(meta.id, Source::Report).await?;
+        let slo: Vec<Vec<herd_driver::scenario::Slo>> = store.rows(meta.id, Source::Slo).await?;
         Ok(Self {
             steps: store.rows(meta.id, Source::Step).await?,
             driver: store.rows(meta.id, Source::Driver).await?,
             probe: store.rows(meta.id, Source::Probe).await?,
             probe_missing: probe_missing.into_iter().next(),
             final_report: finals.pop(),
+            slo: slo.into_iter().next().unwrap_or_default(),
             meta,
         })
     }
@@ -81,7 +85,7 @@ pub fn write_report(report: &Report, dir: &Path) -> Result<Written> {
         .with_context(|| format!("writing {}", json.display()))?;
     Ok(Written {
         files: vec![md, html, json],
-        slo_failed: false,
+        slo_failed: report.slo.iter().any(|s| !s.pass),
     })
 }
 

@@ -27,6 +27,8 @@ pub struct Report {
     pub pairs: Vec<PairRow>,
     /// One point per driver interval.
     pub timeline: Vec<TimelinePoint>,
+    /// The scenario's objectives, checked per step.
+    pub slo: Vec<SloRow>,
     /// What the run found, with numbers.
     pub findings: Vec<findings::Finding>,
     /// Why some cells have no value.
@@ -57,6 +59,25 @@ pub struct RunSummary {
     pub saturated_intervals: u64,
     /// Probe intervals recorded (0 when the probe did not run).
     pub probe_intervals: u64,
+}
+
+/// One objective checked in one step.
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct SloRow {
+    /// Step label.
+    pub step: String,
+    /// Op.
+    pub op: String,
+    /// The objective as written, e.g. `p99 < 500ms`.
+    pub objective: String,
+    /// What the step measured: µs for latencies, a share for errors.
+    pub measured: f64,
+    /// The limit, in the same unit.
+    pub limit: f64,
+    /// Whether the step met it.
+    pub pass: bool,
+    /// The op's share of non-ok outcomes in the step.
+    pub error_share: f64,
 }
 
 /// One step × op row.
@@ -536,6 +557,12 @@ impl Report {
                 d.meta.status
             ));
         }
+        let slo = slo_rows(&d.slo, &d.steps);
+        if !d.slo.is_empty() && slo.is_empty() {
+            notes.push(
+                "The scenario has objectives, but no step finished: nothing to check.".into(),
+            );
+        }
         let mut report = Report {
             run: RunSummary {
                 id: d.meta.id,
@@ -553,12 +580,55 @@ impl Report {
             containers,
             pairs,
             timeline,
+            slo,
             findings: Vec::new(),
             notes,
         };
         report.findings = findings::detect(&report, d);
         report
     }
+}
+
+/// Checks every objective against every load step's totals.
+fn slo_rows(slo: &[herd_driver::scenario::Slo], steps: &[StepReport]) -> Vec<SloRow> {
+    use herd_driver::scenario::SloMetric;
+    let mut out = Vec::new();
+    for s in steps.iter().filter(|s| s.step.is_some()) {
+        for o in slo {
+            let Some(op) = s.ops.iter().find(|x| x.op == o.op) else {
+                continue;
+            };
+            let not_ok: u64 = op
+                .outcomes
+                .iter()
+                .filter(|x| x.outcome != "ok")
+                .map(|x| x.count)
+                .sum();
+            let error_share = if op.count > 0 {
+                not_ok as f64 / op.count as f64
+            } else {
+                0.0
+            };
+            let measured = match o.metric {
+                SloMetric::P50 => op.latency.p50_us as f64,
+                SloMetric::P90 => op.latency.p90_us as f64,
+                SloMetric::P99 => op.latency.p99_us as f64,
+                SloMetric::P999 => op.latency.p999_us as f64,
+                SloMetric::Max => op.latency.max_us as f64,
+                SloMetric::Errors => error_share,
+            };
+            out.push(SloRow {
+                step: s.phase.clone(),
+                op: o.op.clone(),
+                objective: o.text.clone(),
+                measured,
+                limit: o.limit,
+                pass: measured < o.limit,
+                error_share,
+            });
+        }
+    }
+    out
 }
 
 fn container_row(step: &str, name: &str, rows: &[(&Interval, usize)]) -> ContainerRow {
@@ -813,6 +883,7 @@ mod tests {
             probe,
             probe_missing: None,
             final_report: None::<RunReport>,
+            slo: vec![],
         }
     }
 
