@@ -11,7 +11,8 @@ use super::{
 /// One finding.
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Finding {
-    /// Stable kind: `churn_cliff`, `throttling_bursts`, `driver_saturated`, `warm_up`.
+    /// Stable kind: `churn_cliff`, `throttling_bursts`, `pool_pinned`,
+    /// `slo_breach_without_errors`, `driver_saturated`, `warm_up`.
     pub kind: String,
     /// One line, with the numbers.
     pub title: String,
@@ -43,6 +44,78 @@ pub fn detect(r: &Report, d: &RunData) -> Vec<Finding> {
     out.extend(driver_saturated(r));
     out.extend(warm_up(d));
     out.extend(slo_breach_without_errors(r));
+    out.extend(pool_pinned(r, d));
+    out
+}
+
+/// A pool at its cap: the ESTABLISHED connections of a request-path pair stay at the same
+/// maximum through two or more load steps while the ops' latency climbs — the pool (or a
+/// connection limit) is the queue, as the seeds' backend sat at MaxOpenConns=25.
+pub fn pool_pinned(r: &Report, d: &RunData) -> Vec<Finding> {
+    let mono0 = d.meta.mono_start_ns as u64;
+    let steps: Vec<&herd_driver::report::StepReport> =
+        d.steps.iter().filter(|s| s.step.is_some()).collect();
+    if steps.len() < 2 {
+        return Vec::new();
+    }
+    // Peak ESTABLISHED per (pair, step index).
+    let mut peaks: std::collections::BTreeMap<(String, String), Vec<u64>> = Default::default();
+    for iv in &d.probe {
+        let t_ms = iv.at_ns.saturating_sub(mono0) / 1_000_000;
+        let (_, Some(k)) = super::model::step_at(&steps, t_ms) else {
+            continue;
+        };
+        for p in &iv.pairs {
+            if let Some(g) = &p.gauges {
+                let v = peaks
+                    .entry((p.container.clone(), p.remote.to_string()))
+                    .or_insert_with(|| vec![0; steps.len()]);
+                if let Some(slot) = v.get_mut(k) {
+                    *slot = (*slot).max(g.established);
+                }
+            }
+        }
+    }
+    // Worst p99 per step over the ops.
+    let p99: Vec<u64> = steps
+        .iter()
+        .map(|s| s.ops.iter().map(|o| o.latency.p99_us).max().unwrap_or(0))
+        .collect();
+    let mut out = Vec::new();
+    for p in r.pairs.iter().filter(|p| p.churn_ratio.value().is_some()) {
+        let Some(v) = peaks.get(&(p.container.clone(), p.remote.clone())) else {
+            continue;
+        };
+        // The first step from which the peak stops growing, and stays there to the end.
+        let cap = *v.iter().max().unwrap_or(&0);
+        let Some(from) = v.iter().position(|&e| e == cap) else {
+            continue;
+        };
+        let pinned = v[from..].iter().all(|&e| e == cap);
+        let (lat_from, lat_to) = (p99[from], *p99.last().unwrap_or(&0));
+        if cap < 4 || !pinned || from + 1 >= v.len() || lat_to < 2 * lat_from.max(1) {
+            continue;
+        }
+        out.push(Finding {
+            kind: "pool_pinned".into(),
+            title: format!(
+                "{} → {}: {cap} connections in every step from step {} while the worst p99 rose \
+                 from {:.0} ms to {:.0} ms — a pool or connection cap is the queue",
+                p.container,
+                p.remote,
+                from + 1,
+                lat_from as f64 / 1e3,
+                lat_to as f64 / 1e3
+            ),
+            detail: "More load did not get more connections: requests wait for a pooled one. \
+                     Raise the pool size (e.g. a database client's max open connections) or find \
+                     what holds the connections."
+                .into(),
+            evidence: vec![format!(
+                "ESTABLISHED peak per step: {v:?}; worst p99 per step (µs): {p99:?}"
+            )],
+        });
+    }
     out
 }
 
@@ -314,6 +387,74 @@ mod tests {
             connect_latency_us: Default::default(),
             lifetime_ms: Default::default(),
         }
+    }
+
+    #[test]
+    fn a_pool_flat_at_its_cap_while_latency_climbs_is_named() {
+        use herd_probe::sample::{Interval, PairGauges, PairInterval};
+        let mut d = crate::report::model::tests::data();
+        // Three steps of 2 s each; p99 20 ms, then 20 ms, then 400 ms.
+        let base = d.steps[0].clone();
+        d.steps = (0..3)
+            .map(|k| {
+                let mut s = base.clone();
+                s.phase = format!("step {}", k + 1);
+                s.step = Some(k);
+                s.start_ms = k as u64 * 2000;
+                s.duration_ms = 2000;
+                s.ops[0].latency.p99_us = [20_000, 20_000, 400_000][k];
+                s
+            })
+            .collect();
+        let mono0 = d.meta.mono_start_ns as u64;
+        let remote: std::net::SocketAddr = "198.18.0.6:5432".parse().unwrap();
+        d.probe = (1..=6u64)
+            .map(|i| Interval {
+                at_ns: mono0 + i * 1_000_000_000 - 500_000_000,
+                interval_ns: 1_000_000_000,
+                containers: vec![],
+                pairs: vec![PairInterval {
+                    container: "backend".into(),
+                    remote,
+                    remote_container: Some("postgres".into()),
+                    connects: 0,
+                    established: 0,
+                    time_wait_entries: 0,
+                    closed: 0,
+                    connect_latency_us: Default::default(),
+                    lifetime_ms: Default::default(),
+                    connect_latency_buckets: [0; probe_common::HIST_BUCKETS],
+                    lifetime_buckets: [0; probe_common::HIST_BUCKETS],
+                    gauges: Some(PairGauges {
+                        established: if i <= 2 { 10 } else { 25 },
+                        ..PairGauges::default()
+                    }),
+                }],
+                lost: 0,
+            })
+            .collect();
+        let mut r = report(vec![pair(500, 0.01)], 1000);
+        r.pairs[0].container = "backend".into();
+        r.pairs[0].remote = remote.to_string();
+        let f = pool_pinned(&r, &d);
+        assert_eq!(f.len(), 1, "{f:#?}");
+        assert!(
+            f[0].title
+                .contains("25 connections in every step from step 2"),
+            "{}",
+            f[0].title
+        );
+        assert!(
+            f[0].title.contains("from 20 ms to 400 ms"),
+            "{}",
+            f[0].title
+        );
+        // A pool that grows with the load is not pinned.
+        for iv in &mut d.probe {
+            let i = (iv.at_ns - mono0) / 1_000_000_000 + 1;
+            iv.pairs[0].gauges.as_mut().unwrap().established = 10 * i;
+        }
+        assert!(pool_pinned(&r, &d).is_empty());
     }
 
     #[test]

@@ -270,7 +270,7 @@ fn secs(iv: &Interval) -> f64 {
 }
 
 /// The step (label, index) a moment `t_ms` after the start falls in.
-fn step_at(steps: &[&StepReport], t_ms: u64) -> (String, Option<usize>) {
+pub(crate) fn step_at(steps: &[&StepReport], t_ms: u64) -> (String, Option<usize>) {
     for s in steps {
         if t_ms >= s.start_ms && t_ms <= s.start_ms + s.duration_ms {
             return (s.phase.clone(), s.step);
@@ -779,7 +779,7 @@ fn container_row(step: &str, name: &str, rows: &[(&Interval, usize)]) -> Contain
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::collections::BTreeMap;
 
     use herd_driver::report::{
