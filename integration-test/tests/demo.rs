@@ -287,3 +287,82 @@ fn a_run_killed_with_sigkill_still_reports_every_recorded_interval() {
     assert!(md.contains("status **running**"), "{md}");
     std::fs::remove_dir_all(&out).unwrap();
 }
+
+#[test]
+fn ctrl_c_during_the_demo_removes_every_container_and_keeps_what_was_recorded() {
+    if !privileged("ctrl_c_during_the_demo_removes_every_container") {
+        return;
+    }
+    let out = tmp("demo-int");
+    let mut demo = herd_cmd()
+        .args([
+            "demo",
+            "--steps",
+            "20,40",
+            "--step-duration",
+            "30s",
+            "--out",
+        ])
+        .arg(&out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = demo.id();
+    // Wait until the run is recording, then interrupt it like a user would.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let prefix = format!("herd-{pid}-");
+    let mine = |p: &str| p.starts_with(&prefix);
+    loop {
+        let running = std::fs::read_dir("/run/netns")
+            .map(|d| d.flatten().any(|e| mine(&e.file_name().to_string_lossy())))
+            .unwrap_or(false);
+        if running && out.join("runs.db").exists() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the demo never started its contour"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    std::thread::sleep(Duration::from_secs(4));
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(pid as i32, libc::SIGINT) };
+    let st = demo.wait().unwrap();
+    assert!(
+        !st.success(),
+        "an interrupted demo says so in its exit code"
+    );
+    let netns: Vec<String> = std::fs::read_dir("/run/netns")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(netns.iter().all(|n| !mine(n)), "left behind: {netns:?}");
+    for root in [
+        "/sys/fs/cgroup/unified",
+        "/sys/fs/cgroup/cpu",
+        "/sys/fs/cgroup/memory",
+    ] {
+        let left: Vec<String> = std::fs::read_dir(root)
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert!(
+            left.iter().all(|n| !mine(n)),
+            "left behind in {root}: {left:?}"
+        );
+    }
+    // The interrupted run's intervals are in the store and its report was written.
+    let r = reports(&out);
+    assert_eq!(r[0].run.status, "stopped");
+    assert!(r[0].timeline.len() >= 3, "{}", r[0].timeline.len());
+    assert!(out.join(format!("run-{}.md", r[0].run.id)).exists());
+    std::fs::remove_dir_all(&out).unwrap();
+}
