@@ -363,9 +363,22 @@ fn pair_rows(a: &Report, b: &Report, rows: &mut Vec<Row>, notes: &mut Vec<String
     };
     let mut by_key: BTreeMap<(String, String), [Vec<&PairRow>; 2]> = BTreeMap::new();
     let mut by_address = false;
+    // Sockets of unrelated local processes show up as gauge-only pairs (no new connection,
+    // not on the request path); comparing them is noise. A pair that mattered in either run
+    // stays, with both sides.
+    let relevant: Vec<(String, String)> = a
+        .pairs
+        .iter()
+        .chain(&b.pairs)
+        .filter(|p| p.connects > 0 || p.churn_ratio.value().is_some())
+        .map(|p| (p.container.clone(), dest(p).0))
+        .collect();
     for (i, r) in [a, b].into_iter().enumerate() {
         for p in &r.pairs {
             let (d, named) = dest(p);
+            if !relevant.contains(&(p.container.clone(), d.clone())) {
+                continue;
+            }
             by_address |= !named;
             by_key.entry((p.container.clone(), d)).or_default()[i].push(p);
         }
@@ -1332,6 +1345,31 @@ mod tests {
         for line in md.lines() {
             assert_eq!(cells(line).len(), 6, "{line}");
         }
+    }
+
+    #[test]
+    fn sockets_of_unrelated_local_processes_are_left_out() {
+        let mut a = buggy();
+        // A gauge-only pair: no new connection, not on the request path.
+        a.pairs.push(pair(
+            "host",
+            "127.0.0.1:38495",
+            "-",
+            0.0,
+            Cell::Value(2.0),
+            0,
+            Cell::Missing("not on the request path".into()),
+            0.0,
+        ));
+        let c = compare(&a, &fixed());
+        assert!(
+            c.rows
+                .iter()
+                .all(|r| !r.subject.contains("127.0.0.1:38495")),
+            "{:#?}",
+            c.rows
+        );
+        assert!(c.rows.iter().any(|r| r.subject.contains("backend")));
     }
 
     #[test]
