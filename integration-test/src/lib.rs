@@ -189,3 +189,89 @@ pub fn program_ids_of(pid: u32) -> Vec<u32> {
     ids.dedup();
     ids
 }
+
+/// A throwaway PostgreSQL server: a fresh cluster in a temporary directory, listening on
+/// 127.0.0.1 only, trust authentication, run as the `postgres` user (the server refuses root).
+/// Stopped and deleted on drop, also when the test panics.
+pub struct Postgres {
+    dir: std::path::PathBuf,
+    bin: std::path::PathBuf,
+    /// `postgres://postgres@127.0.0.1:PORT/postgres`
+    pub url: String,
+}
+
+impl Postgres {
+    /// Creates and starts the cluster.
+    pub fn start() -> Result<Self> {
+        let bin = std::fs::read_dir("/usr/lib/postgresql")
+            .context("PostgreSQL is not installed (`cargo xtask setup` installs it)")?
+            .flatten()
+            .map(|e| e.path().join("bin"))
+            .find(|b| b.join("initdb").exists())
+            .context("no initdb under /usr/lib/postgresql/*/bin")?;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let dir = std::env::temp_dir().join(format!("herd-pg-{}-{port}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)?;
+        let pg = Postgres {
+            url: format!("postgres://postgres@127.0.0.1:{port}/postgres"),
+            dir: dir.clone(),
+            bin: bin.clone(),
+        };
+        let chown = Command::new("chown")
+            .args(["-R", "postgres:postgres"])
+            .arg(&dir)
+            .status()?;
+        if !chown.success() {
+            bail!("chown of {} to postgres failed", dir.display());
+        }
+        let as_postgres = |tool: &str| {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(bin.join(tool));
+            c
+        };
+        let data = dir.join("data");
+        let out = as_postgres("initdb")
+            .args(["-A", "trust", "-U", "postgres", "-D"])
+            .arg(&data)
+            .output()?;
+        if !out.status.success() {
+            bail!("initdb: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        let out = as_postgres("pg_ctl")
+            .arg("-D")
+            .arg(&data)
+            .args(["-w", "-t", "30", "-l"])
+            .arg(dir.join("log"))
+            .arg("-o")
+            .arg(format!(
+                "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
+                dir.display()
+            ))
+            .arg("start")
+            .output()?;
+        if !out.status.success() {
+            let log = std::fs::read_to_string(dir.join("log")).unwrap_or_default();
+            bail!(
+                "pg_ctl start: {}{log}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(pg)
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        let _ = Command::new("runuser")
+            .args(["-u", "postgres", "--"])
+            .arg(self.bin.join("pg_ctl"))
+            .arg("-D")
+            .arg(self.dir.join("data"))
+            .args(["-m", "immediate", "-w", "stop"])
+            .output();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

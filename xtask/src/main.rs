@@ -45,6 +45,10 @@ enum Task {
 const DEBIAN_PACKAGES: &[(&str, &str)] = &[
     ("iproute2", "`ip netns`/veth for herd's containers"),
     ("procps", "`ps`/`kill` used by tests"),
+    (
+        "postgresql",
+        "a real PostgreSQL server that the store tests start and remove",
+    ),
 ];
 
 fn root() -> PathBuf {
