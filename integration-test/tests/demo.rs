@@ -14,6 +14,10 @@ use herd::{
 };
 use integration_test::{herd_cmd, privileged};
 
+/// Whole demos run one at a time: two at once share the 2 cores, and the churn they measure
+/// depends on the load they get.
+static DEMO: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn tmp(name: &str) -> std::path::PathBuf {
     let d = std::env::temp_dir().join(format!("herd-it-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
@@ -42,6 +46,7 @@ fn the_buggy_pool_churns_and_is_named_while_the_fixed_one_is_not() {
     if !privileged("the_buggy_pool_churns_and_is_named") {
         return;
     }
+    let _one = DEMO.lock().unwrap_or_else(|e| e.into_inner());
     let out = tmp("demo");
     let st = herd_cmd()
         .args([
@@ -293,6 +298,7 @@ fn ctrl_c_during_the_demo_removes_every_container_and_keeps_what_was_recorded() 
     if !privileged("ctrl_c_during_the_demo_removes_every_container") {
         return;
     }
+    let _one = DEMO.lock().unwrap_or_else(|e| e.into_inner());
     let out = tmp("demo-int");
     let mut demo = herd_cmd()
         .args([

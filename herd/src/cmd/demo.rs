@@ -197,6 +197,7 @@ fn one_run(args: &DemoArgs, max_idle: usize, store: &str) -> Result<i64> {
     let quota = |cores: f64| Some(((cores * 100_000.0) as u64, 100_000));
     let gateway = sb.container("gateway", quota(args.gateway_cpus))?;
     let backend = sb.container("backend", quota(args.backend_cpus))?;
+    let layout_unified = sb.layout().unified.clone();
     let (_, gw_ip) = sb.link_host(&gateway)?;
     let (_, be_ip) = sb.link(&gateway, &backend)?;
     let db = args.out.join(format!("contour-max-idle-{max_idle}.db"));
@@ -252,7 +253,15 @@ fn one_run(args: &DemoArgs, max_idle: usize, store: &str) -> Result<i64> {
         name: Some(format!("max-idle-{max_idle}")),
         out: args.out.clone(),
         store: Some(store.to_owned()),
-        containers: Vec::new(),
+        // Named explicitly: another herd sandbox on the host (a second demo, a test) is
+        // discovered too, and must not take these names.
+        containers: [&gateway, &backend]
+            .iter()
+            .map(|c| {
+                let rel = c.cgroup.strip_prefix(&layout_unified).unwrap_or(&c.cgroup);
+                format!("{}=/{}", c.name, rel.display())
+            })
+            .collect(),
         no_probe: false,
         interval: Duration::from_secs(1),
         grace: Duration::from_secs(3),
