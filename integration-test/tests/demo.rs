@@ -219,21 +219,7 @@ fn a_run_killed_with_sigkill_still_reports_every_recorded_interval() {
     }
     let out = tmp("kill");
     // A real HTTP/1.1 server on loopback: the contour's backend, with its own database.
-    let db = format!("sqlite:{}?mode=rwc", out.join("backend.db").display());
-    let mut backend = herd_cmd()
-        .args(["contour", "backend", "--listen", "127.0.0.1:0", "--db", &db])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(backend.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("ready ")
-        .expect("ready line")
-        .to_owned();
+    let (mut backend, addr) = backend(&out);
     let scenario = out.join("kill.toml");
     std::fs::write(
         &scenario,

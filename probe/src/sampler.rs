@@ -9,7 +9,7 @@ use std::{
     path::PathBuf,
 };
 
-use probe_common::{N_COUNTERS, PairStats};
+use probe_common::PairStats;
 
 use crate::{
     Counts, KernelProbe, ProbeError, Snapshot, addrs,
@@ -341,11 +341,6 @@ impl Sampler {
     /// The container set.
     pub fn containers(&self) -> &ContainerSet {
         &self.set
-    }
-
-    /// An all-zero counter row.
-    pub fn zero() -> Counts {
-        [0; N_COUNTERS]
     }
 }
 
