@@ -385,7 +385,7 @@ struct RawScenario {
     steps: Vec<RawStep>,
     hammer: Option<RawHammer>,
     #[serde(default)]
-    seed: u64,
+    random_seed: u64,
     /// `op = "p99 < 500ms"` or `op = ["p99 < 500ms", "errors < 1%"]`.
     #[serde(default)]
     slo: BTreeMap<String, RawSlo>,
@@ -948,7 +948,7 @@ fn compile(file: &str, raw: RawScenario) -> Result<Scenario, Invalid> {
         hammer,
         vars: names,
         var_defaults: defaults,
-        seed: raw.seed,
+        seed: raw.random_seed,
         slo,
     })
 }

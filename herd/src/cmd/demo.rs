@@ -57,7 +57,7 @@ pub struct DemoArgs {
 /// The scenario both runs use, with `@…@` markers filled in (TOML uses braces itself).
 const SCENARIO: &str = r#"# The demo's players: each owns an h2c connection to the gateway, joins a 2-player game,
 # then polls its state, moves and reads the history. Written by `herd demo`.
-seed = 7
+random_seed = 7
 
 [target]
 url = "http://@GATEWAY@"
