@@ -12,6 +12,15 @@ fn esc(s: &str) -> String {
         .replace('"', "&quot;")
 }
 
+/// A log2 bucket's upper bound (the column header says ≤), or why there is none.
+fn le_of(connects: u64, v: u64) -> String {
+    match (connects, v) {
+        (0, _) => "n/a (no new connections)".into(),
+        (_, u64::MAX) => "> 2^25".into(),
+        (_, v) => v.to_string(),
+    }
+}
+
 fn cell(c: &Cell, digits: usize) -> String {
     match c {
         Cell::Value(v) => format!("{v:.digits$}"),
@@ -313,11 +322,11 @@ pub fn render(r: &Report) -> String {
             cell(&p.time_wait_peak, 0),
             p.time_wait_entries,
             cell(&p.headroom_min, 0),
-            p.connect_latency_us.p50_le,
-            p.connect_latency_us.p99_le,
+            le_of(p.connects, p.connect_latency_us.p50_le),
+            le_of(p.connects, p.connect_latency_us.p99_le),
             cell(&p.srtt_p50_us, 0),
             cell(&p.srtt_p99_le_us, 0),
-            p.lifetime_ms.p50_le
+            le_of(p.connects, p.lifetime_ms.p50_le)
         );
     }
     o.push_str("</table>");

@@ -27,6 +27,24 @@ fn le(v: u64) -> String {
     }
 }
 
+/// A log2 bucket's upper bound, or why there is none: a pair seen only in the gauges opened
+/// no connection in the run, so it has no connect latency or lifetime.
+fn le_of(connects: u64, v: u64) -> String {
+    if connects == 0 {
+        "n/a (no new connections)".into()
+    } else {
+        le(v)
+    }
+}
+
+/// A measured upper bound (`≤ v`), or the reason it is missing.
+fn le_cell(c: &Cell) -> String {
+    match c {
+        Cell::Value(v) => le(*v as u64),
+        Cell::Missing(_) => cell(c, 0),
+    }
+}
+
 /// Renders the report.
 pub fn render(r: &Report) -> String {
     let mut o = String::new();
@@ -158,7 +176,7 @@ pub fn render(r: &Report) -> String {
             };
             let _ = writeln!(
                 o,
-                "| {} | {to} | {} | {:.1} | {} | {} | {} | {} | {} | {} / {} | {} / ≤ {} | {} |",
+                "| {} | {to} | {} | {:.1} | {} | {} | {} | {} | {} | {} / {} | {} / {} | {} |",
                 p.container,
                 p.connects,
                 p.connects_per_s,
@@ -167,11 +185,11 @@ pub fn render(r: &Report) -> String {
                 cell(&p.time_wait_peak, 0),
                 p.time_wait_entries,
                 cell(&p.headroom_min, 0),
-                le(p.connect_latency_us.p50_le),
-                le(p.connect_latency_us.p99_le),
+                le_of(p.connects, p.connect_latency_us.p50_le),
+                le_of(p.connects, p.connect_latency_us.p99_le),
                 cell(&p.srtt_p50_us, 0),
-                cell(&p.srtt_p99_le_us, 0),
-                le(p.lifetime_ms.p50_le)
+                le_cell(&p.srtt_p99_le_us),
+                le_of(p.connects, p.lifetime_ms.p50_le)
             );
         }
     }
