@@ -442,10 +442,7 @@ impl<'a> Parser<'a> {
             chunk = chunk.strip_prefix(b"\n").unwrap_or(chunk);
         }
         self.pending.extend_from_slice(chunk);
-        loop {
-            let Some(end) = self.pending.iter().position(|&b| b == b'\n' || b == b'\r') else {
-                break;
-            };
+        while let Some(end) = self.pending.iter().position(|&b| b == b'\n' || b == b'\r') {
             let line = self.pending.split_to(end).freeze();
             let sep = self.pending.split_to(1);
             if sep[0] == b'\r' {

@@ -261,11 +261,14 @@ pub(super) fn check_background(i: usize, op: &Op, weight_set: bool) -> Result<()
     Ok(())
 }
 
+/// Resolves an op's name, written at a path, to its index.
+pub(super) type FindOp<'a> = dyn Fn(&str, &[Seg]) -> Result<usize, Invalid> + 'a;
+
 /// Compiles `[group]`; `find` resolves an op name at a path.
 pub(super) fn compile_group(
     g: RawGroup,
     ops: &[Op],
-    find: &dyn Fn(&str, &[Seg]) -> Result<usize, Invalid>,
+    find: &FindOp<'_>,
 ) -> Result<GroupSpec, Invalid> {
     let gp = |k: &str| vec![key("group"), key(k)];
     let (min, max) = match &g.size {
