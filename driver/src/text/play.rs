@@ -69,8 +69,8 @@ fn stream_line(s: &StreamStats) -> String {
     l
 }
 
-/// ` | events.subscribe 120 ev/s errors 2 | groups +3 −1` for a progress line (empty
-/// without streams or groups).
+/// ` | events.subscribe 120 ev/s errors 2 | groups formed 3 finished 2 failed 0 abandoned 0`
+/// for a progress line (empty without streams or groups).
 pub fn progress(p: &PlayStats, secs: f64) -> String {
     let mut l = String::new();
     for s in &p.streams {
@@ -89,10 +89,8 @@ pub fn progress(p: &PlayStats, secs: f64) -> String {
     if !g.is_zero() {
         let _ = write!(
             l,
-            " | groups formed {} finished {} failed {}",
-            g.formed,
-            g.finished,
-            g.failed + g.abandoned
+            " | groups formed {} finished {} failed {} abandoned {}",
+            g.formed, g.finished, g.failed, g.abandoned
         );
     }
     l
@@ -133,7 +131,7 @@ mod tests {
         );
         assert_eq!(
             progress(&p, 2.0),
-            " | sub 602 ev/s errors 2 | groups formed 12 finished 10 failed 2"
+            " | sub 602 ev/s errors 2 | groups formed 12 finished 10 failed 1 abandoned 1"
         );
     }
 }

@@ -237,3 +237,48 @@ async fn group_keys_are_checked() {
         assert!(e.contains(want), "{want:?} not in: {e}");
     }
 }
+
+#[tokio::test]
+async fn the_lobby_example_runs_with_every_players_traffic_on_its_own_connection() {
+    let server = StreamServer::start(Proto::H2c).await;
+    let f = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/scenarios/lobby.toml");
+    let sets: Vec<String> = [
+        format!("target.url={}", server.url()),
+        "player.think=20ms".into(),
+        "group.rounds=3".into(),
+        "step[0].players=6".into(),
+        "step[0].duration=1500ms".into(),
+        "step[0].ramp=100ms".into(),
+        "step[1].players=6".into(),
+        "step[1].duration=300ms".into(),
+        "step[1].ramp=100ms".into(),
+    ]
+    .into();
+    let s = Scenario::load(&f, &sets).unwrap_or_else(|e| panic!("{e}"));
+    let r = run(s).await;
+    let g = r.play.groups;
+    assert!(g.finished >= 2, "{g:?}");
+    assert_eq!(g.failed, 0, "{g:?}");
+    assert_eq!(r.op_count("session.login"), 6);
+    let creates = server
+        .stats
+        .creates
+        .load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(r.op_count("game.create"), creates);
+    let sub = r.play.stream("events.subscribe").expect("stream stats");
+    // One subscription per player, each greeted once, then turns.
+    assert_eq!(sub.opened, 6);
+    assert_eq!(sub.by_type.get("hello"), Some(&6));
+    assert!(sub.by_type.get("turn").is_some_and(|&n| n > 0), "{sub:?}");
+    assert!(sub.events <= server.stats.sent("hello") + server.stats.sent("turn"));
+    let wait = r.play.stream("lobby.wait").expect("long poll stats");
+    assert!(
+        wait.by_type.get("no_news").is_some_and(|&n| n > 0),
+        "{wait:?}"
+    );
+    assert!(wait.errors.is_empty(), "{wait:?}");
+    // Login, calls, the subscription and the long poll all ride the player's one h2c
+    // connection.
+    assert_eq!(server.connections(), 6);
+    assert_eq!(r.connects, 6);
+}

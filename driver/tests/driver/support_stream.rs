@@ -15,6 +15,10 @@
 //!   `{"state":"playing"}` for the game's first 2 state calls, then `{"state":"finished"}`;
 //!   `/game/{id}/play` → `{"ok":true}` for the first 2 plays, then
 //!   `{"error":{"code":"game_finished"}}`; `/ok`.
+//! - The routes of `examples/scenarios/lobby.toml`: `POST /v1/session`, `POST /v1/games`,
+//!   `POST /v1/games/{id}/players`, `GET /v1/games/{id}`, `POST /v1/games/{id}/plays`
+//!   (`game_finished` from the game's 5th play), `GET /v1/events` (SSE: a `hello`, then a
+//!   `turn` every 100 ms) and `GET /v1/lobby/wait` (a long poll: 204 after 100 ms).
 
 use std::{
     collections::BTreeMap,
@@ -304,6 +308,60 @@ async fn handle(
                 (_, false) => json(serde_json::json!({"ok": true})),
                 (_, true) => json(serde_json::json!({"error": {"code": "game_finished"}})),
             }
+        }
+        ["v1", "session"] => {
+            let c = st.requests.load(SeqCst);
+            json(serde_json::json!({"session": {"token": format!("t-{c}")}}))
+        }
+        ["v1", "games"] => {
+            let c = st.creates.fetch_add(1, SeqCst) + 1;
+            json(serde_json::json!({"game": {"id": format!("g-{c}")}}))
+        }
+        ["v1", "games", id, "players"] => {
+            *st.joins
+                .lock()
+                .unwrap()
+                .entry((*id).to_owned())
+                .or_default() += 1;
+            json(serde_json::json!({"seat": 1}))
+        }
+        ["v1", "games", _] => json(serde_json::json!({"state": "playing"})),
+        ["v1", "games", id, "plays"] => {
+            let c = {
+                let mut calls = st.calls.lock().unwrap();
+                let c = calls.entry((*id).to_owned()).or_default();
+                *c += 1;
+                *c
+            };
+            if c >= 5 {
+                json(serde_json::json!({"error": {"code": "game_finished"}}))
+            } else {
+                json(serde_json::json!({"accepted": true}))
+            }
+        }
+        ["v1", "events"] => {
+            let (tx, rx) = mpsc::channel(4);
+            let st = st.clone();
+            tokio::spawn(async move {
+                let mut kind = "hello";
+                loop {
+                    let ev = format!("event: {kind}\ndata: {{\"type\":\"{kind}\"}}\n\n");
+                    if tx.send(Ok(Bytes::from(ev))).await.is_err() {
+                        return;
+                    }
+                    *st.sent.lock().unwrap().entry(kind.to_owned()).or_default() += 1;
+                    kind = "turn";
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            });
+            let mut r = Response::new(ChanBody(rx));
+            r.headers_mut()
+                .insert("content-type", "text/event-stream".parse().unwrap());
+            r
+        }
+        ["v1", "lobby", "wait"] => {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            body(204, "")
         }
         _ => body(404, "{}"),
     };
