@@ -114,31 +114,18 @@ pub(crate) fn stream_kind(kind: &OpKind) -> &'static str {
 /// Distinct event types (and error classes) kept per op before the rest fold into `other`.
 const MAX_TYPES: usize = 32;
 
+#[derive(Default)]
 struct StreamAcc {
     opened: u64,
     reconnects: u64,
     events: u64,
     by_type: BTreeMap<Box<str>, u64>,
     errors: BTreeMap<String, u64>,
-    first: Histogram<u64>,
+    /// Made on the first record, so request ops and quiet intervals cost no histogram.
+    first: Option<Histogram<u64>>,
     touched: bool,
 }
 
-impl Default for StreamAcc {
-    fn default() -> Self {
-        Self {
-            opened: 0,
-            reconnects: 0,
-            events: 0,
-            by_type: BTreeMap::new(),
-            errors: BTreeMap::new(),
-            first: new_histogram(),
-            touched: false,
-        }
-    }
-}
-
-#[derive(Default)]
 struct Acc {
     streams: Vec<StreamAcc>,
     groups: GroupStats,
@@ -166,7 +153,7 @@ impl Acc {
                 events: s.events,
                 by_type: s.by_type.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
                 errors: s.errors.clone(),
-                first_event: (!s.first.is_empty()).then(|| latency(&s.first)),
+                first_event: s.first.as_ref().map(latency),
             })
             .collect();
         PlayStats {
@@ -253,7 +240,9 @@ impl PlayAcc {
 
     /// The first event of an opening, `us` after the request was sent.
     pub fn first_event(&self, op: usize, us: u64) {
-        self.stream(op, |s| record(&mut s.first, us));
+        self.stream(op, |s| {
+            record(s.first.get_or_insert_with(new_histogram), us)
+        });
     }
 
     /// A failure of class `class`.

@@ -300,6 +300,15 @@ pub(super) fn compile_group(
         return Err(at(&gp("join"), "join must be a different op than create"));
     }
     for (o, k) in [(create, "create"), (join, "join")] {
+        if ops[o].weight > 0 && !ops[o].kind.is_background() {
+            return Err(at(
+                &gp(k),
+                format!(
+                    "`{}` runs once per group, not in the loop: give it weight = 0",
+                    ops[o].name
+                ),
+            ));
+        }
         if ops[o].kind.is_background() {
             return Err(at(
                 &gp(k),

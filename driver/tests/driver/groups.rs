@@ -2,7 +2,7 @@
 //! group's variables, and leave on the finish condition; the server's own counts of
 //! creates and joins match the driver's group counts.
 
-use herd_driver::{RunReport, Scenario};
+use herd_driver::{Player, RunReport, Scenario, Session, Stopped};
 
 use crate::{
     support::{self, Proto},
@@ -196,6 +196,11 @@ async fn group_keys_are_checked() {
     );
     let bad = [
         (
+            "[group]\nsize = 2\ncreate = \"c\"\njoin = \"p\"\n",
+            ops,
+            "`p` runs once per group, not in the loop: give it weight = 0",
+        ),
+        (
             "[group]\nsize = \"4-2\"\ncreate = \"c\"\njoin = \"j\"\n",
             ops,
             "must not be reversed",
@@ -281,4 +286,50 @@ async fn the_lobby_example_runs_with_every_players_traffic_on_its_own_connection
     // connection.
     assert_eq!(server.connections(), 6);
     assert_eq!(r.connects, 6);
+}
+
+/// A Rust player using the same groups and streams as the file's player.
+struct Pair;
+
+impl Player for Pair {
+    async fn turn(&mut self, s: &mut Session) -> Result<(), Stopped> {
+        if !s.in_group() {
+            s.close_streams(true);
+            if !s.join_group().await? {
+                return Ok(());
+            }
+            s.open_streams();
+        }
+        let state = s.op("game.state").expect("the scenario has game.state");
+        let reply = s.call(state).await?;
+        if s.finishes_group(state, &reply) {
+            s.finish_group();
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_rust_player_forms_groups_and_opens_streams_through_its_session() {
+    let server = StreamServer::start(Proto::H2c).await;
+    let body = PAIRS.replace("players = 6", "players = 4").replace(
+        "[[step]]",
+        "[[op]]\nname = \"sub\"\npath = \"/sse/{player}/3/0\"\nkind = \"stream\"\n\n[[step]]",
+    );
+    let s = scenario(&server, Proto::H2c, &body);
+    let r = herd_driver::run_with(s, |_| Pair, support::options())
+        .await
+        .unwrap();
+    let g = r.play.groups;
+    assert_eq!(
+        (g.formed, g.finished, g.failed, g.abandoned),
+        (4, 4, 0, 0),
+        "{g:?}"
+    );
+    let joins = server.stats.joins.lock().unwrap().clone();
+    assert_eq!(joins.len(), 4, "{joins:?}");
+    // The stream reads no group variable: each player opens it once and keeps it.
+    let sub = r.play.stream("sub").expect("stream stats");
+    assert_eq!((sub.opened, sub.events, sub.reconnects), (4, 12, 0));
+    assert_eq!(server.connections(), 4);
 }
