@@ -9,12 +9,12 @@ use tokio::sync::Semaphore;
 
 use crate::{
     measure::aggregator::Counters,
-    transport::{Connection, Request, Response, Transport, TransportError},
+    transport::{Connection, Request, Response, Streaming, Transport, TransportError},
 };
 
 /// One connection that is opened lazily and reopened after it is lost.
 #[derive(Default)]
-struct Slot {
+pub(crate) struct Slot {
     conn: Option<Box<dyn Connection>>,
     opened_before: bool,
 }
@@ -58,10 +58,11 @@ impl Slot {
     }
 }
 
-/// A player's own connection.
+/// A player's own connection. Behind a lock only so the player's streams can take a
+/// handle on it (h2c); the player's own calls never wait on it.
 #[derive(Default)]
 pub(crate) struct Own {
-    slot: Slot,
+    slot: Arc<tokio::sync::Mutex<Slot>>,
 }
 
 impl Own {
@@ -71,7 +72,8 @@ impl Own {
         counters: &Counters,
         req: Request,
     ) -> Result<Response, TransportError> {
-        let mut guard = FailGuard(&mut self.slot, true);
+        let mut slot = self.slot.lock().await;
+        let mut guard = FailGuard(&mut slot, true);
         let conn = guard.0.ready(transport, counters).await?;
         let r = conn.send(req).await;
         guard.1 = r.is_err();
@@ -199,6 +201,18 @@ pub(crate) enum Conns {
 }
 
 impl Conns {
+    /// Where this player's streams and long polls open: on its own connection when that
+    /// is multiplexed (h2c: one more stream beside its calls), on the pool's connections
+    /// (h2c pool), else (HTTP/1.1, where a response in progress holds the connection) on
+    /// a connection of their own.
+    pub fn side(&self, transport: &dyn Transport) -> SideConn {
+        match self {
+            Self::Own(o) if transport.multiplexed() => SideConn::Shared(o.slot.clone()),
+            Self::Pool(p) if p.multiplexed => SideConn::Pool(p.clone()),
+            _ => SideConn::Own(Slot::default()),
+        }
+    }
+
     pub async fn send(
         &mut self,
         transport: &dyn Transport,
@@ -209,5 +223,45 @@ impl Conns {
             Self::Own(o) => o.send(transport, counters, req).await,
             Self::Pool(p) => p.send(transport, counters, req).await,
         }
+    }
+}
+
+/// A stream's or long poll's connection source, from [`Conns::side`].
+pub(crate) enum SideConn {
+    Shared(Arc<tokio::sync::Mutex<Slot>>),
+    Pool(Arc<Pool>),
+    Own(Slot),
+}
+
+impl SideConn {
+    /// Sends `req` and returns at the response head; the connection is (re)opened first if
+    /// it is gone.
+    pub async fn open(
+        &mut self,
+        transport: &dyn Transport,
+        counters: &Counters,
+        req: Request,
+    ) -> Result<Streaming, TransportError> {
+        let mut handle = match self {
+            Self::Shared(slot) => {
+                let mut slot = slot.lock().await;
+                let conn = slot.ready(transport, counters).await?;
+                conn.share().expect("a multiplexed connection shares")
+            }
+            Self::Pool(p) => {
+                let i = p.next.fetch_add(1, SeqCst) % p.slots.len();
+                let mut slot = p.slots[i].lock().await;
+                let conn = slot.ready(transport, counters).await?;
+                conn.share().expect("a multiplexed connection shares")
+            }
+            Self::Own(slot) => {
+                let mut guard = FailGuard(slot, true);
+                let conn = guard.0.ready(transport, counters).await?;
+                let r = conn.open(req).await;
+                guard.1 = r.is_err();
+                return r;
+            }
+        };
+        handle.open(req).await
     }
 }

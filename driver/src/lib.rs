@@ -18,12 +18,14 @@
 #![deny(missing_docs)]
 
 mod conns;
+mod groups;
 pub mod measure;
 pub mod outcome;
 pub mod player;
 pub mod report;
 mod run;
 pub mod scenario;
+mod stream;
 pub mod template;
 pub mod text;
 pub mod transport;

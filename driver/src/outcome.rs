@@ -157,7 +157,7 @@ fn scalar(v: &serde_json::Value) -> Option<String> {
 
 /// JSON equality where `1` and `1.0` are the same number, since TOML writes integers and
 /// floats apart and a service may not.
-fn json_eq(got: &serde_json::Value, want: &serde_json::Value) -> bool {
+pub(crate) fn json_eq(got: &serde_json::Value, want: &serde_json::Value) -> bool {
     match (got, want) {
         (serde_json::Value::Number(a), serde_json::Value::Number(b)) => {
             a == b || a.as_f64() == b.as_f64()

@@ -74,6 +74,8 @@ pub(crate) struct Shared {
     pub started: Arc<[std::sync::atomic::AtomicU64]>,
     pub counters: Arc<Counters>,
     pub abort: watch::Receiver<bool>,
+    pub play: Arc<crate::measure::play::PlayAcc>,
+    pub lobby: Option<Arc<crate::groups::Lobby>>,
 }
 
 /// How one session behaves, by role (player or hammer worker).
@@ -88,14 +90,18 @@ pub(crate) struct Role {
 /// One player's connection, variables and measurement; the handle a [`Player`] works
 /// through.
 pub struct Session {
-    shared: Arc<Shared>,
-    role: Role,
-    conns: Conns,
-    vars: Vars,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) role: Role,
+    pub(crate) conns: Conns,
+    pub(crate) vars: Vars,
     rng: u64,
     ops_done: u64,
-    halt: watch::Receiver<bool>,
-    retire: Option<watch::Receiver<bool>>,
+    pub(crate) halt: watch::Receiver<bool>,
+    pub(crate) retire: Option<watch::Receiver<bool>>,
+    /// Streams and long polls running for this player (`stream.rs`).
+    pub(crate) bg: crate::stream::Backgrounds,
+    /// The player's group (`groups.rs`).
+    pub(crate) group: crate::groups::Membership,
 }
 
 impl Session {
@@ -119,6 +125,8 @@ impl Session {
             ops_done: 0,
             halt,
             retire,
+            bg: Default::default(),
+            group: Default::default(),
         }
     }
 
@@ -181,6 +189,11 @@ impl Session {
     }
 
     pub(crate) async fn sleep_until(&mut self, at: Instant) -> Result<(), Stopped> {
+        self.until(tokio::time::sleep_until(at.into())).await
+    }
+
+    /// Awaits `f`, ending early (with [`Stopped`]) when the player is stopped.
+    pub(crate) async fn until<F: Future>(&mut self, f: F) -> Result<F::Output, Stopped> {
         if self.stopping() {
             return Err(Stopped);
         }
@@ -191,7 +204,7 @@ impl Session {
             }
         };
         tokio::select! {
-            _ = tokio::time::sleep_until(at.into()) => Ok(()),
+            r = f => Ok(r),
             _ = until_true(&mut self.halt) => Err(Stopped),
             _ = retire => Err(Stopped),
         }
@@ -266,7 +279,7 @@ impl Session {
     }
 
     /// The op's request, or `None` if a variable it reads is missing or cannot be sent.
-    fn request(&self, o: &Op, base_path: &str) -> Option<Request> {
+    pub(crate) fn request(&self, o: &Op, base_path: &str) -> Option<Request> {
         let mut path = String::with_capacity(base_path.len() + 32);
         path.push_str(base_path);
         o.path.render_into(&self.vars, &mut path).ok()?;
@@ -302,6 +315,8 @@ pub struct FilePlayer {
     setup: Arc<[usize]>,
     next_setup: usize,
     cumulative: Arc<[(u64, usize)]>,
+    /// Streams and the group (`groups.rs`).
+    turns: crate::groups::FileTurns,
 }
 
 impl FilePlayer {
@@ -322,6 +337,7 @@ impl FilePlayer {
             setup: scenario.player.setup.clone().into(),
             next_setup: 0,
             cumulative,
+            turns: Default::default(),
         }
     }
 
@@ -341,9 +357,13 @@ impl Player for FilePlayer {
             }
             return Ok(());
         }
+        if !self.turns.ready(session).await? {
+            return Ok(());
+        }
         let r = session.random();
         let op = self.pick(r).ok_or(Stopped)?;
-        session.call(op).await?;
+        let reply = session.call(op).await?;
+        self.turns.after(session, op, &reply);
         Ok(())
     }
 }

@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::measure::play::{GroupStats, PlayStats, StreamStats};
+
 /// One event of a run, in order: intervals as they pass, each step's totals when all of its
 /// ops have finished, and the whole run last.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -82,6 +84,9 @@ pub struct StepReport {
     pub reconnects: u64,
     /// Failed connection attempts.
     pub connect_errors: u64,
+    /// Streams, long polls and groups during the step.
+    #[serde(flatten)]
+    pub play: PlayStats,
 }
 
 /// One op in one interval.
@@ -140,6 +145,9 @@ pub struct IntervalReport {
     pub reconnects: u64,
     /// Failed connection attempts.
     pub connect_errors: u64,
+    /// Streams, long polls and groups during the interval.
+    #[serde(flatten)]
+    pub play: PlayStats,
     /// The driver's own health.
     pub driver: DriverHealth,
 }
@@ -175,6 +183,9 @@ pub struct RunReport {
     pub steps: Vec<StepReport>,
     /// The timeline.
     pub intervals: Vec<IntervalReport>,
+    /// Streams, long polls and groups over the whole run.
+    #[serde(flatten)]
+    pub play: PlayStats,
 }
 
 impl RunReport {

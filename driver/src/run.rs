@@ -16,6 +16,8 @@ use tokio::{
 
 use crate::{
     conns::{Conns, Own, Pool},
+    groups::Lobby,
+    measure::play::{PlayAcc, stream_kind},
     measure::{
         aggregator::{Aggregator, Counters, Gate, Live, Msg, Setup},
         health,
@@ -89,6 +91,15 @@ where
         .collect();
     let step_gate = Arc::new(Gate::closed());
     let hammer_gate = Arc::new(Gate::closed());
+    let play = Arc::new(PlayAcc::new(
+        scenario
+            .ops
+            .iter()
+            .map(|o| (o.name.clone(), stream_kind(&o.kind)))
+            .collect(),
+        scenario.steps.len(),
+        step_gate.clone(),
+    ));
     let (tx, rx) = mpsc::unbounded_channel();
     let (lag_tx, lag_rx) = mpsc::unbounded_channel();
     let halt = Arc::new(watch::channel(false).0);
@@ -120,6 +131,7 @@ where
             counters: counters.clone(),
             live: live.clone(),
             step_gate: step_gate.clone(),
+            play: play.clone(),
             events: opts.events.clone(),
             interval: opts.interval,
             cores: opts.cores,
@@ -146,6 +158,8 @@ where
         started,
         counters,
         abort: abort_rx,
+        lobby: Lobby::new(&scenario, play.clone()).map(Arc::new),
+        play,
     });
     let conns = |pool: &Option<Arc<Pool>>| match pool {
         Some(p) => Conns::Pool(p.clone()),

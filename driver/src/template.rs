@@ -8,6 +8,10 @@ use std::fmt::Write as _;
 /// The variables a template may name besides the scenario's own: the player's id and account.
 pub const BUILTINS: [&str; 2] = ["player", "account"];
 
+/// The prefix of a group variable, `{group.game_id}`: captured by the group's create op and
+/// shared with every member (see `docs/scenario.md`, `[group]`).
+pub const GROUP_PREFIX: &str = "group.";
+
 /// A compiled template.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Template {
@@ -130,6 +134,23 @@ impl Template {
                 rest = after;
                 continue;
             }
+            // `{group.name}`: a variable the player's group shares (see `groups`).
+            let ident_len = match after[ident_len..].strip_prefix('.') {
+                Some(tail) if &after[..ident_len] == GROUP_PREFIX.trim_end_matches('.') => {
+                    let more = tail
+                        .char_indices()
+                        .take_while(|&(j, c)| {
+                            c == '_' || c.is_ascii_alphabetic() || (j > 0 && c.is_ascii_digit())
+                        })
+                        .count();
+                    if more > 0 {
+                        ident_len + 1 + more
+                    } else {
+                        ident_len
+                    }
+                }
+                _ => ident_len,
+            };
             let name = &after[..ident_len];
             if !after[ident_len..].starts_with('}') {
                 if after[ident_len..].is_empty() {
@@ -229,6 +250,17 @@ mod tests {
     #[test]
     fn missing_variable_names_its_slot() {
         assert_eq!(render("/g/{game_id}", &[]), Err("game_id".to_owned()));
+    }
+
+    #[test]
+    fn group_variables_are_one_name() {
+        let mut names = VarNames::default();
+        let t = Template::parse("/games/{group.game_id}/x{group.}", &mut names).unwrap();
+        assert_eq!(names.slot("group.game_id"), Some(0));
+        assert_eq!(names.len(), 1);
+        let mut vars = Vars::new(1, 1, &[]);
+        vars.set(0, "g7".into());
+        assert_eq!(t.render(&vars).unwrap(), "/games/g7/x{group.}");
     }
 
     #[test]

@@ -5,6 +5,8 @@ use std::fmt::Write as _;
 
 use crate::report::{IntervalReport, OpStats, RunReport, StepReport};
 
+mod play;
+
 /// A latency in µs as a short human figure: `850µs`, `1.2ms`, `48ms`, `1.25s`.
 pub fn duration_us(us: u64) -> String {
     match us {
@@ -56,6 +58,7 @@ pub fn progress_line(iv: &IntervalReport, steps: usize) -> String {
             let _ = write!(line, " {outcome} {n}");
         }
     }
+    line.push_str(&play::progress(&iv.play, iv.duration_ms as f64 / 1e3));
     if iv.driver.saturated {
         let _ = write!(
             line,
@@ -146,6 +149,7 @@ pub fn table(report: &RunReport) -> String {
             .collect();
         if rows.is_empty() {
             out.push_str("  (no ops)\n");
+            out.push_str(&play::lines(&s.play));
             continue;
         }
         let mut width = header.map(|h| h.chars().count());
@@ -178,6 +182,7 @@ pub fn table(report: &RunReport) -> String {
         for r in &rows {
             out.push_str(&line(r));
         }
+        out.push_str(&play::lines(&s.play));
     }
     out
 }
@@ -255,6 +260,7 @@ mod tests {
                     connects: 50,
                     reconnects: 0,
                     connect_errors: 0,
+                    play: Default::default(),
                 },
                 StepReport {
                     phase: "hammer".into(),
@@ -279,9 +285,11 @@ mod tests {
                     connects: 0,
                     reconnects: 0,
                     connect_errors: 0,
+                    play: Default::default(),
                 },
             ],
             intervals: vec![],
+            play: Default::default(),
         };
         let want = "\
 game.toml → 127.0.0.1:8081 (h2c, per_player): 1 600 requests in 20.0s
@@ -316,6 +324,7 @@ hammer: 20 workers, 1.0s, 0 connects, 0 reconnects, 0 connect errors
             connects: 0,
             reconnects: 0,
             connect_errors: 0,
+            play: Default::default(),
             driver: DriverHealth {
                 cpu_percent: 195.0,
                 cores: 2,

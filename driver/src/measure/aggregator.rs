@@ -178,6 +178,7 @@ pub(crate) struct Setup {
     pub counters: Arc<Counters>,
     pub live: Arc<Live>,
     pub step_gate: Arc<Gate>,
+    pub play: Arc<super::play::PlayAcc>,
     pub events: Option<UnboundedSender<DriverEvent>>,
     pub interval: Duration,
     pub cores: usize,
@@ -387,6 +388,7 @@ impl Aggregator {
             connects: delta(0),
             reconnects: delta(1),
             connect_errors: delta(2),
+            play: self.s.play.phase(k),
         }
     }
 
@@ -440,6 +442,7 @@ impl Aggregator {
             connects: delta(0),
             reconnects: delta(1),
             connect_errors: delta(2),
+            play: self.s.play.take_interval(),
             driver: DriverHealth {
                 cpu_percent,
                 cores: self.s.cores,
@@ -484,6 +487,7 @@ impl Aggregator {
                 as u64,
             steps,
             intervals: std::mem::take(&mut self.intervals),
+            play: self.s.play.total(),
         }
     }
 }
@@ -537,6 +541,11 @@ mod tests {
             counters: Arc::default(),
             live: Arc::default(),
             step_gate: Arc::new(Gate::closed()),
+            play: Arc::new(super::super::play::PlayAcc::new(
+                Vec::new(),
+                1,
+                Arc::new(Gate::closed()),
+            )),
             events: Some(events),
             interval: Duration::from_millis(50),
             cores: 2,

@@ -1,6 +1,8 @@
 //! Measurement: players send one sample per op to a single aggregator, which owns every
-//! histogram. Nothing on a player's path takes a lock or touches a histogram.
+//! histogram. Nothing on a player's request path takes a lock or touches a histogram;
+//! streams and groups count into [`play`], one short lock per event.
 
 pub(crate) mod aggregator;
 pub mod health;
 pub mod histogram;
+pub mod play;

@@ -8,6 +8,7 @@
 
 mod error;
 mod overrides;
+mod players;
 
 use std::{collections::BTreeMap, fmt, ops::Range, path::Path, time::Duration};
 
@@ -21,6 +22,7 @@ use toml::{
 pub use error::{Diagnostic, ScenarioError};
 use error::{Locator, reword};
 use overrides::{Seg, path_string};
+pub use players::{Backoff, Finish, GroupSpec, OpKind, StreamFormat};
 
 use crate::template::{BUILTINS, Template, VarNames};
 
@@ -124,6 +126,8 @@ pub struct Op {
     pub check: Check,
     /// JSON pointer to a domain code in the response body.
     pub code: Option<String>,
+    /// A request, or a stream / long poll each player keeps open.
+    pub kind: OpKind,
 }
 
 /// How the players of a step arrive.
@@ -186,6 +190,8 @@ pub struct Scenario {
     pub seed: u64,
     /// Service-level objectives per op, checked per step by `herd run`'s report.
     pub slo: Vec<Slo>,
+    /// How players form groups, if they do.
+    pub group: Option<GroupSpec>,
 }
 
 /// One objective: an op's latency percentile (or its error share) must stay under a limit.
@@ -389,6 +395,7 @@ struct RawScenario {
     /// `op = "p99 < 500ms"` or `op = ["p99 < 500ms", "errors < 1%"]`.
     #[serde(default)]
     slo: BTreeMap<String, RawSlo>,
+    group: Option<players::RawGroup>,
 }
 
 #[derive(Deserialize)]
@@ -454,22 +461,21 @@ struct RawOp {
     #[serde(default)]
     headers: BTreeMap<String, String>,
     body: Option<String>,
-    #[serde(default = "default_weight")]
-    weight: u32,
+    weight: Option<u32>,
     timeout: Option<Dur>,
     #[serde(default)]
     capture: BTreeMap<String, String>,
     #[serde(default)]
     check: RawCheck,
     code: Option<String>,
+    kind: Option<players::RawKind>,
+    format: Option<StreamFormat>,
+    event_type: Option<String>,
+    reconnect: Option<players::RawReconnect>,
 }
 
 fn default_method() -> String {
     "GET".into()
-}
-
-fn default_weight() -> u32 {
-    1
 }
 
 #[derive(Deserialize, Default)]
@@ -667,7 +673,7 @@ fn compile_op(
     let mut captures = Vec::new();
     for (var, p) in &o.capture {
         let cp = vec![key("op"), Seg::Index(i), key("capture"), key(var)];
-        if !is_ident(var) || BUILTINS.contains(&var.as_str()) {
+        if !(is_ident(var) || players::is_group_var(var)) || BUILTINS.contains(&var.as_str()) {
             return Err(at(
                 &cp,
                 format!(
@@ -702,13 +708,26 @@ fn compile_op(
         Some(c) => Some(pointer(c, &here("code"))?),
         None => None,
     };
-    Ok(Op {
+    let kind = players::compile_kind(
+        players::RawOpKind {
+            kind: o.kind,
+            format: o.format,
+            event_type: o.event_type,
+            reconnect: o.reconnect,
+        },
+        &here,
+    )?;
+    let op = Op {
         name: o.name,
         method,
         path,
         headers,
         body,
-        weight: o.weight,
+        weight: if kind.is_background() {
+            0
+        } else {
+            o.weight.unwrap_or(1)
+        },
         timeout,
         captures,
         check: Check {
@@ -717,7 +736,17 @@ fn compile_op(
             sha256,
         },
         code,
-    })
+        kind,
+    };
+    if op.kind.is_background() {
+        players::check_background(i, &op, o.weight.is_some())?;
+    }
+    Ok(op)
+}
+
+/// The variable slots an op reads (its path, headers, body and sha256 check).
+pub(crate) fn op_reads(op: &Op) -> impl Iterator<Item = usize> {
+    reads(op).into_iter()
 }
 
 /// The variable slots an op reads.
@@ -834,8 +863,32 @@ fn compile(file: &str, raw: RawScenario) -> Result<Scenario, Invalid> {
             known[*s] = true;
         }
     }
+    let group = raw
+        .group
+        .map(|g| players::compile_group(g, &ops, &find))
+        .transpose()?;
+    players::check_group_vars(&ops, group.as_ref(), &names, &reads)?;
+    // The group's create op runs after setup; join after create; the loop after both.
+    if let Some(g) = &group {
+        for (o, k) in [(g.create, "create"), (g.join, "join")] {
+            if let Some(s) = missing(&ops[o], &known) {
+                return Err(at(
+                    &[key("group"), key(k)],
+                    format!(
+                        "the group's {k} op `{}` reads `{{{}}}` before setup{} captures it; capture it earlier or give it a default in [vars]",
+                        ops[o].name,
+                        names.name(s),
+                        if k == "join" { " or the create op" } else { "" }
+                    ),
+                ));
+            }
+            for (s, _) in &ops[o].captures {
+                known[*s] = true;
+            }
+        }
+    }
     for (i, op) in ops.iter().enumerate() {
-        if op.weight == 0 {
+        if op.weight == 0 && !op.kind.is_background() {
             continue;
         }
         if let Some(s) = missing(op, &known) {
@@ -887,6 +940,16 @@ fn compile(file: &str, raw: RawScenario) -> Result<Scenario, Invalid> {
         Some(h) => {
             let hp = |k: &str| vec![key("hammer"), key(k)];
             let op = find(&h.op, &hp("op"))?;
+            if ops[op].kind.is_background() {
+                return Err(at(
+                    &hp("op"),
+                    format!(
+                        "`{}` is a {} op; the hammer floods a request op",
+                        h.op,
+                        ops[op].kind.name()
+                    ),
+                ));
+            }
             let defaults_only: Vec<bool> = defaults.iter().map(Option::is_some).collect();
             if let Some(s) = missing(&ops[op], &defaults_only) {
                 return Err(at(
@@ -950,6 +1013,7 @@ fn compile(file: &str, raw: RawScenario) -> Result<Scenario, Invalid> {
         var_defaults: defaults,
         seed: raw.random_seed,
         slo,
+        group,
     })
 }
 

@@ -6,7 +6,7 @@ use http_body_util::{BodyExt as _, Full};
 use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
 
-use super::{BoxFuture, Connection, Dial, Request, Response, Transport, TransportError};
+use super::{BoxFuture, Connection, Dial, Request, Response, Streaming, Transport, TransportError};
 
 /// The HTTP/1.1 transport.
 pub(crate) struct H1(pub Dial);
@@ -43,19 +43,39 @@ fn from_hyper(e: hyper::Error) -> TransportError {
     super::from_hyper(e).0
 }
 
+impl H1Connection {
+    async fn head(
+        &mut self,
+        req: Request,
+    ) -> Result<http::Response<hyper::body::Incoming>, TransportError> {
+        self.sender.ready().await.map_err(from_hyper)?;
+        let mut r = http::Request::new(Full::new(req.body));
+        *r.method_mut() = req.method;
+        *r.uri_mut() = req
+            .path
+            .parse()
+            .map_err(|e| TransportError::Protocol(format!("path `{}`: {e}", req.path)))?;
+        *r.headers_mut() = req.headers;
+        r.headers_mut().insert(HOST, self.host.clone());
+        self.sender.send_request(r).await.map_err(from_hyper)
+    }
+}
+
 impl Connection for H1Connection {
+    fn open(&mut self, req: Request) -> BoxFuture<'_, Result<Streaming, TransportError>> {
+        Box::pin(async move {
+            let (parts, body) = self.head(req).await?.into_parts();
+            Ok(Streaming {
+                status: parts.status.as_u16(),
+                headers: parts.headers,
+                body,
+            })
+        })
+    }
+
     fn send(&mut self, req: Request) -> BoxFuture<'_, Result<Response, TransportError>> {
         Box::pin(async move {
-            self.sender.ready().await.map_err(from_hyper)?;
-            let mut r = http::Request::new(Full::new(req.body));
-            *r.method_mut() = req.method;
-            *r.uri_mut() = req
-                .path
-                .parse()
-                .map_err(|e| TransportError::Protocol(format!("path `{}`: {e}", req.path)))?;
-            *r.headers_mut() = req.headers;
-            r.headers_mut().insert(HOST, self.host.clone());
-            let resp = self.sender.send_request(r).await.map_err(from_hyper)?;
+            let resp = self.head(req).await?;
             let (parts, body) = resp.into_parts();
             let body = body.collect().await.map_err(from_hyper)?.to_bytes();
             Ok(Response {

@@ -22,7 +22,8 @@ use tokio::{
 };
 
 use super::{
-    BoxFuture, Connection, Dial, Request, Response, Transport, TransportError, from_hyper,
+    BoxFuture, Connection, Dial, Request, Response, Streaming, Transport, TransportError,
+    from_hyper,
 };
 
 /// The h2c transport.
@@ -143,26 +144,46 @@ impl AsyncWrite for Heard {
     }
 }
 
+impl H2cConnection {
+    async fn head(
+        &mut self,
+        req: Request,
+    ) -> Result<http::Response<hyper::body::Incoming>, TransportError> {
+        if let Err(e) = self.sender.ready().await {
+            return Err(self.error(e));
+        }
+        let mut r = http::Request::new(Full::new(req.body));
+        *r.method_mut() = req.method;
+        // HTTP/2 carries scheme and authority as pseudo-headers, so the URI is absolute.
+        *r.uri_mut() = http::Uri::builder()
+            .scheme(Scheme::HTTP)
+            .authority(self.authority.clone())
+            .path_and_query(req.path.as_str())
+            .build()
+            .map_err(|e| TransportError::Protocol(format!("path `{}`: {e}", req.path)))?;
+        *r.headers_mut() = req.headers;
+        match self.sender.send_request(r).await {
+            Ok(resp) => Ok(resp),
+            Err(e) => Err(self.error(e)),
+        }
+    }
+}
+
 impl Connection for H2cConnection {
+    fn open(&mut self, req: Request) -> BoxFuture<'_, Result<Streaming, TransportError>> {
+        Box::pin(async move {
+            let (parts, body) = self.head(req).await?.into_parts();
+            Ok(Streaming {
+                status: parts.status.as_u16(),
+                headers: parts.headers,
+                body,
+            })
+        })
+    }
+
     fn send(&mut self, req: Request) -> BoxFuture<'_, Result<Response, TransportError>> {
         Box::pin(async move {
-            if let Err(e) = self.sender.ready().await {
-                return Err(self.error(e));
-            }
-            let mut r = http::Request::new(Full::new(req.body));
-            *r.method_mut() = req.method;
-            // HTTP/2 carries scheme and authority as pseudo-headers, so the URI is absolute.
-            *r.uri_mut() = http::Uri::builder()
-                .scheme(Scheme::HTTP)
-                .authority(self.authority.clone())
-                .path_and_query(req.path.as_str())
-                .build()
-                .map_err(|e| TransportError::Protocol(format!("path `{}`: {e}", req.path)))?;
-            *r.headers_mut() = req.headers;
-            let resp = match self.sender.send_request(r).await {
-                Ok(resp) => resp,
-                Err(e) => return Err(self.error(e)),
-            };
+            let resp = self.head(req).await?;
             let (parts, body) = resp.into_parts();
             let body = match body.collect().await {
                 Ok(b) => b.to_bytes(),

@@ -44,6 +44,22 @@ pub struct Response {
     pub body: Bytes,
 }
 
+/// A response whose body is still arriving: a stream's head, for [`Connection::open`].
+#[derive(Debug)]
+pub struct Streaming {
+    /// Status code.
+    pub status: u16,
+    /// Headers.
+    pub headers: HeaderMap,
+    /// The body, read frame by frame; its errors classify with [`body_error`].
+    pub body: hyper::body::Incoming,
+}
+
+/// A body read error as a [`TransportError`].
+pub fn body_error(e: hyper::Error) -> TransportError {
+    from_hyper(e).0
+}
+
 /// A connection failure, by the part of the exchange that failed.
 #[derive(Debug, thiserror::Error)]
 pub enum TransportError {
@@ -86,6 +102,9 @@ pub trait Transport: Send + Sync + 'static {
 pub trait Connection: Send + 'static {
     /// Sends `req` and reads the whole response.
     fn send(&mut self, req: Request) -> BoxFuture<'_, Result<Response, TransportError>>;
+    /// Sends `req` and returns at the response head, leaving the body to be read as it
+    /// arrives (a server-sent event stream, a long poll).
+    fn open(&mut self, req: Request) -> BoxFuture<'_, Result<Streaming, TransportError>>;
     /// True once the connection is gone; the owner opens a new one.
     fn is_closed(&self) -> bool;
     /// For a multiplexed protocol, another handle onto this same connection, so a pool can

@@ -1,11 +1,14 @@
 //! The driver against real servers on loopback, started by the tests.
 
 mod support;
+mod support_stream;
 
 mod counts;
+mod groups;
 mod hammer;
 mod latency;
 mod outcomes;
 mod player_api;
 mod scenarios;
 mod stop;
+mod streams;

@@ -1437,6 +1437,7 @@ mod tests {
                 connects: 10,
                 reconnects: 0,
                 connect_errors: 0,
+                play: Default::default(),
             };
             let mut intervals = Vec::new();
             for i in 1..=2u64 {
@@ -1457,6 +1458,7 @@ mod tests {
                     connects: 0,
                     reconnects: 0,
                     connect_errors: 0,
+                    play: Default::default(),
                     driver: DriverHealth::default(),
                 };
                 store.put(run.id, Source::Driver, i, i, &iv).await.unwrap();
@@ -1525,6 +1527,7 @@ mod tests {
                 saturated_intervals: 0,
                 steps: vec![step],
                 intervals,
+                play: Default::default(),
             };
             store
                 .put(run.id, Source::Report, 0, 0, &report)

@@ -824,6 +824,7 @@ pub(crate) mod tests {
                 connects: 0,
                 reconnects: 0,
                 connect_errors: 0,
+                play: Default::default(),
                 driver: DriverHealth::default(),
             })
             .collect();
@@ -867,6 +868,7 @@ pub(crate) mod tests {
             connects: 10,
             reconnects: 0,
             connect_errors: 0,
+            play: Default::default(),
         };
         RunData {
             meta: RunMeta {

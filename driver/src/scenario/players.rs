@@ -1,0 +1,428 @@
+//! The player-model keys: `[group]` (players assembled into groups by a create/join
+//! sequence, leaving on a finish condition) and the op kinds `stream` and `long_poll`
+//! (a player's long-lived responses, counted by event type).
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{Dur, Invalid, Op, Seg, at, key, pointer};
+use crate::template::{GROUP_PREFIX, VarNames};
+
+/// What kind of exchange an op is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OpKind {
+    /// One request, one response: picked by weight or run in a sequence.
+    Request,
+    /// A long-lived response each player keeps open beside its calls; its events are counted
+    /// by type and it is reopened (with backoff) when it breaks.
+    Stream {
+        /// How the body is cut into events.
+        format: StreamFormat,
+        /// JSON pointer to the event's type inside each event (SSE: inside `data:`).
+        event_type: Option<String>,
+        /// Pause before reopening.
+        reconnect: Backoff,
+    },
+    /// A request the server holds until it has news (or its own timeout), re-issued as soon
+    /// as it returns; an empty or 204 answer is "no news", not an error.
+    LongPoll {
+        /// JSON pointer to the news' type in the response body.
+        event_type: Option<String>,
+        /// Pause before re-issuing after a failure.
+        reconnect: Backoff,
+    },
+}
+
+impl OpKind {
+    /// True for the kinds a player keeps running in the background (stream, long poll).
+    pub fn is_background(&self) -> bool {
+        !matches!(self, Self::Request)
+    }
+
+    /// `request`, `stream` or `long_poll`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Request => "request",
+            Self::Stream { .. } => "stream",
+            Self::LongPoll { .. } => "long_poll",
+        }
+    }
+}
+
+/// How a stream's body is cut into events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StreamFormat {
+    /// Server-sent events: blank-line separated, type from `event:` (default `message`).
+    Sse,
+    /// Newline-delimited JSON: one event per line.
+    Ndjson,
+    /// Raw chunks: every body chunk is one event of type `chunk`.
+    Chunks,
+}
+
+/// Exponential backoff between reopenings: `min`, doubling up to `max`; back to `min` once
+/// an opening delivers an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    /// First pause.
+    pub min: Duration,
+    /// Largest pause.
+    pub max: Duration,
+}
+
+/// When a group leaves the rotation.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Finish {
+    /// Any member's op ended with this domain code (the op's `code` pointer).
+    Code(String),
+    /// A response (of `op`, or of any op) whose JSON matches every pointer = value.
+    Json {
+        /// Only this op's responses, if set.
+        op: Option<usize>,
+        /// Pointer → expected value.
+        json: Vec<(String, serde_json::Value)>,
+    },
+}
+
+/// Players assembled into groups: one creates, the others join with what it captured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupSpec {
+    /// Smallest group.
+    pub min: usize,
+    /// Largest group (each group's size is drawn in `min..=max`).
+    pub max: usize,
+    /// The op the group's first player runs; its `group.*` captures are the group's.
+    pub create: usize,
+    /// The op every other member runs once the group's variables are known.
+    pub join: usize,
+    /// When the group leaves the rotation; without it a group plays until its players stop.
+    pub finish: Option<Finish>,
+    /// Groups one player takes part in before it leaves the run; unbounded without it.
+    pub rounds: Option<u64>,
+}
+
+#[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum RawKind {
+    Request,
+    Stream,
+    LongPoll,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawReconnect {
+    min: Option<Dur>,
+    max: Option<Dur>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawSize {
+    One(usize),
+    Range(String),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawGroup {
+    size: RawSize,
+    create: String,
+    join: String,
+    finish: Option<RawFinish>,
+    rounds: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFinish {
+    code: Option<String>,
+    op: Option<String>,
+    #[serde(default)]
+    json: std::collections::BTreeMap<String, serde_json::Value>,
+}
+
+/// The op-level keys of this module, as written.
+pub(super) struct RawOpKind {
+    pub kind: Option<RawKind>,
+    pub format: Option<StreamFormat>,
+    pub event_type: Option<String>,
+    pub reconnect: Option<RawReconnect>,
+}
+
+const DEFAULT_BACKOFF: Backoff = Backoff {
+    min: Duration::from_millis(100),
+    max: Duration::from_secs(5),
+};
+
+/// True for `group.name` with an identifier after the prefix.
+pub(super) fn is_group_var(name: &str) -> bool {
+    name.strip_prefix(GROUP_PREFIX).is_some_and(super::is_ident)
+}
+
+/// The op's kind from its keys; `here(k)` is the path of the op's key `k`.
+pub(super) fn compile_kind(
+    raw: RawOpKind,
+    here: &dyn Fn(&str) -> Vec<Seg>,
+) -> Result<OpKind, Invalid> {
+    let kind = raw.kind.unwrap_or(RawKind::Request);
+    let reconnect_set = raw.reconnect.is_some();
+    let reconnect = match raw.reconnect {
+        None => DEFAULT_BACKOFF,
+        Some(r) => {
+            let path = here("reconnect");
+            let min = r.min.map_or(DEFAULT_BACKOFF.min, |d| d.0);
+            let max = r.max.map_or(DEFAULT_BACKOFF.max.max(min), |d| d.0);
+            if min.is_zero() {
+                return Err(at(&path, "reconnect.min must be longer than 0"));
+            }
+            if max < min {
+                return Err(at(&path, "reconnect.max must be at least reconnect.min"));
+            }
+            Backoff { min, max }
+        }
+    };
+    let event_type = raw
+        .event_type
+        .map(|p| pointer(&p, &here("event_type")))
+        .transpose()?;
+    match kind {
+        RawKind::Request => {
+            for (set, k) in [
+                (raw.format.is_some(), "format"),
+                (event_type.is_some(), "event_type"),
+                (reconnect_set, "reconnect"),
+            ] {
+                if set {
+                    return Err(at(
+                        &here(k),
+                        format!("`{k}` needs kind = \"stream\" or kind = \"long_poll\""),
+                    ));
+                }
+            }
+            Ok(OpKind::Request)
+        }
+        RawKind::Stream => {
+            let format = raw.format.unwrap_or(StreamFormat::Sse);
+            if format == StreamFormat::Chunks && event_type.is_some() {
+                return Err(at(
+                    &here("event_type"),
+                    "raw chunks have no event type; use format = \"sse\" or \"ndjson\"",
+                ));
+            }
+            Ok(OpKind::Stream {
+                format,
+                event_type,
+                reconnect,
+            })
+        }
+        RawKind::LongPoll => {
+            if raw.format.is_some() {
+                return Err(at(
+                    &here("format"),
+                    "a long poll's answer is one body; `format` is for kind = \"stream\"",
+                ));
+            }
+            Ok(OpKind::LongPoll {
+                event_type,
+                reconnect,
+            })
+        }
+    }
+}
+
+/// Checks what a background op may not have (it is opened, not picked; its events are
+/// counted, not captured).
+pub(super) fn check_background(i: usize, op: &Op, weight_set: bool) -> Result<(), Invalid> {
+    let here = |k: &str| vec![key("op"), Seg::Index(i), key(k)];
+    let kind = op.kind.name();
+    if weight_set {
+        return Err(at(
+            &here("weight"),
+            format!("a {kind} op is opened by every player, not picked by weight: remove `weight`"),
+        ));
+    }
+    if !op.captures.is_empty() {
+        return Err(at(
+            &here("capture"),
+            format!("a {kind} op's answers are counted as events, not captured"),
+        ));
+    }
+    if matches!(op.kind, OpKind::Stream { .. })
+        && (op.check.status.is_some() || !op.check.json.is_empty() || op.check.sha256.is_some())
+    {
+        return Err(at(
+            &here("check"),
+            "a stream has no single response to check; its events are counted by type",
+        ));
+    }
+    Ok(())
+}
+
+/// Resolves an op's name, written at a path, to its index.
+pub(super) type FindOp<'a> = dyn Fn(&str, &[Seg]) -> Result<usize, Invalid> + 'a;
+
+/// Compiles `[group]`; `find` resolves an op name at a path.
+pub(super) fn compile_group(
+    g: RawGroup,
+    ops: &[Op],
+    find: &FindOp<'_>,
+) -> Result<GroupSpec, Invalid> {
+    let gp = |k: &str| vec![key("group"), key(k)];
+    let (min, max) = match &g.size {
+        RawSize::One(n) => (*n, *n),
+        RawSize::Range(s) => {
+            let parsed = s.split_once(['-', '–']).and_then(|(a, b)| {
+                Some((
+                    a.trim().parse::<usize>().ok()?,
+                    b.trim().parse::<usize>().ok()?,
+                ))
+            });
+            parsed.ok_or_else(|| {
+                at(
+                    &gp("size"),
+                    format!("`{s}`: write a number (size = 2) or a range (size = \"2-4\")"),
+                )
+            })?
+        }
+    };
+    if min < 1 || max < min {
+        return Err(at(
+            &gp("size"),
+            "a group has at least 1 player and the range must not be reversed (e.g. \"2-4\")",
+        ));
+    }
+    let create = find(&g.create, &gp("create"))?;
+    let join = find(&g.join, &gp("join"))?;
+    if create == join {
+        return Err(at(&gp("join"), "join must be a different op than create"));
+    }
+    for (o, k) in [(create, "create"), (join, "join")] {
+        if ops[o].weight > 0 && !ops[o].kind.is_background() {
+            return Err(at(
+                &gp(k),
+                format!(
+                    "`{}` runs once per group, not in the loop: give it weight = 0",
+                    ops[o].name
+                ),
+            ));
+        }
+        if ops[o].kind.is_background() {
+            return Err(at(
+                &gp(k),
+                format!(
+                    "`{}` is a {} op; {k} needs a request op",
+                    ops[o].name,
+                    ops[o].kind.name()
+                ),
+            ));
+        }
+    }
+    if g.rounds == Some(0) {
+        return Err(at(&gp("rounds"), "must be at least 1"));
+    }
+    let finish = match g.finish {
+        None => None,
+        Some(f) => {
+            let fp = |k: &str| vec![key("group"), key("finish"), key(k)];
+            match (f.code, f.json.is_empty()) {
+                (Some(_), false) => {
+                    return Err(at(
+                        &gp("finish"),
+                        "set finish.code or finish.json, not both",
+                    ));
+                }
+                (Some(c), true) => {
+                    if f.op.is_some() {
+                        return Err(at(&fp("op"), "finish.op goes with finish.json"));
+                    }
+                    if c.is_empty() {
+                        return Err(at(&fp("code"), "must not be empty"));
+                    }
+                    Some(Finish::Code(c))
+                }
+                (None, true) => {
+                    return Err(at(
+                        &gp("finish"),
+                        "write finish = { code = \"game_finished\" } or finish = { json = { \"/state\" = \"finished\" } }",
+                    ));
+                }
+                (None, false) => {
+                    let op = f.op.as_deref().map(|n| find(n, &fp("op"))).transpose()?;
+                    let mut json = Vec::new();
+                    for (p, v) in f.json {
+                        let jp = vec![key("group"), key("finish"), key("json"), key(&p)];
+                        json.push((pointer(&p, &jp)?, v));
+                    }
+                    Some(Finish::Json { op, json })
+                }
+            }
+        }
+    };
+    Ok(GroupSpec {
+        min,
+        max,
+        create,
+        join,
+        finish,
+        rounds: g.rounds,
+    })
+}
+
+/// Without a `[group]`, no op may read or capture a group variable; with one, only the
+/// create op captures them.
+pub(super) fn check_group_vars(
+    ops: &[Op],
+    group: Option<&GroupSpec>,
+    names: &VarNames,
+    reads: &dyn Fn(&Op) -> Vec<usize>,
+) -> Result<(), Invalid> {
+    if let Some(g) = group
+        && !ops[g.create]
+            .captures
+            .iter()
+            .any(|(s, _)| is_group_var(names.name(*s)))
+    {
+        return Err(at(
+            &[key("group"), key("create")],
+            format!(
+                "`{}` captures nothing for the group: add e.g. capture = {{ \"group.game_id\" = \"/game/id\" }}",
+                ops[g.create].name
+            ),
+        ));
+    }
+    for (i, op) in ops.iter().enumerate() {
+        for (slot, _) in &op.captures {
+            let name = names.name(*slot);
+            if is_group_var(name) && group.is_none_or(|g| g.create != i) {
+                let msg = match group {
+                    None => format!(
+                        "`{name}` is a group variable: add a [group] whose create op captures it"
+                    ),
+                    Some(_) => format!(
+                        "`{name}` is a group variable: only the group's create op captures group variables"
+                    ),
+                };
+                return Err(at(
+                    &[key("op"), Seg::Index(i), key("capture"), key(name)],
+                    msg,
+                ));
+            }
+        }
+        if group.is_none()
+            && let Some(s) = reads(op).into_iter().find(|s| is_group_var(names.name(*s)))
+        {
+            return Err(at(
+                &[key("op"), Seg::Index(i)],
+                format!(
+                    "op `{}` reads `{{{}}}`, a group variable: add a [group] whose create op captures it",
+                    op.name,
+                    names.name(s)
+                ),
+            ));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,583 @@
+//! A player's background ops: long-lived streams (server-sent events, newline-delimited
+//! JSON, raw chunks) and long-poll loops, each in its own task beside the player's calls.
+//!
+//! On h2c a stream is one more HTTP/2 stream on the player's own connection; on HTTP/1.1 a
+//! response in progress holds its connection, so a stream gets a second connection of its
+//! own. Every opening is recorded as an op sample (latency to the response head, outcome);
+//! events, stream errors, reconnects and time to first event go to [`PlayAcc`].
+
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use bytes::{Bytes, BytesMut};
+use http_body_util::BodyExt as _;
+use tokio::{sync::watch, task::JoinHandle};
+
+use crate::{
+    conns::SideConn,
+    measure::{aggregator::Msg, play::PlayAcc},
+    outcome::{Outcome, classify},
+    player::{Session, Shared},
+    scenario::{Backoff, OpKind, StreamFormat},
+    template::{GROUP_PREFIX, Vars},
+    transport::{Request, Streaming, body_error},
+};
+
+/// Longest partial line (or SSE event) kept while waiting for its end; a stream that sends
+/// more without a line break is counted as a `bad_event` and its buffer dropped.
+const MAX_PENDING: usize = 1 << 20;
+
+/// The background ops a session has running.
+#[derive(Default)]
+pub(crate) struct Backgrounds {
+    running: Vec<Running>,
+}
+
+struct Running {
+    op: usize,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl Backgrounds {
+    fn stop_where(&mut self, mut pred: impl FnMut(usize) -> bool) {
+        self.running.retain(|r| {
+            if pred(r.op) {
+                r.stop.send_replace(true);
+                false
+            } else {
+                true
+            }
+        });
+    }
+}
+
+impl Drop for Backgrounds {
+    fn drop(&mut self) {
+        for r in &self.running {
+            r.stop.send_replace(true);
+        }
+    }
+}
+
+impl Session {
+    /// Opens every stream and long-poll op of the scenario that this player has not open
+    /// yet and whose variables it has; returns how many it opened. Each runs in the
+    /// background until the player stops or [`Session::close_streams`] ends it, reopening
+    /// (with the op's backoff) when it breaks.
+    pub fn open_streams(&mut self) -> usize {
+        let shared = self.shared.clone();
+        let mut opened = 0;
+        for (i, op) in shared.scenario.ops.iter().enumerate() {
+            if !op.kind.is_background() || self.bg.running.iter().any(|r| r.op == i) {
+                continue;
+            }
+            let Some(req) = self.request(op, &shared.scenario.target.base_path) else {
+                continue;
+            };
+            let (stop, stop_rx) = watch::channel(false);
+            let task = tokio::spawn(
+                Task {
+                    shared: shared.clone(),
+                    gate: self.role.gate.clone(),
+                    op: i,
+                    req,
+                    vars: self.vars.clone(),
+                    conn: self.conns.side(&*shared.transport),
+                    halt: self.halt.clone(),
+                    retire: self.retire.clone(),
+                    stop: stop_rx,
+                }
+                .run(),
+            );
+            self.bg.running.push(Running { op: i, stop, task });
+            opened += 1;
+        }
+        opened
+    }
+
+    /// Ends this player's streams and long polls (all, or only those that read a group
+    /// variable, which must reopen for the next group).
+    pub fn close_streams(&mut self, group_only: bool) {
+        let shared = self.shared.clone();
+        let vars = &shared.scenario.vars;
+        self.bg.stop_where(|op| {
+            !group_only
+                || crate::scenario::op_reads(&shared.scenario.ops[op])
+                    .any(|s| vars.name(s).starts_with(GROUP_PREFIX))
+        });
+    }
+
+    /// True while a stream or long poll of op `op` runs for this player.
+    pub fn stream_open(&self, op: usize) -> bool {
+        self.bg
+            .running
+            .iter()
+            .any(|r| r.op == op && !r.task.is_finished())
+    }
+}
+
+struct Task {
+    shared: Arc<Shared>,
+    gate: Arc<crate::measure::aggregator::Gate>,
+    op: usize,
+    req: Request,
+    vars: Vars,
+    conn: SideConn,
+    halt: watch::Receiver<bool>,
+    retire: Option<watch::Receiver<bool>>,
+    stop: watch::Receiver<bool>,
+}
+
+/// How one opening ended.
+enum End {
+    /// The player stopped: no error, no reopening.
+    Stopped,
+    /// An answer came (a long poll's): re-issue at once.
+    Again,
+    /// A failure: reopen after the backoff; `delivered` if it gave events first.
+    Failed { delivered: bool },
+}
+
+impl Task {
+    fn stopping(&self) -> bool {
+        *self.halt.borrow()
+            || *self.stop.borrow()
+            || self.retire.as_ref().is_some_and(|r| *r.borrow())
+    }
+
+    /// Resolves when the player stops; owns its receivers, so it can race a borrow of
+    /// the task.
+    fn stopped(&self) -> impl std::future::Future<Output = ()> + use<> {
+        let (mut halt, mut stop, retire) =
+            (self.halt.clone(), self.stop.clone(), self.retire.clone());
+        async move {
+            let retire = async move {
+                match retire {
+                    Some(mut r) => until_true(&mut r).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = until_true(&mut halt) => {}
+                _ = until_true(&mut stop) => {}
+                _ = retire => {}
+            }
+        }
+    }
+
+    fn play(&self) -> &PlayAcc {
+        &self.shared.play
+    }
+
+    /// Records an opening's (or a long poll's) sample in the phase current at its end, so
+    /// a wait the stop cuts short is never left in flight.
+    fn sample(&self, outcome: Outcome, latency: Duration) {
+        let n_ops = self.shared.scenario.ops.len();
+        if let Some(phase) = self.gate.enter(&self.shared.started) {
+            let _ = self.shared.tx.send(Msg::Sample {
+                row: (phase * n_ops + self.op) as u32,
+                outcome,
+                latency_us: latency.as_micros() as u64,
+            });
+        }
+    }
+
+    async fn run(mut self) {
+        let shared = self.shared.clone();
+        let op = &shared.scenario.ops[self.op];
+        let (reconnect, timeout) = match &op.kind {
+            OpKind::Stream { reconnect, .. } | OpKind::LongPoll { reconnect, .. } => {
+                (*reconnect, op.timeout)
+            }
+            OpKind::Request => return,
+        };
+        let Backoff { min, max } = reconnect;
+        let mut pause = min;
+        let mut first = true;
+        let mut after_failure = false;
+        while !self.stopping() {
+            if !first && (after_failure || matches!(op.kind, OpKind::Stream { .. })) {
+                self.play().reconnect(self.op);
+            }
+            first = false;
+            let end = self.once(timeout).await;
+            match end {
+                End::Stopped => return,
+                End::Again => {
+                    after_failure = false;
+                    pause = min;
+                }
+                End::Failed { delivered } => {
+                    after_failure = true;
+                    if delivered {
+                        pause = min;
+                    }
+                    tokio::select! {
+                        _ = tokio::time::sleep(pause) => {}
+                        _ = self.stopped() => return,
+                    }
+                    pause = (pause * 2).min(max);
+                }
+            }
+        }
+    }
+
+    /// One opening: the request, then (stream) its events until it ends, or (long poll)
+    /// its one answer.
+    async fn once(&mut self, timeout: Duration) -> End {
+        let shared = self.shared.clone();
+        let op = &shared.scenario.ops[self.op];
+        let sent = Instant::now();
+        let stopped = self.stopped();
+        let open = tokio::time::timeout(
+            timeout,
+            self.conn
+                .open(&*shared.transport, &shared.counters, self.req.clone()),
+        );
+        let head = tokio::select! {
+            r = open => r,
+            _ = stopped => return End::Stopped,
+        };
+        let head = match head {
+            Err(_) => return self.failed(Outcome::Timeout, sent.elapsed()),
+            Ok(Err(e)) => return self.failed(Outcome::TransportError(e.kind()), sent.elapsed()),
+            Ok(Ok(h)) => h,
+        };
+        match &op.kind {
+            OpKind::Stream {
+                format, event_type, ..
+            } => {
+                if !(200..300).contains(&head.status) {
+                    let outcome = status_outcome(head.status);
+                    return self.failed(outcome, sent.elapsed());
+                }
+                self.sample(Outcome::Ok, sent.elapsed());
+                self.play().opened(self.op);
+                self.events(head, *format, event_type.as_deref(), sent)
+                    .await
+            }
+            OpKind::LongPoll { event_type, .. } => {
+                self.answer(head, event_type.as_deref(), sent, timeout)
+                    .await
+            }
+            OpKind::Request => End::Stopped,
+        }
+    }
+
+    fn failed(&self, outcome: Outcome, latency: Duration) -> End {
+        self.play().error(self.op, &outcome.to_string());
+        self.sample(outcome, latency);
+        End::Failed { delivered: false }
+    }
+
+    async fn events(
+        &mut self,
+        mut head: Streaming,
+        format: StreamFormat,
+        event_type: Option<&str>,
+        sent: Instant,
+    ) -> End {
+        let mut parser = Parser::new(format, event_type);
+        let mut delivered = false;
+        let stopped = self.stopped();
+        tokio::pin!(stopped);
+        loop {
+            let frame = tokio::select! {
+                f = head.body.frame() => f,
+                _ = &mut stopped => return End::Stopped,
+            };
+            let class = match frame {
+                None => "ended".to_owned(),
+                Some(Err(e)) => Outcome::TransportError(body_error(e).kind()).to_string(),
+                Some(Ok(frame)) => {
+                    let Ok(data) = frame.into_data() else {
+                        continue; // trailers
+                    };
+                    let play = &self.shared.play;
+                    let op = self.op;
+                    parser.push(&data, &mut |ev| match ev {
+                        Ok(kind) => {
+                            if !delivered {
+                                delivered = true;
+                                play.first_event(op, sent.elapsed().as_micros() as u64);
+                            }
+                            play.event(op, kind);
+                        }
+                        Err(()) => play.error(op, "bad_event"),
+                    });
+                    continue;
+                }
+            };
+            self.play().error(self.op, &class);
+            return End::Failed { delivered };
+        }
+    }
+
+    async fn answer(
+        &mut self,
+        head: Streaming,
+        event_type: Option<&str>,
+        sent: Instant,
+        timeout: Duration,
+    ) -> End {
+        let left = timeout.saturating_sub(sent.elapsed());
+        let stopped = self.stopped();
+        let body = tokio::select! {
+            b = tokio::time::timeout(left, head.body.collect()) => b,
+            _ = stopped => return End::Stopped,
+        };
+        let body = match body {
+            Err(_) => return self.failed(Outcome::Timeout, sent.elapsed()),
+            Ok(Err(e)) => {
+                return self.failed(
+                    Outcome::TransportError(body_error(e).kind()),
+                    sent.elapsed(),
+                );
+            }
+            Ok(Ok(b)) => b.to_bytes(),
+        };
+        let latency = sent.elapsed();
+        let op = &self.shared.scenario.ops[self.op];
+        if head.status == 204 || ((200..300).contains(&head.status) && body.is_empty()) {
+            self.sample(Outcome::Ok, latency);
+            self.answered("no_news", latency);
+            return End::Again;
+        }
+        let (outcome, _) = classify(op, head.status, &head.headers, &body, &mut self.vars);
+        match outcome {
+            Outcome::Ok | Outcome::Domain(_) => {
+                let kind = match (&outcome, event_type) {
+                    (Outcome::Domain(c), _) => c.to_string(),
+                    (_, Some(ptr)) => match json_type(&body, ptr) {
+                        Some(k) => k,
+                        None => {
+                            self.play().error(self.op, "bad_event");
+                            "unknown".to_owned()
+                        }
+                    },
+                    (_, None) => "news".to_owned(),
+                };
+                self.sample(outcome, latency);
+                self.answered(&kind, latency);
+                End::Again
+            }
+            other => self.failed(other, latency),
+        }
+    }
+
+    fn answered(&self, kind: &str, latency: Duration) {
+        self.play().opened(self.op);
+        self.play().first_event(self.op, latency.as_micros() as u64);
+        self.play().event(self.op, kind);
+    }
+}
+
+fn status_outcome(status: u16) -> Outcome {
+    if status == 429 {
+        Outcome::RateLimited
+    } else {
+        Outcome::Http((status / 100) as u8)
+    }
+}
+
+/// The event's type: the JSON scalar at `ptr`.
+fn json_type(data: &[u8], ptr: &str) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_slice(data).ok()?;
+    match v.pointer(ptr)? {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Number(n) => Some(n.to_string()),
+        serde_json::Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+/// Resolves when `rx` holds true; never, if its sender is gone without saying so.
+async fn until_true(rx: &mut watch::Receiver<bool>) {
+    if rx.wait_for(|v| *v).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Cuts a body into events.
+pub(crate) struct Parser<'a> {
+    format: StreamFormat,
+    event_type: Option<&'a str>,
+    pending: BytesMut,
+    /// SSE: the event being assembled.
+    sse_type: Option<String>,
+    sse_data: Vec<u8>,
+    sse_has_data: bool,
+    /// SSE: the previous chunk ended in `\r`, so a leading `\n` belongs to it.
+    after_cr: bool,
+}
+
+impl<'a> Parser<'a> {
+    pub fn new(format: StreamFormat, event_type: Option<&'a str>) -> Self {
+        Self {
+            format,
+            event_type,
+            pending: BytesMut::new(),
+            sse_type: None,
+            sse_data: Vec::new(),
+            sse_has_data: false,
+            after_cr: false,
+        }
+    }
+
+    /// Feeds one chunk; `emit` gets each complete event's type, or `Err` for one that
+    /// cannot be read.
+    pub fn push(&mut self, chunk: &Bytes, emit: &mut dyn FnMut(Result<&str, ()>)) {
+        if self.format == StreamFormat::Chunks {
+            if !chunk.is_empty() {
+                emit(Ok("chunk"));
+            }
+            return;
+        }
+        let mut chunk: &[u8] = chunk;
+        if self.after_cr {
+            self.after_cr = false;
+            chunk = chunk.strip_prefix(b"\n").unwrap_or(chunk);
+        }
+        self.pending.extend_from_slice(chunk);
+        while let Some(end) = self.pending.iter().position(|&b| b == b'\n' || b == b'\r') {
+            let line = self.pending.split_to(end).freeze();
+            let sep = self.pending.split_to(1);
+            if sep[0] == b'\r' {
+                if self.pending.first() == Some(&b'\n') {
+                    let _ = self.pending.split_to(1);
+                } else if self.pending.is_empty() {
+                    self.after_cr = true;
+                }
+            }
+            self.line(&line, emit);
+        }
+        if self.pending.len() + self.sse_data.len() > MAX_PENDING {
+            self.pending.clear();
+            self.sse_data.clear();
+            self.sse_has_data = false;
+            emit(Err(()));
+        }
+    }
+
+    fn line(&mut self, line: &[u8], emit: &mut dyn FnMut(Result<&str, ()>)) {
+        match self.format {
+            StreamFormat::Chunks => {}
+            StreamFormat::Ndjson => {
+                if line.iter().all(u8::is_ascii_whitespace) {
+                    return;
+                }
+                match self.event_type {
+                    None => match serde_json::from_slice::<serde::de::IgnoredAny>(line) {
+                        Ok(_) => emit(Ok("event")),
+                        Err(_) => emit(Err(())),
+                    },
+                    Some(ptr) => match json_type(line, ptr) {
+                        Some(t) => emit(Ok(&t)),
+                        None => emit(Err(())),
+                    },
+                }
+            }
+            StreamFormat::Sse => {
+                if line.is_empty() {
+                    self.dispatch(emit);
+                    return;
+                }
+                if line[0] == b':' {
+                    return; // a comment, e.g. a keep-alive
+                }
+                let (field, value) = match line.iter().position(|&b| b == b':') {
+                    Some(i) => {
+                        let v = &line[i + 1..];
+                        (&line[..i], v.strip_prefix(b" ").unwrap_or(v))
+                    }
+                    None => (line, &b""[..]),
+                };
+                match field {
+                    b"event" => self.sse_type = Some(String::from_utf8_lossy(value).into_owned()),
+                    b"data" => {
+                        if self.sse_has_data {
+                            self.sse_data.push(b'\n');
+                        }
+                        self.sse_data.extend_from_slice(value);
+                        self.sse_has_data = true;
+                    }
+                    _ => {} // id, retry and unknown fields
+                }
+            }
+        }
+    }
+
+    fn dispatch(&mut self, emit: &mut dyn FnMut(Result<&str, ()>)) {
+        let sse_type = self.sse_type.take();
+        if !std::mem::take(&mut self.sse_has_data) {
+            return; // no data: not an event (the spec drops it)
+        }
+        let data = std::mem::take(&mut self.sse_data);
+        match self.event_type {
+            Some(ptr) => match json_type(&data, ptr) {
+                Some(t) => emit(Ok(&t)),
+                None => emit(Err(())),
+            },
+            None => match sse_type.as_deref() {
+                Some(t) if !t.is_empty() => emit(Ok(t)),
+                _ => emit(Ok("message")),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(format: StreamFormat, ptr: Option<&str>, chunks: &[&str]) -> Vec<String> {
+        let mut p = Parser::new(format, ptr);
+        let mut out = Vec::new();
+        for c in chunks {
+            p.push(&Bytes::copy_from_slice(c.as_bytes()), &mut |e| {
+                out.push(e.map_or("ERR".to_owned(), str::to_owned))
+            });
+        }
+        out
+    }
+
+    #[test]
+    fn sse_events_by_field_and_by_pointer_across_chunk_boundaries() {
+        let chunks = [
+            ": keep-alive\n\nevent: move\ndata: {\"t\":",
+            "\"a\"}\n\ndata: x\r",
+            "\n\r\nevent: chat\ndata: 1\ndata: 2\n\nevent: empty\n\n",
+        ];
+        assert_eq!(
+            parse(StreamFormat::Sse, None, &chunks),
+            vec!["move", "message", "chat"]
+        );
+        assert_eq!(
+            parse(StreamFormat::Sse, Some("/t"), &chunks),
+            vec!["a", "ERR", "ERR"]
+        );
+    }
+
+    #[test]
+    fn ndjson_lines_and_chunks() {
+        let chunks = [
+            "{\"type\":\"move\"}\n{\"ty",
+            "pe\":\"chat\"}\n\nnot json\n{\"type\":1}\n",
+        ];
+        assert_eq!(
+            parse(StreamFormat::Ndjson, Some("/type"), &chunks),
+            vec!["move", "chat", "ERR", "1"]
+        );
+        assert_eq!(
+            parse(StreamFormat::Ndjson, None, &chunks),
+            vec!["event", "event", "ERR", "event"]
+        );
+        assert_eq!(
+            parse(StreamFormat::Chunks, None, &chunks),
+            vec!["chunk", "chunk"]
+        );
+    }
+}

@@ -1,0 +1,137 @@
+//! Text for streams, long polls and groups: lines under a step's op table, and a short
+//! tail for the progress line.
+
+use std::fmt::Write as _;
+
+use super::{count, duration_us};
+use crate::report::{PlayStats, StreamStats};
+
+/// `  stream events.subscribe (sse): 1 204 events (move 1 000, chat 204), first event p50
+/// 1.2ms p99 4.0ms, 50 opened, 3 reconnects, errors: ended 3` and
+/// `  groups: 12 formed, 10 finished, 1 failed, 1 abandoned`, one line each.
+pub fn lines(p: &PlayStats) -> String {
+    let mut out = String::new();
+    for s in &p.streams {
+        let _ = writeln!(out, "  {}", stream_line(s));
+    }
+    if !p.groups.is_zero() {
+        let g = &p.groups;
+        let _ = writeln!(
+            out,
+            "  groups: {} formed, {} finished, {} failed, {} abandoned",
+            count(g.formed),
+            count(g.finished),
+            count(g.failed),
+            count(g.abandoned)
+        );
+    }
+    out
+}
+
+fn stream_line(s: &StreamStats) -> String {
+    let what = if s.kind == "long_poll" {
+        "long poll"
+    } else {
+        "stream"
+    };
+    let mut l = format!("{what} {} ({}): {} events", s.op, s.kind, count(s.events));
+    if !s.by_type.is_empty() {
+        let mut types: Vec<(&String, &u64)> = s.by_type.iter().collect();
+        types.sort_by(|a, b| b.1.cmp(a.1).then_with(|| a.0.cmp(b.0)));
+        let types: Vec<String> = types
+            .iter()
+            .map(|(t, n)| format!("{t} {}", count(**n)))
+            .collect();
+        let _ = write!(l, " ({})", types.join(", "));
+    }
+    if let Some(f) = &s.first_event {
+        let _ = write!(
+            l,
+            ", first event p50 {} p99 {}",
+            duration_us(f.p50_us),
+            duration_us(f.p99_us)
+        );
+    }
+    let _ = write!(
+        l,
+        ", {} opened, {} reconnects",
+        count(s.opened),
+        count(s.reconnects)
+    );
+    if !s.errors.is_empty() {
+        let errors: Vec<String> = s
+            .errors
+            .iter()
+            .map(|(c, n)| format!("{c} {}", count(*n)))
+            .collect();
+        let _ = write!(l, ", errors: {}", errors.join(", "));
+    }
+    l
+}
+
+/// ` | events.subscribe 120 ev/s errors 2 | groups formed 3 finished 2 failed 0 abandoned 0`
+/// for a progress line (empty without streams or groups).
+pub fn progress(p: &PlayStats, secs: f64) -> String {
+    let mut l = String::new();
+    for s in &p.streams {
+        let _ = write!(
+            l,
+            " | {} {:.0} ev/s",
+            s.op,
+            s.events as f64 / secs.max(1e-3)
+        );
+        let errors: u64 = s.errors.values().sum();
+        if errors > 0 {
+            let _ = write!(l, " errors {errors}");
+        }
+    }
+    let g = &p.groups;
+    if !g.is_zero() {
+        let _ = write!(
+            l,
+            " | groups formed {} finished {} failed {} abandoned {}",
+            g.formed, g.finished, g.failed, g.abandoned
+        );
+    }
+    l
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::{GroupStats, Latency};
+
+    #[test]
+    fn a_stream_and_groups() {
+        let p = PlayStats {
+            streams: vec![StreamStats {
+                op: "sub".into(),
+                kind: "sse".into(),
+                opened: 4,
+                reconnects: 2,
+                events: 1_204,
+                by_type: [("chat".to_owned(), 204), ("move".to_owned(), 1_000)].into(),
+                errors: [("ended".to_owned(), 2)].into(),
+                first_event: Some(Latency {
+                    p50_us: 1_200,
+                    p99_us: 4_000,
+                    ..Latency::default()
+                }),
+            }],
+            groups: GroupStats {
+                formed: 12,
+                finished: 10,
+                failed: 1,
+                abandoned: 1,
+            },
+        };
+        assert_eq!(
+            lines(&p),
+            "  stream sub (sse): 1 204 events (move 1 000, chat 204), first event p50 1.2ms p99 4.0ms, 4 opened, 2 reconnects, errors: ended 2\n  groups: 12 formed, 10 finished, 1 failed, 1 abandoned\n"
+        );
+        assert_eq!(
+            progress(&p, 2.0),
+            " | sub 602 ev/s errors 2 | groups formed 12 finished 10 failed 1 abandoned 1"
+        );
+    }
+}
