@@ -16,6 +16,9 @@ pub enum TransportErrorKind {
     Reset,
     /// The peer spoke something other than the HTTP we expected.
     Protocol,
+    /// The TLS handshake failed: a certificate the driver does not trust (unknown CA,
+    /// another host's name, expired), an alert from the server, or a peer that is not TLS.
+    Tls,
 }
 
 /// The outcome class of one op.
@@ -62,6 +65,7 @@ impl fmt::Display for TransportErrorKind {
             Self::Connect => "connect",
             Self::Reset => "reset",
             Self::Protocol => "protocol",
+            Self::Tls => "tls",
         })
     }
 }

@@ -1,10 +1,11 @@
 //! How a player's requests reach the target: a [`Transport`] opens [`Connection`]s.
 //!
-//! One file per protocol ([`h1`], [`h2c`]); h2 over TLS would be one more file that
-//! implements [`Transport`] and is picked in [`for_target`].
+//! One file per protocol ([`h1`], [`h2c`]); [`tls`] puts either HTTP/1.1 or HTTP/2 over
+//! TLS (h2 by ALPN) and is picked in [`for_target`] for `https://` targets.
 
 pub mod h1;
 pub mod h2c;
+pub mod tls;
 
 use std::{error::Error as _, future::Future, pin::Pin, sync::Arc, time::Duration};
 
@@ -61,6 +62,14 @@ pub enum TransportError {
     /// The peer's bytes were not the HTTP we expected.
     #[error("protocol error: {0}")]
     Protocol(String),
+    /// The TLS handshake failed (certificate, alert, not TLS at all).
+    #[error("TLS handshake with {addr}: {reason}")]
+    Tls {
+        /// `host:port`.
+        addr: String,
+        /// What failed and what to do about it.
+        reason: String,
+    },
 }
 
 impl TransportError {
@@ -70,6 +79,7 @@ impl TransportError {
             Self::Connect { .. } => TransportErrorKind::Connect,
             Self::Reset(_) => TransportErrorKind::Reset,
             Self::Protocol(_) => TransportErrorKind::Protocol,
+            Self::Tls { .. } => TransportErrorKind::Tls,
         }
     }
 }
@@ -101,9 +111,17 @@ pub fn for_target(target: &Target) -> Arc<dyn Transport> {
         authority: target.authority.clone(),
         timeout: target.connect_timeout,
     };
-    match target.transport {
-        TransportKind::H1 => Arc::new(h1::H1(dial)),
-        TransportKind::H2c => Arc::new(h2c::H2c(dial)),
+    match (&target.tls, target.transport) {
+        (Some(tls), kind) => Arc::new(tls::Tls::new(dial, tls, kind)),
+        (None, TransportKind::H1) => Arc::new(h1::H1(dial)),
+        (None, TransportKind::H2c) => Arc::new(h2c::H2c(dial)),
+        // The scenario gives every h2 target its TLS settings; a hand-built one gets the
+        // defaults (system roots, certificates checked).
+        (None, TransportKind::H2) => Arc::new(tls::Tls::new(
+            dial,
+            &crate::scenario::Tls::default(),
+            TransportKind::H2,
+        )),
     }
 }
 

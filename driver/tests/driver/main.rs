@@ -1,6 +1,7 @@
 //! The driver against real servers on loopback, started by the tests.
 
 mod support;
+mod tls_support;
 
 mod counts;
 mod hammer;
@@ -9,3 +10,4 @@ mod outcomes;
 mod player_api;
 mod scenarios;
 mod stop;
+mod tls;
