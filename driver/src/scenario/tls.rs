@@ -98,3 +98,17 @@ fn read_ca(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
     }
     Ok(certs)
 }
+
+impl super::Target {
+    /// `--insecure`: accept any certificate from this `https://` target. False, and
+    /// nothing changed, for an `http://` one.
+    pub fn accept_any_certificate(&mut self) -> bool {
+        match &mut self.tls {
+            Some(tls) => {
+                tls.insecure = true;
+                true
+            }
+            None => false,
+        }
+    }
+}

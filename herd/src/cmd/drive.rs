@@ -38,6 +38,10 @@ pub struct DriveArgs {
     /// Print only the final table, no progress lines.
     #[arg(long)]
     pub quiet: bool,
+    /// Accept any TLS certificate from an https:// target (self-signed, a private CA, another
+    /// host's name), like `target.insecure = true`; `target.ca = "ca.pem"` is the safer way.
+    #[arg(long)]
+    pub insecure: bool,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -54,7 +58,10 @@ fn parse_interval(s: &str) -> Result<Duration, String> {
 
 /// Runs `herd drive`.
 pub fn run(args: &DriveArgs) -> Result<()> {
-    let scenario = Scenario::load(&args.scenario, &args.set)?;
+    let mut scenario = Scenario::load(&args.scenario, &args.set)?;
+    if args.insecure && !scenario.target.accept_any_certificate() {
+        eprintln!("note: --insecure does nothing for an http:// target");
+    }
     // Opened before the load starts, so a bad path costs nothing but this message.
     let json = args
         .json
@@ -209,6 +216,7 @@ mod tests {
             grace: Duration::from_secs(1),
             interval: Duration::from_millis(200),
             quiet: true,
+            insecure: false,
         }
     }
 

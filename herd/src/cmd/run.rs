@@ -59,6 +59,10 @@ pub struct RunArgs {
     /// Print only the final summary, no progress lines.
     #[arg(long)]
     pub quiet: bool,
+    /// Accept any TLS certificate from an https:// target (self-signed, a private CA, another
+    /// host's name), like `target.insecure = true`; `target.ca = "ca.pem"` is the safer way.
+    #[arg(long)]
+    pub insecure: bool,
 }
 
 /// What `herd run` produced.
@@ -90,7 +94,10 @@ pub fn run(args: &RunArgs) -> Result<()> {
 
 /// Runs the scenario and writes the report; the library entry point for the demo and tests.
 pub fn execute(args: &RunArgs) -> Result<RunOutcome> {
-    let scenario = Scenario::load(&args.scenario, &args.set)?;
+    let mut scenario = Scenario::load(&args.scenario, &args.set)?;
+    if args.insecure && !scenario.target.accept_any_certificate() {
+        eprintln!("note: --insecure does nothing for an http:// target");
+    }
     let url = args
         .store
         .clone()
