@@ -12,7 +12,7 @@ use anyhow::{Context as _, Result};
 use herd_driver::{DriverEvent, RunOptions, RunReport, Scenario, scenario::Connections, text};
 use tokio::sync::{mpsc, watch};
 
-use crate::signals;
+use crate::{live::Live, signals};
 
 /// Options of `herd drive`.
 #[derive(Debug, clap::Args)]
@@ -137,10 +137,13 @@ async fn drive(scenario: Scenario, args: &DriveArgs, cores: usize) -> Result<Run
     let (events_tx, mut events) = mpsc::unbounded_channel();
     let (steps, quiet) = (scenario.steps.len(), args.quiet);
     let printer = tokio::spawn(async move {
+        let mut live = Live::for_stdout(steps);
         while let Some(e) = events.recv().await {
             match e {
                 DriverEvent::Interval(iv) if !quiet => {
-                    println!("{}", text::progress_line(&iv, steps))
+                    let mut out = std::io::stdout().lock();
+                    let _ = out.write_all(live.interval(&iv).as_bytes());
+                    let _ = out.flush();
                 }
                 DriverEvent::Done(_) => return,
                 _ => {}

@@ -3,6 +3,7 @@
 //! says why it is missing.
 
 use std::{
+    io::Write as _,
     path::PathBuf,
     sync::{
         Arc,
@@ -20,6 +21,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::{
     cmd::probe,
+    live::Live,
     report, signals,
     store::{self, Source, Store},
 };
@@ -164,6 +166,7 @@ pub fn execute(args: &RunArgs) -> Result<RunOutcome> {
 
         // The recorder: every row is committed as it arrives.
         let (steps, quiet) = (scenario.steps.len(), args.quiet);
+        let mut live = Live::for_stdout(steps);
         let (mut dseq, mut pseq, mut sseq) = (0u64, 0u64, 0u64);
         let mono0 = meta.mono_start_ns as u64;
         let mut driver_open = true;
@@ -174,7 +177,9 @@ pub fn execute(args: &RunArgs) -> Result<RunOutcome> {
                 e = events.recv(), if driver_open => match e {
                     Some(DriverEvent::Interval(iv)) => {
                         if !quiet {
-                            println!("{}", text::progress_line(&iv, steps));
+                            let mut out = std::io::stdout().lock();
+                            let _ = out.write_all(live.interval(&iv).as_bytes());
+                            let _ = out.flush();
                         }
                         store.put(meta.id, Source::Driver, dseq, mono0 + iv.end_ms * 1_000_000, &iv).await?;
                         dseq += 1;
