@@ -258,3 +258,21 @@ fn tls_keys_are_checked_against_the_scheme() {
     assert_eq!(s.target.port, 443);
     assert!(s.target.tls.is_some());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_insecure_flag_accepts_what_the_file_alone_refuses() {
+    let pki = Pki::new(&["127.0.0.1"]);
+    let server = TlsServer::start(&pki, H2_AND_H1).await;
+    let mut s = scenario(&server.url(), "h2", "", 2);
+    // What `herd drive --insecure` does after the file is checked.
+    assert!(s.target.accept_any_certificate());
+    let report = run(s).await;
+    assert!(report.requests >= 2);
+    assert_eq!(report.outcome_count("ok", "ok"), report.requests);
+    assert_eq!(report.requests, server.count(|s: &TlsStats| &s.requests));
+    let mut plain = scenario("http://127.0.0.1:1", "h1", "", 1);
+    assert!(
+        !plain.target.accept_any_certificate(),
+        "http:// has no certificate"
+    );
+}
