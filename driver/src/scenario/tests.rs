@@ -69,7 +69,10 @@ fn unknown_value_lists_the_valid_values() {
     let d = diag(&MINIMAL.replace("\"h2c\"", "\"h3\""), &[]);
     assert_eq!((d.line, d.column), (4, 13));
     assert_eq!(d.key, "target.transport");
-    assert_eq!(d.message, "unknown value `h3`, valid values are `h1`, `h2c`, `h2`");
+    assert_eq!(
+        d.message,
+        "unknown value `h3`, valid values are `h1`, `h2c`, `h2`"
+    );
 }
 
 #[test]
