@@ -12,7 +12,10 @@ use http::uri::Scheme;
 use rustls::{
     AlertDescription, CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore,
     SignatureScheme,
-    client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier},
+    client::{
+        Resumption,
+        danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier},
+    },
     crypto::{CryptoProvider, ring, verify_tls12_signature, verify_tls13_signature},
     pki_types::{CertificateDer, ServerName, UnixTime},
 };
@@ -56,6 +59,10 @@ impl Tls {
             roots.add_parsable_certificates(tls.ca_certs.iter().cloned());
             builder.with_root_certificates(roots).with_no_client_auth()
         };
+        // Players are distinct clients: a session one player's connect got must not let
+        // another's skip the full handshake, or 10 000 players would cost the server one
+        // handshake's work and many cheap resumptions. A reconnect does a full one too.
+        config.resumption = Resumption::disabled();
         let h2 = kind == TransportKind::H2;
         // For h2, http/1.1 is offered too, so a server without HTTP/2 says what it speaks
         // instead of failing the handshake with no protocol in common.

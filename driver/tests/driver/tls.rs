@@ -73,6 +73,12 @@ async fn counts(transport: &str, trust: &str, pool: Option<usize>) {
     let want = pool.unwrap_or(5) as u64;
     assert_eq!(server.count(|s: &TlsStats| &s.connections), want);
     assert_eq!(server.count(|s: &TlsStats| &s.handshakes), want);
+    // Players are distinct clients: none resumes a session another player's connect got.
+    assert_eq!(
+        server.count(|s: &TlsStats| &s.resumed),
+        0,
+        "resumed handshakes"
+    );
     assert_eq!(
         (report.connects, report.reconnects, report.connect_errors),
         (want, 0, 0)
@@ -275,4 +281,31 @@ async fn the_insecure_flag_accepts_what_the_file_alone_refuses() {
         !plain.target.accept_any_certificate(),
         "http:// has no certificate"
     );
+}
+
+/// Each connect is a full handshake: players are distinct clients, so one player's connect
+/// must not resume a session another one's got (which would hide the server's handshake
+/// cost at 10 000 players).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_connect_resumes_an_earlier_session() {
+    let pki = Pki::new(&["127.0.0.1"]);
+    let server = TlsServer::start(&pki, H2_AND_H1).await;
+    for kind in ["h2", "h1"] {
+        let s = scenario(&server.url(), kind, "insecure = true", 1);
+        let t = transport::for_target(&s.target);
+        for _ in 0..3 {
+            let mut c = t.connect().await.unwrap();
+            let req = transport::Request {
+                method: http::Method::GET,
+                path: "/ok".into(),
+                headers: http::HeaderMap::new(),
+                body: bytes::Bytes::new(),
+            };
+            // A response read also reads the session tickets the server sent after the
+            // handshake.
+            assert_eq!(c.send(req).await.unwrap().status, 200);
+        }
+    }
+    assert_eq!(server.count(|s: &TlsStats| &s.handshakes), 6);
+    assert_eq!(server.count(|s: &TlsStats| &s.resumed), 0);
 }

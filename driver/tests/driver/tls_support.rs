@@ -81,6 +81,8 @@ pub struct TlsStats {
     pub connections: AtomicU64,
     /// TLS handshakes that completed.
     pub handshakes: AtomicU64,
+    /// Of those, abbreviated ones that resumed an earlier session.
+    pub resumed: AtomicU64,
     /// Requests answered, all protocols.
     pub requests: AtomicU64,
     /// Of those, requests that came as HTTP/2.
@@ -131,6 +133,9 @@ impl TlsServer {
                         return;
                     };
                     s.handshakes.fetch_add(1, SeqCst);
+                    if tls.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed) {
+                        s.resumed.fetch_add(1, SeqCst);
+                    }
                     let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
                     let svc = service_fn(move |req| answer(req, s.clone()));
                     let io = TokioIo::new(tls);
