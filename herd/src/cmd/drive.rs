@@ -104,8 +104,13 @@ fn heading(s: &Scenario) -> String {
         .iter()
         .map(|st| format!("{} players × {:?}", st.players, st.duration))
         .collect();
+    let tls = match &s.target.tls {
+        Some(t) if t.insecure => " (TLS, any certificate accepted)",
+        Some(_) => " (TLS)",
+        None => "",
+    };
     let mut line = format!(
-        "herd drive: {} → {} over {}, {connections}; steps: {}",
+        "herd drive: {} → {} over {}{tls}, {connections}; steps: {}",
         s.file,
         s.target.authority,
         s.target.transport,
