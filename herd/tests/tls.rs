@@ -129,8 +129,17 @@ fn insecure_accepts_a_self_signed_certificate_that_is_refused_without_it() {
     let r = report(&json);
     let requests = r["requests"].as_u64().unwrap();
     assert!(requests >= 2, "{stdout}");
-    assert_eq!(outcome(&r, "transport_error.tls"), requests, "{stdout}");
-    assert!(stdout.contains("transport_error.tls"), "{stdout}");
+    assert_eq!(
+        outcome(&r, "transport_error.tls_unknown_ca"),
+        requests,
+        "{stdout}"
+    );
+    // Under the tables: what the outcome means and what to do.
+    assert!(
+        stdout.contains("transport_error.tls_unknown_ca: the server's certificate chains to no CA")
+            && stdout.contains("--insecure"),
+        "{stdout}"
+    );
     assert_eq!(h2_requests.load(SeqCst), 0);
 
     let accepted = drive(&file, &json, &["--insecure"]);

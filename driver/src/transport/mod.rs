@@ -14,7 +14,7 @@ use http::{HeaderMap, Method};
 use tokio::net::TcpStream;
 
 use crate::{
-    outcome::TransportErrorKind,
+    outcome::{TlsProblem, TransportErrorKind},
     scenario::{Target, TransportKind},
 };
 
@@ -67,6 +67,8 @@ pub enum TransportError {
     Tls {
         /// `host:port`.
         addr: String,
+        /// The failure's class, which the outcome names.
+        problem: TlsProblem,
         /// What failed and what to do about it.
         reason: String,
     },
@@ -79,7 +81,7 @@ impl TransportError {
             Self::Connect { .. } => TransportErrorKind::Connect,
             Self::Reset(_) => TransportErrorKind::Reset,
             Self::Protocol(_) => TransportErrorKind::Protocol,
-            Self::Tls { .. } => TransportErrorKind::Tls,
+            Self::Tls { problem, .. } => TransportErrorKind::Tls(*problem),
         }
     }
 }

@@ -3,7 +3,8 @@
 //!
 //! The TLS handshake is part of opening a connection, like the TCP connect: it happens in
 //! [`Transport::connect`], so its time lands where a connect's does, and its failures are
-//! `transport_error.tls` outcomes (a certificate the driver does not trust, an alert) or
+//! `transport_error.tls_*` outcomes naming the problem (unknown CA, name mismatch,
+//! expired, any other handshake failure) or
 //! `transport_error.protocol` (the server would not speak h2).
 
 use std::{io, sync::Arc, time::Instant};
@@ -22,11 +23,62 @@ use rustls::{
 use tokio_rustls::TlsConnector;
 
 use super::{BoxFuture, Connection, Dial, Transport, TransportError, h1, h2c};
-use crate::scenario::{self, TransportKind};
+use crate::{
+    outcome::{Outcome, TlsProblem, TransportErrorKind},
+    report::RunReport,
+    scenario::{self, TransportKind},
+};
 
-/// What to do about a certificate the driver refused.
+/// What to do about a certificate from an unknown CA.
 const TRUST_HINT: &str = "pass --insecure (or set target.insecure = true) to accept it, \
                           or target.ca = \"ca.pem\" to trust the CA that signed it";
+/// What to do about any other certificate the driver refused.
+const ACCEPT_HINT: &str = "pass --insecure (or set target.insecure = true) to accept it";
+
+/// What to do about a TLS outcome, for a line under a run's tables: the outcome counts say
+/// what failed, this says how to get past it.
+pub fn hint(problem: TlsProblem) -> &'static str {
+    match problem {
+        TlsProblem::UnknownCa => {
+            "the server's certificate chains to no CA herd trusts (self-signed or a private \
+             CA): set target.ca = \"ca.pem\" to trust its CA, or pass --insecure"
+        }
+        TlsProblem::NameMismatch => {
+            "the server's certificate is for another name than the URL's host: use a host \
+             it names in target.url, or pass --insecure"
+        }
+        TlsProblem::Expired => {
+            "the server's certificate is out of its validity period (check the clocks), or \
+             pass --insecure"
+        }
+        TlsProblem::Handshake => {
+            "the TLS handshake failed (an alert from the server, or the port does not serve \
+             TLS: is it an http:// target?)"
+        }
+    }
+}
+
+/// `outcome: hint` for every TLS outcome the run had, in a fixed order.
+pub fn hints(report: &RunReport) -> Vec<String> {
+    [
+        TlsProblem::UnknownCa,
+        TlsProblem::NameMismatch,
+        TlsProblem::Expired,
+        TlsProblem::Handshake,
+    ]
+    .into_iter()
+    .filter_map(|p| {
+        let name = Outcome::TransportError(TransportErrorKind::Tls(p)).to_string();
+        let seen = report
+            .steps
+            .iter()
+            .flat_map(|s| &s.ops)
+            .flat_map(|o| &o.outcomes)
+            .any(|o| o.outcome == name && o.count > 0);
+        seen.then(|| format!("{name}: {}", hint(p)))
+    })
+    .collect()
+}
 
 /// HTTP/1.1 or HTTP/2 over TLS to one target.
 pub(crate) struct Tls {
@@ -54,7 +106,7 @@ impl Tls {
         } else {
             let mut roots = RootCertStore::empty();
             // Unreadable system certificates only shrink the store: a target they would
-            // have vouched for then fails as `transport_error.tls` with the hint to use `ca`.
+            // have vouched for then fails as `transport_error.tls_unknown_ca`, whose hint says to use `ca`.
             roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
             roots.add_parsable_certificates(tls.ca_certs.iter().cloned());
             builder.with_root_certificates(roots).with_no_client_auth()
@@ -81,9 +133,10 @@ impl Tls {
         }
     }
 
-    fn failed(&self, reason: String) -> TransportError {
+    fn failed(&self, problem: TlsProblem, reason: String) -> TransportError {
         TransportError::Tls {
             addr: format!("{}:{}", self.dial.host, self.dial.port),
+            problem,
             reason,
         }
     }
@@ -92,10 +145,13 @@ impl Tls {
     /// the protocol, everything else is TLS itself.
     fn handshake_error(&self, e: io::Error) -> TransportError {
         let Some(tls) = e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) else {
-            return self.failed(format!(
-                "{e} during the handshake (does the port serve TLS? an http:// server closes \
+            return self.failed(
+                TlsProblem::Handshake,
+                format!(
+                    "{e} during the handshake (does the port serve TLS? an http:// server closes \
                  or answers a TLS ClientHello with plain HTTP)"
-            ));
+                ),
+            );
         };
         match tls {
             rustls::Error::AlertReceived(AlertDescription::NoApplicationProtocol) => {
@@ -112,26 +168,51 @@ impl Tls {
                 ))
             }
             rustls::Error::InvalidCertificate(c) => {
-                let what = match c {
-                    CertificateError::UnknownIssuer => {
+                let (problem, what) = match c {
+                    CertificateError::UnknownIssuer => (
+                        TlsProblem::UnknownCa,
                         "the server's certificate is signed by a CA the driver does not trust \
                          (self-signed or a private CA)"
-                            .to_owned()
-                    }
-                    CertificateError::NotValidForName
-                    | CertificateError::NotValidForNameContext { .. } => format!(
-                        "the server's certificate is not valid for `{}` ({tls})",
-                        self.dial.host
+                            .to_owned(),
                     ),
-                    _ => format!("the server's certificate was refused: {tls}"),
+                    CertificateError::NotValidForName
+                    | CertificateError::NotValidForNameContext { .. } => (
+                        TlsProblem::NameMismatch,
+                        format!(
+                            "the server's certificate is not valid for `{}` ({tls})",
+                            self.dial.host
+                        ),
+                    ),
+                    CertificateError::Expired
+                    | CertificateError::ExpiredContext { .. }
+                    | CertificateError::NotValidYet
+                    | CertificateError::NotValidYetContext { .. } => (
+                        TlsProblem::Expired,
+                        format!("the server's certificate is out of its validity period ({tls})"),
+                    ),
+                    _ => (
+                        TlsProblem::Handshake,
+                        format!("the server's certificate was refused: {tls}"),
+                    ),
                 };
-                self.failed(format!("{what}; {TRUST_HINT}"))
+                let remedy = match problem {
+                    TlsProblem::UnknownCa => TRUST_HINT,
+                    TlsProblem::NameMismatch => {
+                        "use a host it names in target.url, or pass --insecure \
+                         (or set target.insecure = true) to accept it"
+                    }
+                    _ => ACCEPT_HINT,
+                };
+                self.failed(problem, format!("{what}; {remedy}"))
             }
-            rustls::Error::InvalidMessage(_) => self.failed(format!(
-                "{tls} (does the port serve TLS? an http:// server answers a TLS ClientHello \
-                 with plain HTTP)"
-            )),
-            other => self.failed(other.to_string()),
+            rustls::Error::InvalidMessage(_) => self.failed(
+                TlsProblem::Handshake,
+                format!(
+                    "{tls} (does the port serve TLS? an http:// server answers a TLS \
+                     ClientHello with plain HTTP)"
+                ),
+            ),
+            other => self.failed(TlsProblem::Handshake, other.to_string()),
         }
     }
 }
@@ -141,7 +222,10 @@ impl Transport for Tls {
         Box::pin(async move {
             let started = Instant::now();
             let tcp = self.dial.tcp().await?;
-            let name = self.name.clone().map_err(|m| self.failed(m))?;
+            let name = self
+                .name
+                .clone()
+                .map_err(|m| self.failed(TlsProblem::Handshake, m))?;
             // One bound for the whole open: TCP connect and TLS handshake together.
             let left = self.dial.timeout.saturating_sub(started.elapsed());
             let stream = match tokio::time::timeout(left, self.connector.connect(name, tcp)).await {

@@ -130,7 +130,7 @@ async fn an_untrusted_certificate_is_a_tls_outcome_for_every_op() {
         let report = run(s).await;
         assert!(report.requests >= 3, "{} requests", report.requests);
         assert_eq!(
-            report.outcome_count("ok", "transport_error.tls"),
+            report.outcome_count("ok", "transport_error.tls_unknown_ca"),
             report.requests,
             "{transport}: every op is a TLS error"
         );
@@ -158,8 +158,33 @@ async fn a_certificate_for_another_name_is_a_tls_outcome() {
     let report = run(s).await;
     assert!(report.requests >= 2);
     assert_eq!(
-        report.outcome_count("ok", "transport_error.tls"),
+        report.outcome_count("ok", "transport_error.tls_name_mismatch"),
         report.requests
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_certificate_is_its_own_tls_outcome() {
+    let pki = Pki::with(&["127.0.0.1"], true);
+    let ca = TempFile::new("expired-ca.pem", &pki.ca_pem);
+    let server = TlsServer::start(&pki, H2_AND_H1).await;
+    let s = scenario(&server.url(), "h1", &ca_line(&ca), 2);
+    let msg = connect_error(&s).await;
+    assert!(
+        msg.contains("out of its validity period") && msg.contains("--insecure"),
+        "{msg}"
+    );
+    let report = run(s).await;
+    assert!(report.requests >= 2);
+    assert_eq!(
+        report.outcome_count("ok", "transport_error.tls_expired"),
+        report.requests
+    );
+    let hints = transport::tls::hints(&report);
+    assert_eq!(hints.len(), 1, "{hints:?}");
+    assert!(
+        hints[0].starts_with("transport_error.tls_expired: "),
+        "{hints:?}"
     );
 }
 
@@ -203,7 +228,7 @@ async fn https_to_a_cleartext_server_is_a_tls_outcome() {
     let report = run(s).await;
     assert!(report.requests >= 1);
     assert_eq!(
-        report.outcome_count("ok", "transport_error.tls"),
+        report.outcome_count("ok", "transport_error.tls_handshake"),
         report.requests
     );
 }

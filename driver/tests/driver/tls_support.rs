@@ -38,6 +38,11 @@ pub struct Pki {
 impl Pki {
     /// A fresh CA and a server certificate for `names` (DNS names or IP addresses).
     pub fn new(names: &[&str]) -> Self {
+        Self::with(names, false)
+    }
+
+    /// The same, with a server certificate that expired in 2020 when `expired`.
+    pub fn with(names: &[&str], expired: bool) -> Self {
         let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
         ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         ca.distinguished_name
@@ -45,10 +50,12 @@ impl Pki {
         let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().unwrap()).unwrap();
         let key = KeyPair::generate().unwrap();
         let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
-        let cert = CertificateParams::new(names)
-            .unwrap()
-            .signed_by(&key, &ca)
-            .unwrap();
+        let mut params = CertificateParams::new(names).unwrap();
+        if expired {
+            params.not_before = rcgen::date_time_ymd(2019, 1, 1);
+            params.not_after = rcgen::date_time_ymd(2020, 1, 1);
+        }
+        let cert = params.signed_by(&key, &ca).unwrap();
         Self {
             ca_pem: ca.pem(),
             cert: cert.der().clone(),

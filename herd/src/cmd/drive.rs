@@ -79,6 +79,7 @@ pub fn run(args: &DriveArgs) -> Result<()> {
     println!("{}", heading(&scenario));
     let report = runtime.block_on(drive(scenario, args, cores))?;
     print!("\n{}", text::table(&report));
+    print_hints(&report);
     if report.stopped_early {
         println!("\nstopped early by a signal: the tables cover the run up to the stop");
     }
@@ -91,6 +92,15 @@ pub fn run(args: &DriveArgs) -> Result<()> {
         println!("wrote {}", path.display());
     }
     Ok(())
+}
+
+/// Under the tables, what to do about each TLS outcome the run had (the outcome names the
+/// problem; the remedy would otherwise be in the docs only).
+pub(crate) fn print_hints(report: &RunReport) {
+    let hints = herd_driver::transport::tls::hints(report);
+    if !hints.is_empty() {
+        println!("\n{}", hints.join("\n"));
+    }
 }
 
 /// One line on what is about to run.

@@ -222,6 +222,7 @@ pub fn execute(args: &RunArgs) -> Result<RunOutcome> {
         driven.context("driving the scenario")?;
         if let Some(r) = &final_report {
             print!("\n{}", text::table(r));
+            super::drive::print_hints(r);
         }
         let written = report::write_run(&store, meta.id, &args.out).await?;
         Ok(RunOutcome {
