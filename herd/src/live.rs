@@ -56,6 +56,12 @@ impl Live {
         Self::new(style, steps)
     }
 
+    /// Something else was written after the block (a message on stderr): the next block
+    /// goes below it rather than over it.
+    pub fn written_below(&mut self) {
+        self.drawn = 0;
+    }
+
     /// What to write for this interval: the redrawn block (cursor moves included), or one
     /// line; ends with a newline.
     pub fn interval(&mut self, iv: &IntervalReport) -> String {
@@ -447,6 +453,9 @@ mod tests {
             third.contains("(no op finished in this interval)"),
             "{third}"
         );
+        // After a message under the block, the next block starts below it.
+        live.written_below();
+        assert!(live.interval(&seq[0]).starts_with("herd "));
     }
 
     #[test]

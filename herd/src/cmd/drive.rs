@@ -5,6 +5,7 @@ use std::{
     fs::File,
     io::{BufWriter, Write as _},
     path::PathBuf,
+    sync::{Arc, Mutex},
     time::Duration,
 };
 
@@ -141,21 +142,28 @@ fn heading(s: &Scenario) -> String {
 
 async fn drive(scenario: Scenario, args: &DriveArgs, cores: usize) -> Result<RunReport> {
     let (stop_tx, stop_rx) = watch::channel(false);
+    let live = Arc::new(Mutex::new(Live::for_stdout(scenario.steps.len())));
     // herd's signal handler only sets a flag; this turns it into the driver's stop.
-    let watcher = tokio::spawn(async move {
-        while !signals::stop_requested() {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        stop_tx.send_replace(true);
-        eprintln!("stopping: no new requests; in-flight ones get the grace to finish");
-    });
+    let watcher = {
+        let live = live.clone();
+        tokio::spawn(async move {
+            while !signals::stop_requested() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            stop_tx.send_replace(true);
+            // Under the block: the next one is drawn below this line, not over it.
+            let mut live = live.lock().expect("the live view's lock");
+            eprintln!("stopping: no new requests; in-flight ones get the grace to finish");
+            live.written_below();
+        })
+    };
     let (events_tx, mut events) = mpsc::unbounded_channel();
-    let (steps, quiet) = (scenario.steps.len(), args.quiet);
+    let quiet = args.quiet;
     let printer = tokio::spawn(async move {
-        let mut live = Live::for_stdout(steps);
         while let Some(e) = events.recv().await {
             match e {
                 DriverEvent::Interval(iv) if !quiet => {
+                    let mut live = live.lock().expect("the live view's lock");
                     let mut out = std::io::stdout().lock();
                     let _ = out.write_all(live.interval(&iv).as_bytes());
                     let _ = out.flush();
