@@ -31,6 +31,8 @@ pub struct Live {
     steps: usize,
     /// Lines of the block last drawn, to move back over.
     drawn: usize,
+    /// Re-read the terminal's width before each block, so a resized window does not wrap.
+    track_width: bool,
 }
 
 impl Live {
@@ -40,6 +42,7 @@ impl Live {
             style,
             steps,
             drawn: 0,
+            track_width: false,
         }
     }
 
@@ -53,7 +56,9 @@ impl Live {
         } else {
             Style::Lines
         };
-        Self::new(style, steps)
+        let mut live = Self::new(style, steps);
+        live.track_width = true;
+        live
     }
 
     /// Something else was written after the block (a message on stderr): the next block
@@ -71,7 +76,12 @@ impl Live {
                 line.push('\n');
                 line
             }
-            Style::Terminal { width } => {
+            Style::Terminal { mut width } => {
+                if self.track_width
+                    && let Some(w) = terminal_width()
+                {
+                    width = w;
+                }
                 let block = block(iv, self.steps);
                 let mut out = String::new();
                 if self.drawn > 0 {
@@ -92,9 +102,14 @@ impl Live {
 
 /// Columns of the terminal on stdout.
 fn terminal_width() -> Option<usize> {
+    let mut ws = libc::winsize {
+        ws_row: 0,
+        ws_col: 0,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
     // SAFETY: TIOCGWINSZ writes one `winsize` into the pointed-to struct, which lives for
     // the call.
-    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
     let r = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut ws) };
     (r == 0 && ws.ws_col > 0).then_some(usize::from(ws.ws_col))
 }
