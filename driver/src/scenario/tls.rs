@@ -44,7 +44,8 @@ pub(super) fn compile(
                 "ca is for https:// targets; this url is http://",
             ));
         }
-        if insecure.is_some() {
+        // `insecure = false` says nothing an http:// target could contradict.
+        if insecure == Some(true) {
             return Err(at(
                 &[key("target"), key("insecure")],
                 "insecure is for https:// targets; this url is http://",
