@@ -16,6 +16,23 @@ pub enum TransportErrorKind {
     Reset,
     /// The peer spoke something other than the HTTP we expected.
     Protocol,
+    /// The TLS handshake failed, for this reason.
+    Tls(TlsProblem),
+}
+
+/// Why a TLS handshake failed: the outcome names it, since each has its own remedy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum TlsProblem {
+    /// The certificate chains to no CA the driver trusts: self-signed, or a private CA
+    /// (`target.ca` or `--insecure`).
+    UnknownCa,
+    /// The certificate is not for the URL's host (fix the URL, or `--insecure`).
+    NameMismatch,
+    /// The certificate has expired or is not valid yet.
+    Expired,
+    /// Anything else: an alert from the server, a peer that does not speak TLS, another
+    /// certificate problem.
+    Handshake,
 }
 
 /// The outcome class of one op.
@@ -62,6 +79,10 @@ impl fmt::Display for TransportErrorKind {
             Self::Connect => "connect",
             Self::Reset => "reset",
             Self::Protocol => "protocol",
+            Self::Tls(TlsProblem::UnknownCa) => "tls_unknown_ca",
+            Self::Tls(TlsProblem::NameMismatch) => "tls_name_mismatch",
+            Self::Tls(TlsProblem::Expired) => "tls_expired",
+            Self::Tls(TlsProblem::Handshake) => "tls_handshake",
         })
     }
 }

@@ -5,6 +5,7 @@
 
 pub mod cmd;
 pub mod contour;
+pub mod live;
 pub mod metrics;
 pub mod report;
 pub mod sandbox;

@@ -147,10 +147,16 @@ impl Locator<'_> {
 
 /// Rewords serde's messages in the scenario's vocabulary: a TOML file has keys, not fields.
 pub(crate) fn reword(message: &str) -> String {
+    // serde says "expected one of" both for a table's keys and for an enum's values.
+    let listed = if message.starts_with("unknown variant") {
+        "valid values are"
+    } else {
+        "valid keys are"
+    };
     message
         .replace("unknown field", "unknown key")
         .replace("missing field", "missing key")
-        .replace("expected one of", "valid keys are")
+        .replace("expected one of", listed)
         .replace("unknown variant", "unknown value")
         .replace(", there are no fields", "; this table takes no keys")
 }

@@ -9,6 +9,7 @@
 mod error;
 mod overrides;
 mod players;
+mod tls;
 
 use std::{collections::BTreeMap, fmt, ops::Range, path::Path, time::Duration};
 
@@ -23,6 +24,7 @@ pub use error::{Diagnostic, ScenarioError};
 use error::{Locator, reword};
 use overrides::{Seg, path_string};
 pub use players::{Backoff, Finish, GroupSpec, OpKind, StreamFormat};
+pub use tls::Tls;
 
 use crate::template::{BUILTINS, Template, VarNames};
 
@@ -35,6 +37,8 @@ pub enum TransportKind {
     /// HTTP/2 over cleartext TCP with prior knowledge (no upgrade), many streams per
     /// connection.
     H2c,
+    /// HTTP/2 over TLS, chosen by ALPN (`https://` targets only).
+    H2,
 }
 
 /// Who owns the connections.
@@ -58,8 +62,10 @@ pub struct Target {
     pub authority: String,
     /// Path prefix from the URL, prepended to every op's path (empty for `/`).
     pub base_path: String,
-    /// HTTP/1.1 or h2c.
+    /// HTTP/1.1, h2c or h2.
     pub transport: TransportKind,
+    /// For `https://`: how the server's certificate is checked; none for `http://`.
+    pub tls: Option<Tls>,
     /// Per player or a shared pool.
     pub connections: Connections,
     /// Bound on opening one connection.
@@ -423,6 +429,8 @@ struct RawTarget {
     pool_size: Option<usize>,
     timeout: Option<Dur>,
     connect_timeout: Option<Dur>,
+    ca: Option<String>,
+    insecure: Option<bool>,
 }
 
 fn default_transport() -> TransportKind {
@@ -553,34 +561,30 @@ fn is_ident(s: &str) -> bool {
         && chars.all(|c| c == '_' || c.is_ascii_alphanumeric())
 }
 
-fn compile_target(t: RawTarget) -> Result<Target, Invalid> {
+fn compile_target(file: &str, t: RawTarget) -> Result<Target, Invalid> {
     let p = [key("target")];
     let url_path = [key("target"), key("url")];
     let uri: http::Uri = t
         .url
         .parse()
         .map_err(|e| at(&url_path, format!("`{}` is not a URL: {e}", t.url)))?;
-    match uri.scheme_str() {
-        Some("http") => {}
-        Some("https") => {
-            return Err(at(
-                &url_path,
-                "https (h2 over TLS) is not supported yet; use http:// with transport h1 or h2c",
-            ));
-        }
+    let https = match uri.scheme_str() {
+        Some("http") => false,
+        Some("https") => true,
         _ => {
             return Err(at(
                 &url_path,
-                format!("`{}` needs the http:// scheme", t.url),
+                format!("`{}` needs the http:// or https:// scheme", t.url),
             ));
         }
-    }
+    };
+    let tls = tls::compile(file, https, t.transport, t.ca, t.insecure)?;
     let host = uri
         .host()
         .ok_or_else(|| at(&url_path, format!("`{}` has no host", t.url)))?
         .trim_matches(['[', ']'])
         .to_owned();
-    let port = uri.port_u16().unwrap_or(80);
+    let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
     if uri.query().is_some() {
         return Err(at(
             &url_path,
@@ -619,6 +623,7 @@ fn compile_target(t: RawTarget) -> Result<Target, Invalid> {
         authority,
         base_path,
         transport: t.transport,
+        tls,
         connections,
         connect_timeout,
     })
@@ -770,7 +775,7 @@ fn compile(file: &str, raw: RawScenario) -> Result<Scenario, Invalid> {
         DEFAULT_TIMEOUT,
         &[key("target"), key("timeout")],
     )?;
-    let target = compile_target(raw.target)?;
+    let target = compile_target(file, raw.target)?;
     let mut names = VarNames::default();
     let mut defaults: Vec<Option<String>> = Vec::new();
     for (k, v) in &raw.vars {
@@ -1022,6 +1027,7 @@ impl fmt::Display for TransportKind {
         f.write_str(match self {
             Self::H1 => "h1",
             Self::H2c => "h2c",
+            Self::H2 => "h2",
         })
     }
 }

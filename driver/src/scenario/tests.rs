@@ -69,7 +69,10 @@ fn unknown_value_lists_the_valid_values() {
     let d = diag(&MINIMAL.replace("\"h2c\"", "\"h3\""), &[]);
     assert_eq!((d.line, d.column), (4, 13));
     assert_eq!(d.key, "target.transport");
-    assert_eq!(d.message, "unknown value `h3`, expected `h1` or `h2c`");
+    assert_eq!(
+        d.message,
+        "unknown value `h3`, valid values are `h1`, `h2c`, `h2`"
+    );
 }
 
 #[test]
@@ -186,7 +189,7 @@ fn override_errors_name_the_override() {
     assert_eq!(d.from_override.as_deref(), Some("target.transport=h3"));
     assert_eq!(
         d.to_string(),
-        "s.toml: --set target.transport=h3: target.transport: unknown value `h3`, expected `h1` or `h2c`"
+        "s.toml: --set target.transport=h3: target.transport: unknown value `h3`, valid values are `h1`, `h2c`, `h2`"
     );
     let d = diag(MINIMAL, &["target.trasnport=h1"]);
     assert_eq!(d.from_override.as_deref(), Some("target.trasnport=h1"));

@@ -5,6 +5,7 @@ use http::{HeaderValue, header::HOST};
 use http_body_util::{BodyExt as _, Full};
 use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::{BoxFuture, Connection, Dial, Request, Response, Streaming, Transport, TransportError};
 
@@ -13,24 +14,31 @@ pub(crate) struct H1(pub Dial);
 
 impl Transport for H1 {
     fn connect(&self) -> BoxFuture<'_, Result<Box<dyn Connection>, TransportError>> {
-        Box::pin(async move {
-            let stream = self.0.tcp().await?;
-            let (sender, conn) = http1::handshake(TokioIo::new(stream))
-                .await
-                .map_err(|e| self.0.failed(e.to_string()))?;
-            tokio::spawn(async move {
-                // The connection's own errors reach the request that was in flight.
-                let _ = conn.await;
-            });
-            let host = HeaderValue::from_str(&self.0.authority)
-                .map_err(|e| self.0.failed(e.to_string()))?;
-            Ok(Box::new(H1Connection { sender, host }) as Box<dyn Connection>)
-        })
+        Box::pin(async move { handshake(&self.0, self.0.tcp().await?).await })
     }
 
     fn multiplexed(&self) -> bool {
         false
     }
+}
+
+/// HTTP/1.1 over an open byte stream: plain TCP here, TLS in [`super::tls`].
+pub(super) async fn handshake<S>(
+    dial: &Dial,
+    stream: S,
+) -> Result<Box<dyn Connection>, TransportError>
+where
+    S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    let (sender, conn) = http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| dial.failed(e.to_string()))?;
+    tokio::spawn(async move {
+        // The connection's own errors reach the request that was in flight.
+        let _ = conn.await;
+    });
+    let host = HeaderValue::from_str(&dial.authority).map_err(|e| dial.failed(e.to_string()))?;
+    Ok(Box::new(H1Connection { sender, host }) as Box<dyn Connection>)
 }
 
 struct H1Connection {

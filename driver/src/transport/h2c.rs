@@ -16,10 +16,7 @@ use http::uri::{Authority, Scheme};
 use http_body_util::{BodyExt as _, Full};
 use hyper::client::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use tokio::{
-    io::{AsyncRead, AsyncWrite, ReadBuf},
-    net::TcpStream,
-};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::{
     BoxFuture, Connection, Dial, Request, Response, Streaming, Transport, TransportError,
@@ -31,31 +28,7 @@ pub(crate) struct H2c(pub Dial);
 
 impl Transport for H2c {
     fn connect(&self) -> BoxFuture<'_, Result<Box<dyn Connection>, TransportError>> {
-        Box::pin(async move {
-            let authority: Authority = self
-                .0
-                .authority
-                .parse()
-                .map_err(|e: http::uri::InvalidUri| self.0.failed(e.to_string()))?;
-            let heard = Arc::new(AtomicBool::new(false));
-            let stream = Heard {
-                stream: self.0.tcp().await?,
-                heard: heard.clone(),
-            };
-            let (sender, conn) = http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
-                .await
-                .map_err(|e| self.0.failed(e.to_string()))?;
-            tokio::spawn(async move {
-                // The connection's own errors reach the streams that were open.
-                let _ = conn.await;
-            });
-            Ok(Box::new(H2cConnection {
-                sender,
-                authority,
-                heard,
-                dead: Arc::default(),
-            }) as Box<dyn Connection>)
-        })
+        Box::pin(async move { handshake(&self.0, self.0.tcp().await?, Scheme::HTTP).await })
     }
 
     fn multiplexed(&self) -> bool {
@@ -63,9 +36,45 @@ impl Transport for H2c {
     }
 }
 
+/// HTTP/2 over an open byte stream: cleartext TCP here, TLS after ALPN chose h2 in
+/// [`super::tls`]; `scheme` is the `:scheme` every request carries.
+pub(super) async fn handshake<S>(
+    dial: &Dial,
+    stream: S,
+    scheme: Scheme,
+) -> Result<Box<dyn Connection>, TransportError>
+where
+    S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    let authority: Authority = dial
+        .authority
+        .parse()
+        .map_err(|e: http::uri::InvalidUri| dial.failed(e.to_string()))?;
+    let heard = Arc::new(AtomicBool::new(false));
+    let stream = Heard {
+        stream,
+        heard: heard.clone(),
+    };
+    let (sender, conn) = http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+        .await
+        .map_err(|e| dial.failed(e.to_string()))?;
+    tokio::spawn(async move {
+        // The connection's own errors reach the streams that were open.
+        let _ = conn.await;
+    });
+    Ok(Box::new(H2cConnection {
+        sender,
+        scheme,
+        authority,
+        heard,
+        dead: Arc::default(),
+    }) as Box<dyn Connection>)
+}
+
 #[derive(Clone)]
 struct H2cConnection {
     sender: http2::SendRequest<Full<Bytes>>,
+    scheme: Scheme,
     authority: Authority,
     heard: Arc<AtomicBool>,
     /// Set by any handle that saw a connection-level error, so every handle knows at once
@@ -93,13 +102,13 @@ impl H2cConnection {
     }
 }
 
-/// A TCP stream that notes when the peer first sends a byte.
-struct Heard {
-    stream: TcpStream,
+/// A byte stream that notes when the peer first sends a byte.
+struct Heard<S> {
+    stream: S,
     heard: Arc<AtomicBool>,
 }
 
-impl AsyncRead for Heard {
+impl<S: AsyncRead + Unpin> AsyncRead for Heard<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -114,7 +123,7 @@ impl AsyncRead for Heard {
     }
 }
 
-impl AsyncWrite for Heard {
+impl<S: AsyncWrite + Unpin> AsyncWrite for Heard<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -156,7 +165,7 @@ impl H2cConnection {
         *r.method_mut() = req.method;
         // HTTP/2 carries scheme and authority as pseudo-headers, so the URI is absolute.
         *r.uri_mut() = http::Uri::builder()
-            .scheme(Scheme::HTTP)
+            .scheme(self.scheme.clone())
             .authority(self.authority.clone())
             .path_and_query(req.path.as_str())
             .build()

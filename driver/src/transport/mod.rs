@@ -1,10 +1,11 @@
 //! How a player's requests reach the target: a [`Transport`] opens [`Connection`]s.
 //!
-//! One file per protocol ([`h1`], [`h2c`]); h2 over TLS would be one more file that
-//! implements [`Transport`] and is picked in [`for_target`].
+//! One file per protocol ([`h1`], [`h2c`]); [`tls`] puts either HTTP/1.1 or HTTP/2 over
+//! TLS (h2 by ALPN) and is picked in [`for_target`] for `https://` targets.
 
 pub mod h1;
 pub mod h2c;
+pub mod tls;
 
 use std::{error::Error as _, future::Future, pin::Pin, sync::Arc, time::Duration};
 
@@ -13,7 +14,7 @@ use http::{HeaderMap, Method};
 use tokio::net::TcpStream;
 
 use crate::{
-    outcome::TransportErrorKind,
+    outcome::{TlsProblem, TransportErrorKind},
     scenario::{Target, TransportKind},
 };
 
@@ -77,6 +78,16 @@ pub enum TransportError {
     /// The peer's bytes were not the HTTP we expected.
     #[error("protocol error: {0}")]
     Protocol(String),
+    /// The TLS handshake failed (certificate, alert, not TLS at all).
+    #[error("TLS handshake with {addr}: {reason}")]
+    Tls {
+        /// `host:port`.
+        addr: String,
+        /// The failure's class, which the outcome names.
+        problem: TlsProblem,
+        /// What failed and what to do about it.
+        reason: String,
+    },
 }
 
 impl TransportError {
@@ -86,6 +97,7 @@ impl TransportError {
             Self::Connect { .. } => TransportErrorKind::Connect,
             Self::Reset(_) => TransportErrorKind::Reset,
             Self::Protocol(_) => TransportErrorKind::Protocol,
+            Self::Tls { problem, .. } => TransportErrorKind::Tls(*problem),
         }
     }
 }
@@ -120,9 +132,17 @@ pub fn for_target(target: &Target) -> Arc<dyn Transport> {
         authority: target.authority.clone(),
         timeout: target.connect_timeout,
     };
-    match target.transport {
-        TransportKind::H1 => Arc::new(h1::H1(dial)),
-        TransportKind::H2c => Arc::new(h2c::H2c(dial)),
+    match (&target.tls, target.transport) {
+        (Some(tls), kind) => Arc::new(tls::Tls::new(dial, tls, kind)),
+        (None, TransportKind::H1) => Arc::new(h1::H1(dial)),
+        (None, TransportKind::H2c) => Arc::new(h2c::H2c(dial)),
+        // The scenario gives every h2 target its TLS settings; a hand-built one gets the
+        // defaults (system roots, certificates checked).
+        (None, TransportKind::H2) => Arc::new(tls::Tls::new(
+            dial,
+            &crate::scenario::Tls::default(),
+            TransportKind::H2,
+        )),
     }
 }
 

@@ -2,6 +2,7 @@
 
 mod support;
 mod support_stream;
+mod tls_support;
 
 mod counts;
 mod groups;
@@ -12,3 +13,4 @@ mod player_api;
 mod scenarios;
 mod stop;
 mod streams;
+mod tls;

@@ -266,6 +266,7 @@ fn one_run(args: &DemoArgs, max_idle: usize, store: &str) -> Result<i64> {
         interval: Duration::from_secs(1),
         grace: Duration::from_secs(3),
         quiet: true,
+        insecure: false,
     })?;
     for f in &outcome.files {
         println!("wrote {}", f.display());

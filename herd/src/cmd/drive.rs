@@ -5,6 +5,7 @@ use std::{
     fs::File,
     io::{BufWriter, Write as _},
     path::PathBuf,
+    sync::{Arc, Mutex},
     time::Duration,
 };
 
@@ -12,7 +13,7 @@ use anyhow::{Context as _, Result};
 use herd_driver::{DriverEvent, RunOptions, RunReport, Scenario, scenario::Connections, text};
 use tokio::sync::{mpsc, watch};
 
-use crate::signals;
+use crate::{live::Live, signals};
 
 /// Options of `herd drive`.
 #[derive(Debug, clap::Args)]
@@ -38,6 +39,10 @@ pub struct DriveArgs {
     /// Print only the final table, no progress lines.
     #[arg(long)]
     pub quiet: bool,
+    /// Accept any TLS certificate from an https:// target (self-signed, a private CA, another
+    /// host's name), like `target.insecure = true`; `target.ca = "ca.pem"` is the safer way.
+    #[arg(long)]
+    pub insecure: bool,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -54,7 +59,10 @@ fn parse_interval(s: &str) -> Result<Duration, String> {
 
 /// Runs `herd drive`.
 pub fn run(args: &DriveArgs) -> Result<()> {
-    let scenario = Scenario::load(&args.scenario, &args.set)?;
+    let mut scenario = Scenario::load(&args.scenario, &args.set)?;
+    if args.insecure && !scenario.target.accept_any_certificate() {
+        eprintln!("note: --insecure does nothing for an http:// target");
+    }
     // Opened before the load starts, so a bad path costs nothing but this message.
     let json = args
         .json
@@ -72,6 +80,7 @@ pub fn run(args: &DriveArgs) -> Result<()> {
     println!("{}", heading(&scenario));
     let report = runtime.block_on(drive(scenario, args, cores))?;
     print!("\n{}", text::table(&report));
+    print_hints(&report);
     if report.stopped_early {
         println!("\nstopped early by a signal: the tables cover the run up to the stop");
     }
@@ -86,6 +95,15 @@ pub fn run(args: &DriveArgs) -> Result<()> {
     Ok(())
 }
 
+/// Under the tables, what to do about each TLS outcome the run had (the outcome names the
+/// problem; the remedy would otherwise be in the docs only).
+pub(crate) fn print_hints(report: &RunReport) {
+    let hints = herd_driver::transport::tls::hints(report);
+    if !hints.is_empty() {
+        println!("\n{}", hints.join("\n"));
+    }
+}
+
 /// One line on what is about to run.
 fn heading(s: &Scenario) -> String {
     let connections = match s.target.connections {
@@ -97,8 +115,13 @@ fn heading(s: &Scenario) -> String {
         .iter()
         .map(|st| format!("{} players × {:?}", st.players, st.duration))
         .collect();
+    let tls = match &s.target.tls {
+        Some(t) if t.insecure => " (TLS, any certificate accepted)",
+        Some(_) => " (TLS)",
+        None => "",
+    };
     let mut line = format!(
-        "herd drive: {} → {} over {}, {connections}; steps: {}",
+        "herd drive: {} → {} over {}{tls}, {connections}; steps: {}",
         s.file,
         s.target.authority,
         s.target.transport,
@@ -119,21 +142,31 @@ fn heading(s: &Scenario) -> String {
 
 async fn drive(scenario: Scenario, args: &DriveArgs, cores: usize) -> Result<RunReport> {
     let (stop_tx, stop_rx) = watch::channel(false);
+    let live = Arc::new(Mutex::new(Live::for_stdout(scenario.steps.len())));
     // herd's signal handler only sets a flag; this turns it into the driver's stop.
-    let watcher = tokio::spawn(async move {
-        while !signals::stop_requested() {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        stop_tx.send_replace(true);
-        eprintln!("stopping: no new requests; in-flight ones get the grace to finish");
-    });
+    let watcher = {
+        let live = live.clone();
+        tokio::spawn(async move {
+            while !signals::stop_requested() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            stop_tx.send_replace(true);
+            // Under the block: the next one is drawn below this line, not over it.
+            let mut live = live.lock().expect("the live view's lock");
+            eprintln!("stopping: no new requests; in-flight ones get the grace to finish");
+            live.written_below();
+        })
+    };
     let (events_tx, mut events) = mpsc::unbounded_channel();
-    let (steps, quiet) = (scenario.steps.len(), args.quiet);
+    let quiet = args.quiet;
     let printer = tokio::spawn(async move {
         while let Some(e) = events.recv().await {
             match e {
                 DriverEvent::Interval(iv) if !quiet => {
-                    println!("{}", text::progress_line(&iv, steps))
+                    let mut live = live.lock().expect("the live view's lock");
+                    let mut out = std::io::stdout().lock();
+                    let _ = out.write_all(live.interval(&iv).as_bytes());
+                    let _ = out.flush();
                 }
                 DriverEvent::Done(_) => return,
                 _ => {}
@@ -209,6 +242,7 @@ mod tests {
             grace: Duration::from_secs(1),
             interval: Duration::from_millis(200),
             quiet: true,
+            insecure: false,
         }
     }
 

@@ -3,6 +3,7 @@
 //! says why it is missing.
 
 use std::{
+    io::Write as _,
     path::PathBuf,
     sync::{
         Arc,
@@ -20,6 +21,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::{
     cmd::probe,
+    live::Live,
     report, signals,
     store::{self, Source, Store},
 };
@@ -59,6 +61,10 @@ pub struct RunArgs {
     /// Print only the final summary, no progress lines.
     #[arg(long)]
     pub quiet: bool,
+    /// Accept any TLS certificate from an https:// target (self-signed, a private CA, another
+    /// host's name), like `target.insecure = true`; `target.ca = "ca.pem"` is the safer way.
+    #[arg(long)]
+    pub insecure: bool,
 }
 
 /// What `herd run` produced.
@@ -90,7 +96,10 @@ pub fn run(args: &RunArgs) -> Result<()> {
 
 /// Runs the scenario and writes the report; the library entry point for the demo and tests.
 pub fn execute(args: &RunArgs) -> Result<RunOutcome> {
-    let scenario = Scenario::load(&args.scenario, &args.set)?;
+    let mut scenario = Scenario::load(&args.scenario, &args.set)?;
+    if args.insecure && !scenario.target.accept_any_certificate() {
+        eprintln!("note: --insecure does nothing for an http:// target");
+    }
     let url = args
         .store
         .clone()
@@ -157,6 +166,7 @@ pub fn execute(args: &RunArgs) -> Result<RunOutcome> {
 
         // The recorder: every row is committed as it arrives.
         let (steps, quiet) = (scenario.steps.len(), args.quiet);
+        let mut live = Live::for_stdout(steps);
         let (mut dseq, mut pseq, mut sseq) = (0u64, 0u64, 0u64);
         let mono0 = meta.mono_start_ns as u64;
         let mut driver_open = true;
@@ -167,7 +177,9 @@ pub fn execute(args: &RunArgs) -> Result<RunOutcome> {
                 e = events.recv(), if driver_open => match e {
                     Some(DriverEvent::Interval(iv)) => {
                         if !quiet {
-                            println!("{}", text::progress_line(&iv, steps));
+                            let mut out = std::io::stdout().lock();
+                            let _ = out.write_all(live.interval(&iv).as_bytes());
+                            let _ = out.flush();
                         }
                         store.put(meta.id, Source::Driver, dseq, mono0 + iv.end_ms * 1_000_000, &iv).await?;
                         dseq += 1;
@@ -210,6 +222,7 @@ pub fn execute(args: &RunArgs) -> Result<RunOutcome> {
         driven.context("driving the scenario")?;
         if let Some(r) = &final_report {
             print!("\n{}", text::table(r));
+            super::drive::print_hints(r);
         }
         let written = report::write_run(&store, meta.id, &args.out).await?;
         Ok(RunOutcome {

@@ -1,0 +1,206 @@
+//! `herd drive`'s live view, from the real binary against a loopback server: plain
+//! `key=value` lines when stdout is a pipe, the redrawn block under a pseudo-terminal
+//! (`script`).
+
+use std::{
+    collections::BTreeMap,
+    convert::Infallible,
+    path::PathBuf,
+    process::{Command, Stdio},
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering::SeqCst},
+    },
+};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Request, Response, server::conn::http1, service::service_fn};
+use hyper_util::rt::TokioIo;
+
+/// A directory removed with everything in it when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> Self {
+        let p = std::env::temp_dir().join(format!("herd-live-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&p).unwrap();
+        Self(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// An HTTP/1.1 keep-alive server on 127.0.0.1 that counts requests and answers `ok`.
+fn serve(rt: &tokio::runtime::Runtime) -> (String, Arc<AtomicU64>) {
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let served = Arc::new(AtomicU64::new(0));
+    let count = served.clone();
+    rt.spawn(async move {
+        while let Ok((s, _)) = listener.accept().await {
+            let count = count.clone();
+            tokio::spawn(async move {
+                let svc = service_fn(move |_req: Request<hyper::body::Incoming>| {
+                    count.fetch_add(1, SeqCst);
+                    async { Ok::<_, Infallible>(Response::new(Full::new(Bytes::from("ok")))) }
+                });
+                let _ = http1::Builder::new()
+                    .serve_connection(TokioIo::new(s), svc)
+                    .await;
+            });
+        }
+    });
+    (url, served)
+}
+
+/// A two-step scenario (1 player, then 2) of 600 ms each against `url`.
+fn scenario(dir: &TempDir, url: &str) -> PathBuf {
+    let file = dir.0.join("live.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[target]\nurl = \"{url}\"\n[player]\nthink = \"10ms\"\n\
+             [[op]]\nname = \"ping\"\npath = \"/\"\n\
+             [[step]]\nplayers = 1\nduration = \"600ms\"\narrival = \"burst\"\n\
+             [[step]]\nplayers = 2\nduration = \"600ms\"\narrival = \"burst\"\n"
+        ),
+    )
+    .unwrap();
+    file
+}
+
+/// The `key=value` fields of a plain line's totals (before the first ` | `).
+fn fields(line: &str) -> BTreeMap<&str, &str> {
+    line.split(" | ")
+        .next()
+        .unwrap()
+        .split(' ')
+        .filter_map(|kv| kv.split_once('='))
+        .collect()
+}
+
+fn millis(v: &str) -> f64 {
+    match v.strip_suffix("ms") {
+        Some(ms) => ms.parse().unwrap(),
+        None => v.strip_suffix('s').unwrap().parse::<f64>().unwrap() * 1e3,
+    }
+}
+
+#[test]
+fn piped_stdout_gets_one_plain_line_per_interval() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (url, served) = serve(&rt);
+    let dir = TempDir::new("pipe");
+    let file = scenario(&dir, &url);
+    let json = dir.0.join("run.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_herd"))
+        .args(["drive", file.to_str().unwrap(), "--interval", "200ms"])
+        .args(["--grace", "1s", "--json", json.to_str().unwrap()])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !stdout.contains('\x1b'),
+        "no terminal codes into a pipe:\n{stdout}"
+    );
+    let lines: Vec<&str> = stdout.lines().filter(|l| l.starts_with("t=")).collect();
+    // 1.2 s of plan in 200 ms intervals, plus the drain.
+    assert!(lines.len() >= 5, "{stdout}");
+    let mut last_t = 0.0;
+    let (mut ops, mut steps_seen, mut full_step_2) = (0u64, Vec::new(), false);
+    for line in &lines {
+        let f = fields(line);
+        let t = millis(f["t"]);
+        assert!(t > last_t, "time goes forward: {line}");
+        let dt = (t - last_t) / 1e3;
+        last_t = t;
+        let n: u64 = f["ops"].parse().unwrap();
+        ops += n;
+        let rate: f64 = f["req/s"].parse().unwrap();
+        assert_eq!(f["errors"], "0.00%", "{line}");
+        let players: usize = f["players"].parse().unwrap();
+        // An interval ending right at a step's start may see the step before its players.
+        match f["step"] {
+            "1/2" => assert_eq!(players, 1, "{line}"),
+            "2/2" => assert!(players <= 2, "{line}"),
+            "-" => {}
+            other => panic!("step={other} in {line}"),
+        }
+        if f["step"] == "2/2" && players == 2 {
+            full_step_2 = true;
+        }
+        if !steps_seen.contains(&f["step"]) {
+            steps_seen.push(f["step"]);
+        }
+        if n > 0 {
+            // The rate is the count over the interval's length (about 200 ms; the last is
+            // shorter), up to the rounding of t and req/s.
+            let implied = rate * dt;
+            assert!(
+                (implied - n as f64).abs() <= 1.0 + n as f64 * 0.02,
+                "{line}"
+            );
+            assert!(millis(f["p99"]) > 0.0, "{line}");
+            assert!(line.contains(" | ping ops="), "{line}");
+        }
+        assert!(line.contains(" | driver_cpu="), "{line}");
+    }
+    assert!(steps_seen.starts_with(&["1/2", "2/2"]), "{steps_seen:?}");
+    assert!(full_step_2, "step 2's 2 players in some line: {stdout}");
+    // Every op the driver recorded shows in exactly one interval's line.
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(ops, report["requests"].as_u64().unwrap(), "{stdout}");
+    assert_eq!(ops, served.load(SeqCst));
+    assert!(ops > 20, "{ops} requests");
+}
+
+#[test]
+fn a_terminal_gets_the_block_redrawn_in_place() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (url, served) = serve(&rt);
+    let dir = TempDir::new("tty");
+    let file = scenario(&dir, &url);
+    // `script` runs herd on a pseudo-terminal and copies what herd drew to its own stdout.
+    let cmd = format!(
+        "{} drive {} --interval 200ms --grace 1s",
+        env!("CARGO_BIN_EXE_herd"),
+        file.display()
+    );
+    let out = Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let screen = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{screen}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let blocks = screen.matches(" req/s  p99 ").count();
+    assert!(
+        screen.contains("step 1/2  players 1") && screen.contains("step 2/2  players 2"),
+        "{screen}"
+    );
+    // Heading, column names, one op, the driver: 4 lines to go back over.
+    assert!(
+        screen.contains("\x1b[4F\x1b[J"),
+        "redrawn in place: {screen:?}"
+    );
+    assert!(blocks >= 5, "{screen}");
+    assert!(!screen.lines().any(|l| l.starts_with("t=")), "{screen}");
+    assert!(served.load(SeqCst) > 20);
+}
