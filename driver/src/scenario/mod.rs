@@ -8,6 +8,7 @@
 
 mod error;
 mod overrides;
+pub mod seed;
 
 use std::{collections::BTreeMap, fmt, ops::Range, path::Path, time::Duration};
 
@@ -21,6 +22,7 @@ use toml::{
 pub use error::{Diagnostic, ScenarioError};
 use error::{Locator, reword};
 use overrides::{Seg, path_string};
+pub use seed::SeedSpec;
 
 use crate::template::{BUILTINS, Template, VarNames};
 
@@ -183,9 +185,11 @@ pub struct Scenario {
     /// `[vars]` defaults by slot.
     pub var_defaults: Vec<Option<String>>,
     /// Seed for the players' op choice, so a run's op mix repeats.
-    pub seed: u64,
+    pub random_seed: u64,
     /// Service-level objectives per op, checked per step by `herd run`'s report.
     pub slo: Vec<Slo>,
+    /// Accounts and sessions to insert into the target's database (`[seed]`).
+    pub seed: Option<SeedSpec>,
 }
 
 /// One objective: an op's latency percentile (or its error share) must stay under a limit.
@@ -289,6 +293,7 @@ impl Scenario {
             let value = overrides::parse_value(value, span.clone());
             overrides::apply(doc.get_mut(), &path, value, &span).map_err(bad)?;
         }
+        seed::refuse_urls(doc.get_ref(), &loc)?;
         let raw: RawScenario = serde_path_to_error::deserialize(toml::de::Deserializer::from(
             doc.clone(),
         ))
@@ -389,6 +394,7 @@ struct RawScenario {
     /// `op = "p99 < 500ms"` or `op = ["p99 < 500ms", "errors < 1%"]`.
     #[serde(default)]
     slo: BTreeMap<String, RawSlo>,
+    seed: Option<seed::RawSeed>,
 }
 
 #[derive(Deserialize)]
@@ -806,6 +812,11 @@ fn compile(file: &str, raw: RawScenario) -> Result<Scenario, Invalid> {
     if p.accounts == Some(0) {
         return Err(at(&[key("player"), key("accounts")], "must be at least 1"));
     }
+    let seed = raw.seed.map(|s| seed::compile(file, s)).transpose()?;
+    let accounts = match &seed {
+        Some(s) => seed::player_accounts(p.accounts, s)?,
+        None => p.accounts,
+    };
     if p.max_ops == Some(0) {
         return Err(at(&[key("player"), key("max_ops")], "must be at least 1"));
     }
@@ -938,7 +949,7 @@ fn compile(file: &str, raw: RawScenario) -> Result<Scenario, Invalid> {
         target,
         player: PlayerSettings {
             pace,
-            accounts: p.accounts,
+            accounts,
             setup,
             honour_retry_after: p.honour_retry_after.unwrap_or(true),
             max_ops: p.max_ops,
@@ -948,8 +959,9 @@ fn compile(file: &str, raw: RawScenario) -> Result<Scenario, Invalid> {
         hammer,
         vars: names,
         var_defaults: defaults,
-        seed: raw.random_seed,
+        random_seed: raw.random_seed,
         slo,
+        seed,
     })
 }
 
