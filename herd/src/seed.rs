@@ -739,6 +739,72 @@ impl SeedDb {
     }
 }
 
+/// A seeding made for one `herd run`: seeded before the probe attaches and the load starts,
+/// removed when the run ends, however it ends (unless kept).
+pub struct RunSeeding {
+    db: SeedDb,
+    /// What was inserted.
+    pub seeded: Seeded,
+}
+
+impl RunSeeding {
+    /// Connects and seeds; `Ok(None)` when the scenario has no `[seed]`. Fails, before any
+    /// load, when the database cannot be reached or the seeding cannot complete.
+    pub async fn start(spec: Option<&SeedSpec>, scenario: &str) -> Result<Option<Self>> {
+        let Some(spec) = spec else { return Ok(None) };
+        let db = SeedDb::connect(spec)
+            .await
+            .context("seeding before the load (nothing was started)")?;
+        match db
+            .seed(spec, scenario, &crate::signals::stop_requested)
+            .await
+        {
+            Ok(seeded) => Ok(Some(Self { db, seeded })),
+            Err(e) => {
+                db.close().await;
+                Err(e.context("seeding before the load (nothing was started)"))
+            }
+        }
+    }
+
+    /// The database, password replaced by `***`.
+    pub fn shown(&self) -> &str {
+        self.db.shown()
+    }
+
+    /// Removes the seeding's rows, or with `keep` leaves them and says how to remove them.
+    /// Returns the cleanup (None when kept) and a line for the run's output.
+    pub async fn finish(self, keep: bool, scenario: &str) -> Result<(Option<Cleaned>, String)> {
+        let id = self.seeded.id;
+        let out = if keep {
+            Ok((
+                None,
+                format!(
+                    "kept seeding {id} ({} rows) in {} (--keep-seed); remove it with `herd seed {scenario} --cleanup --seeding {id}`",
+                    self.seeded.rows(),
+                    self.db.shown()
+                ),
+            ))
+        } else {
+            match self.db.cleanup(Some(id)).await {
+                Ok(Some(c)) => {
+                    let line = c.line();
+                    Ok((Some(c), line))
+                }
+                Ok(None) => Ok((
+                    None,
+                    format!("seeding {id} was already removed from {}", self.db.shown()),
+                )),
+                Err(e) => Err(e.context(format!(
+                    "removing seeding {id} after the run; run `herd seed {scenario} --cleanup --seeding {id}`"
+                ))),
+            }
+        };
+        self.db.close().await;
+        out
+    }
+}
+
 fn ident(s: &str) -> bool {
     !s.is_empty()
         && s.split('.').count() <= 2
