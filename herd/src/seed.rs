@@ -1170,6 +1170,126 @@ session = "INSERT INTO sessions (token_hash, account_id) VALUES ({{token_hash}},
         );
     }
 
+    /// `herd run` against the demo contour's real backend on loopback: the run seeds before the
+    /// load (every player's token is accepted), prints and returns the counts, and removes the
+    /// rows at the end; with --keep-seed they stay until `herd seed --cleanup`.
+    #[test]
+    fn herd_run_seeds_before_the_load_and_cleans_up_after_it() {
+        use crate::{
+            cmd::{run, seed as seed_cmd},
+            contour::backend::{Backend, BackendArgs},
+            store::{Source, Store as RunStore},
+        };
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let db = rt.block_on(Db::new("run"));
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let addr = rt.block_on(async {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let backend = Backend::start(
+                &BackendArgs {
+                    listen: "127.0.0.1:0".parse().unwrap(),
+                    db: db.url.clone(),
+                    workers: 1,
+                    db_max_connections: 2,
+                    db_timeout: Duration::from_secs(5),
+                    max_connections: 64,
+                    max_body: 65536,
+                    max_moves: 100,
+                    max_history: 100,
+                    grace: Duration::from_secs(1),
+                    verbose: true,
+                    service_time: Duration::ZERO,
+                },
+                listener,
+            )
+            .await
+            .unwrap();
+            let addr = backend.local_addr();
+            tokio::spawn(backend.serve(async {
+                let _ = stop_rx.await;
+            }));
+            addr
+        });
+        let file = db.dir.join("run.toml");
+        std::fs::write(
+            &file,
+            format!(
+                r#"[target]
+url = "http://{addr}"
+[player]
+think = "20ms"
+max_ops = 20
+[[op]]
+name = "session"
+path = "/v1/session"
+headers = {{ authorization = "Bearer token-{{account}}" }}
+check = {{ status = 200 }}
+[[step]]
+players = 10
+duration = "600ms"
+arrival = "burst"
+[seed]
+url_file = "seed-url"
+accounts = 8
+guests = 2
+account = "INSERT INTO accounts (id, name, kind) VALUES ({{id}}, {{name}}, {{kind}})"
+session = "INSERT INTO sessions (token_hash, account_id) VALUES ({{token_hash}}, {{id}})"
+"#
+            ),
+        )
+        .unwrap();
+        let args = |keep_seed: bool| run::RunArgs {
+            scenario: file.clone(),
+            set: Vec::new(),
+            name: None,
+            out: db.dir.join("out"),
+            store: None,
+            containers: Vec::new(),
+            no_probe: true,
+            interval: Duration::from_millis(200),
+            grace: Duration::from_secs(1),
+            quiet: true,
+            keep_seed,
+        };
+        let outcome = run::execute(&args(false)).unwrap();
+        let seeded = outcome.seeded.as_ref().unwrap();
+        assert_eq!((seeded.accounts, seeded.guests, seeded.rows()), (8, 2, 20));
+        assert_eq!(outcome.seed_cleaned.as_ref().unwrap().rows(), 20);
+        let report: herd_driver::RunReport = rt.block_on(async {
+            let store = RunStore::open(&outcome.store).await.unwrap();
+            store
+                .rows(outcome.run_id, Source::Report)
+                .await
+                .unwrap()
+                .pop()
+                .unwrap()
+        });
+        // All ten players, guests included, were let in with the tokens herd seeded.
+        assert!(report.requests >= 10, "{} requests", report.requests);
+        assert_eq!(report.outcome_count("session", "ok"), report.requests);
+        let (accounts, sessions, tables) = rt.block_on(db.snapshot());
+        assert_eq!((accounts.len(), sessions.len(), tables), (0, 0, 0));
+
+        let kept = run::execute(&args(true)).unwrap();
+        assert!(kept.seed_cleaned.is_none());
+        assert_eq!(rt.block_on(db.snapshot()).0.len(), 10);
+        seed_cmd::run(&seed_cmd::SeedArgs {
+            scenario: file.clone(),
+            set: Vec::new(),
+            cleanup: true,
+            seeding: None,
+            reset: false,
+            list: false,
+        })
+        .unwrap();
+        assert_eq!(rt.block_on(db.snapshot()), (vec![], vec![], 0));
+        let _ = stop_tx.send(());
+    }
+
     #[test]
     fn scrubbing_catches_the_password_in_any_form() {
         let s = Secret::new("postgres://herd:p%40ss@db:5432/game".into());
