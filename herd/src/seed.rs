@@ -21,7 +21,7 @@ use std::{
 use anyhow::{Context as _, Result, anyhow, bail};
 use herd_driver::scenario::seed::{SeedRow, SeedSpec, SeedUrl, SeedValue, redact};
 use sqlx::{
-    AnyPool, AssertSqlSafe, Row as _,
+    AnyConnection, AnyPool, AssertSqlSafe, Connection as _, Row as _,
     any::{AnyArguments, AnyPoolOptions},
     query::Query,
 };
@@ -296,24 +296,39 @@ impl SeedDb {
         let shown = secret.scrub(&secret.url);
         let from = spec.url.to_string();
         let sqlite = secret.url.to_ascii_lowercase().starts_with("sqlite:");
+        let unreachable = |why: String| {
+            let what = if sqlite {
+                "; the target's database must exist (herd seeds its tables, it does not create them)"
+            } else {
+                "; start it, or fix the URL"
+            };
+            anyhow!(
+                "cannot reach the seed database at {} ({shown}, URL from {from}): {}{what}",
+                host_of(&secret.url),
+                secret.scrub(&why)
+            )
+        };
+        // One plain connection first: a pool retries until its timeout and then reports only
+        // that it timed out, while this says why (refused, unknown host, authentication).
+        match tokio::time::timeout(CONNECT_TIMEOUT, AnyConnection::connect(&secret.url)).await {
+            Ok(Ok(c)) => {
+                let _ = c.close().await;
+            }
+            Ok(Err(e)) => return Err(unreachable(e.to_string())),
+            Err(_) => {
+                return Err(unreachable(format!(
+                    "no answer within {}s",
+                    CONNECT_TIMEOUT.as_secs()
+                )));
+            }
+        }
         let pool = AnyPoolOptions::new()
             // One connection: the batches are sequential, and SQLite has one writer anyway.
             .max_connections(1)
             .acquire_timeout(CONNECT_TIMEOUT)
             .connect(&secret.url)
             .await
-            .map_err(|e| {
-                let what = if sqlite {
-                    "; the target's database must exist (herd seeds its tables, it does not create them)"
-                } else {
-                    "; start it, or fix the URL"
-                };
-                anyhow!(
-                    "cannot reach the seed database at {} ({shown}, URL from {from}): {}{what}",
-                    host_of(&secret.url),
-                    secret.scrub(&e.to_string())
-                )
-            })?;
+            .map_err(|e| unreachable(e.to_string()))?;
         Ok(Self {
             pool,
             secret,
@@ -1006,22 +1021,26 @@ session = "INSERT INTO sessions (token_hash, account_id) VALUES ({{token_hash}},
         // pre-existing player in it.
         let p = db.pool().await;
         for sql in [
-            "INSERT INTO accounts (id, name, kind) VALUES (5000, 'alice', 'durable'), (5001, 'bob', 'guest')",
-            "INSERT INTO sessions (token_hash, account_id) VALUES ('h-alice', 5000), ('h-bob', 5001)",
+            "INSERT INTO accounts (id, name, kind) VALUES (50000, 'alice', 'durable'), (50001, 'bob', 'guest')",
+            "INSERT INTO sessions (token_hash, account_id) VALUES ('h-alice', 50000), ('h-bob', 50001)",
             "INSERT INTO games (id, seats, seats_taken, status, created_ms) VALUES (1, 2, 1, 'waiting', 0)",
-            "INSERT INTO game_players (game_id, seat, account_id) VALUES (1, 0, 5000)",
+            "INSERT INTO game_players (game_id, seat, account_id) VALUES (1, 0, 50000)",
         ] {
             sqlx::query(sql).execute(&p).await.unwrap();
         }
         p.close().await;
         let before = db.snapshot().await;
         assert_eq!(before.2, 0);
-        let spec = db.spec(300, 30, 1, 100);
+        // The seeds' shape: 10 000 accounts + 1 000 guests with sessions.
+        let spec = db.spec(10_000, 1_000, 1, 1_000);
         let seed = SeedDb::connect(&spec).await.unwrap();
-        seed.seed(&spec, "s.toml", &never).await.unwrap();
-        assert_eq!(db.snapshot().await.0.len(), 332);
+        let done = seed.seed(&spec, "s.toml", &never).await.unwrap();
+        // Reported, never asserted: tests do not time things.
+        eprintln!("SQLite: {}", done.line(seed.shown()));
+        assert_eq!(db.snapshot().await.0.len(), 11_002);
         let cleaned = seed.cleanup(None).await.unwrap().unwrap();
-        assert_eq!((cleaned.id, cleaned.rows(), cleaned.gone), (1, 660, 0));
+        eprintln!("SQLite: {}", cleaned.line());
+        assert_eq!((cleaned.id, cleaned.rows(), cleaned.gone), (1, 22_000, 0));
         // Sessions first (they reference accounts), then accounts.
         assert_eq!(cleaned.tables[0].table, "sessions");
         let after = db.snapshot().await;
