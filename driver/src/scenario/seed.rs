@@ -1080,3 +1080,32 @@ session = "INSERT INTO sessions (token_hash, account_id) VALUES ({token_hash}, {
         assert_eq!(redact("postgres://u:p@ss@h/db"), "postgres://u:***@h/db");
     }
 }
+
+#[cfg(test)]
+mod doc_tests {
+    use crate::scenario::Scenario;
+
+    #[test]
+    fn every_full_scenario_in_docs_seed_md_parses() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/seed.md");
+        let doc = std::fs::read_to_string(path).unwrap();
+        let mut full = 0;
+        for (i, block) in doc.split("```toml\n").skip(1).enumerate() {
+            let block = block.split("```").next().unwrap();
+            if block.contains("[target]") {
+                let s = Scenario::parse(&format!("docs/seed.md block {i}"), block, &[])
+                    .unwrap_or_else(|e| panic!("{e}"));
+                assert!(s.seed.is_some());
+                full += 1;
+            } else {
+                // The key listing is a [seed] section that fits any scenario.
+                let with = format!(
+                    "[target]\nurl = \"http://127.0.0.1:1\"\n[[op]]\nname = \"a\"\npath = \"/\"\n[[step]]\nplayers = 1\nduration = \"1s\"\n{block}"
+                );
+                Scenario::parse(&format!("docs/seed.md block {i}"), &with, &[])
+                    .unwrap_or_else(|e| panic!("{e}"));
+            }
+        }
+        assert!(full >= 1, "no full scenario in docs/seed.md");
+    }
+}
