@@ -807,14 +807,15 @@ fn located(
             reason: format!("{key}: {message}"),
         };
     }
-    // The table's own span: the `[seed]` header, not the line holding the secret.
+    // The table's own span: a `[seed]` header line is quoted; a dotted key or an inline
+    // table starts on the line holding the secret, so only its position is given.
     let header = seed.span();
-    let header = if header.start <= len && !loc.source[header.start..].starts_with(['{']) {
-        Some(header)
-    } else {
-        None
-    };
-    ScenarioError::Invalid(Box::new(loc.diagnostic(header, key, message)))
+    let d = loc.diagnostic(Some(header.clone()), key, message);
+    let is_header = loc
+        .source
+        .get(header.start.min(len)..)
+        .is_some_and(|rest| rest.starts_with('['));
+    ScenarioError::Invalid(Box::new(if is_header { d } else { d.without_snippet() }))
 }
 
 #[cfg(test)]
@@ -1055,6 +1056,27 @@ session = "INSERT INTO sessions (token_hash, account_id) VALUES ({token_hash}, {
             assert_eq!((d.line, d.column), (13, 1), "{shown}");
             assert!(d.key.starts_with("seed."), "{shown}");
             assert!(shown.contains("never goes in the scenario"), "{shown}");
+        }
+        // Dotted keys and inline tables put the secret on the line the table starts on:
+        // no snippet of it is shown then.
+        for src in [
+            format!(
+                "seed.url = \"postgres://herd:s3cret@db/game\"\nseed.accounts = 1\nseed.account = \"x\"\n{}",
+                &BASE[..BASE.find("[seed]").unwrap()]
+            ),
+            format!(
+                "seed = {{ url = \"postgres://herd:s3cret@db/game\", accounts = 1, account = \"x\" }}\n{}",
+                &BASE[..BASE.find("[seed]").unwrap()]
+            ),
+        ] {
+            let shown = Scenario::parse("s.toml", &src, &[])
+                .unwrap_err()
+                .to_string();
+            assert!(!shown.contains("s3cret"), "{shown}");
+            assert!(
+                shown.contains("seed.url: the database URL never goes"),
+                "{shown}"
+            );
         }
         let sets = ["seed.url=postgres://herd:s3cret@db/game".to_owned()];
         let e = Scenario::parse("s.toml", BASE, &sets).unwrap_err();
