@@ -1309,6 +1309,62 @@ session = "INSERT INTO sessions (token_hash, account_id) VALUES ({{token_hash}},
         let _ = stop_tx.send(());
     }
 
+    /// An unreachable seed database stops `herd run` before anything starts: no run is
+    /// recorded, and the message names the host, not the password.
+    #[test]
+    fn herd_run_fails_before_the_load_when_the_seed_database_is_unreachable() {
+        use crate::{cmd::run, store::Store as RunStore};
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let db = rt.block_on(Db::new("run-unreachable"));
+        std::fs::write(
+            db.dir.join("seed-url"),
+            "postgres://herd:s3cret@127.0.0.1:1/game\n",
+        )
+        .unwrap();
+        let file = db.dir.join("run.toml");
+        std::fs::write(
+            &file,
+            "[target]\nurl = \"http://127.0.0.1:1\"\n[[op]]\nname = \"a\"\npath = \"/\"\n\
+             [[step]]\nplayers = 1\nduration = \"1s\"\n[seed]\nurl_file = \"seed-url\"\n\
+             accounts = 1\naccount = \"INSERT INTO accounts (id) VALUES ({id})\"\n",
+        )
+        .unwrap();
+        let out = db.dir.join("out");
+        let e = run::execute(&run::RunArgs {
+            scenario: file,
+            set: Vec::new(),
+            name: None,
+            out: out.clone(),
+            store: None,
+            containers: Vec::new(),
+            no_probe: true,
+            interval: Duration::from_millis(200),
+            grace: Duration::from_secs(1),
+            quiet: true,
+            keep_seed: false,
+        })
+        .err()
+        .unwrap();
+        let e = format!("{e:#}");
+        assert!(
+            e.starts_with("seeding before the load (nothing was started): cannot reach the seed database at 127.0.0.1:1")
+                && !e.contains("s3cret"),
+            "{e}"
+        );
+        let runs = rt.block_on(async {
+            RunStore::open(&crate::store::default_url(&out))
+                .await
+                .unwrap()
+                .list()
+                .await
+                .unwrap()
+        });
+        assert!(runs.is_empty(), "a run was recorded: {runs:?}");
+    }
+
     #[test]
     fn scrubbing_catches_the_password_in_any_form() {
         let s = Secret::new("postgres://herd:p%40ss@db:5432/game".into());
