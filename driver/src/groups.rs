@@ -62,7 +62,7 @@ impl Lobby {
     pub fn new(scenario: &Scenario, play: Arc<PlayAcc>) -> Option<Self> {
         Some(Self {
             spec: scenario.group.clone()?,
-            seed: scenario.seed,
+            seed: scenario.random_seed,
             play,
             open: Mutex::new(None),
             groups: AtomicU64::new(0),

@@ -113,7 +113,7 @@ impl Session {
         retire: Option<watch::Receiver<bool>>,
     ) -> Self {
         let vars = Vars::new(role.player, role.account, &shared.scenario.var_defaults);
-        let rng = shared.scenario.seed
+        let rng = shared.scenario.random_seed
             ^ role.player.wrapping_mul(0x9E37_79B9_7F4A_7C15)
             ^ 0x2545_F491_4F6C_DD1D;
         Self {

@@ -9,6 +9,7 @@ pub mod live;
 pub mod metrics;
 pub mod report;
 pub mod sandbox;
+pub mod seed;
 pub mod signals;
 pub mod store;
 pub mod workload;
@@ -56,6 +57,9 @@ pub enum Command {
     Report(cmd::report::ReportArgs),
     /// Attach the probe, drive a scenario, record both timelines, and write the report.
     Run(cmd::run::RunArgs),
+    /// Insert a scenario's `[seed]` accounts and sessions into the target's database, list
+    /// herd's seedings there, or remove exactly their rows (--cleanup, --reset).
+    Seed(cmd::seed::SeedArgs),
     /// Run the kernel probe alone, next to any load tool: per container and interval TCP
     /// connects, accepts, failures by errno, TIME_WAIT, socket gauges, CPU and throttling
     /// (needs root or CAP_BPF + CAP_PERFMON).
@@ -78,6 +82,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Probe(a) => cmd::probe::run(a),
         Command::Report(a) => cmd::report::run(a),
         Command::Run(a) => cmd::run::run(a),
+        Command::Seed(a) => cmd::seed::run(a),
         Command::Contour(c) => contour::run(c),
         Command::Workload(w) => cmd::workload::run(w),
     };

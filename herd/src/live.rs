@@ -380,6 +380,7 @@ mod tests {
                 lag_max_us: 900,
                 saturated: false,
             },
+            play: Default::default(),
         };
         let mut second = base.clone();
         second.index = 1;

@@ -297,7 +297,7 @@ fn ctrl_c_during_the_demo_removes_every_container_and_keeps_what_was_recorded() 
         ])
         .arg(&out)
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(out.join("stderr")).unwrap())
         .spawn()
         .unwrap();
     let pid = demo.id();
@@ -356,5 +356,34 @@ fn ctrl_c_during_the_demo_removes_every_container_and_keeps_what_was_recorded() 
     assert_eq!(r[0].run.status, "stopped");
     assert!(r[0].timeline.len() >= 3, "{}", r[0].timeline.len());
     assert!(out.join(format!("run-{}.md", r[0].run.id)).exists());
+    // The accounts and sessions herd seeded for the run were removed on the way out.
+    let stderr = std::fs::read_to_string(out.join("stderr")).unwrap();
+    assert!(
+        stderr.contains("herd run: seeding 1: 36 accounts + 4 guests, 80 rows"),
+        "{stderr}"
+    );
+    let (accounts, sessions, tracking) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let db = format!("sqlite:{}", out.join("contour-max-idle-2.db").display());
+            let pool = sqlx::SqlitePool::connect(&db).await.unwrap();
+            let count = |sql: &'static str| {
+                let pool = pool.clone();
+                async move {
+                    let (n,): (i64,) = sqlx::query_as(sql).fetch_one(&pool).await.unwrap();
+                    n
+                }
+            };
+            let r = (
+                count("SELECT COUNT(*) FROM accounts").await,
+                count("SELECT COUNT(*) FROM sessions").await,
+                count("SELECT COUNT(*) FROM sqlite_master WHERE name LIKE 'herd_seed%'").await,
+            );
+            pool.close().await;
+            r
+        });
+    assert_eq!((accounts, sessions, tracking), (0, 0, 0));
     std::fs::remove_dir_all(&out).unwrap();
 }

@@ -79,6 +79,14 @@ impl fmt::Display for Diagnostic {
     }
 }
 
+impl Diagnostic {
+    /// The same diagnostic without the quoted source line, for a line that may hold a secret.
+    pub(crate) fn without_snippet(mut self) -> Self {
+        self.snippet.clear();
+        self
+    }
+}
+
 /// Maps byte spans to lines and columns of one source, and spans past its end to the
 /// `--set` arguments that introduced them.
 pub(crate) struct Locator<'a> {

@@ -9,6 +9,7 @@
 mod error;
 mod overrides;
 mod players;
+pub mod seed;
 mod tls;
 
 use std::{collections::BTreeMap, fmt, ops::Range, path::Path, time::Duration};
@@ -24,6 +25,7 @@ pub use error::{Diagnostic, ScenarioError};
 use error::{Locator, reword};
 use overrides::{Seg, path_string};
 pub use players::{Backoff, Finish, GroupSpec, OpKind, StreamFormat};
+pub use seed::SeedSpec;
 pub use tls::Tls;
 
 use crate::template::{BUILTINS, Template, VarNames};
@@ -193,11 +195,13 @@ pub struct Scenario {
     /// `[vars]` defaults by slot.
     pub var_defaults: Vec<Option<String>>,
     /// Seed for the players' op choice, so a run's op mix repeats.
-    pub seed: u64,
+    pub random_seed: u64,
     /// Service-level objectives per op, checked per step by `herd run`'s report.
     pub slo: Vec<Slo>,
     /// How players form groups, if they do.
     pub group: Option<GroupSpec>,
+    /// Accounts and sessions to insert into the target's database (`[seed]`).
+    pub seed: Option<SeedSpec>,
 }
 
 /// One objective: an op's latency percentile (or its error share) must stay under a limit.
@@ -301,6 +305,7 @@ impl Scenario {
             let value = overrides::parse_value(value, span.clone());
             overrides::apply(doc.get_mut(), &path, value, &span).map_err(bad)?;
         }
+        seed::refuse_urls(doc.get_ref(), &loc)?;
         let raw: RawScenario = serde_path_to_error::deserialize(toml::de::Deserializer::from(
             doc.clone(),
         ))
@@ -402,6 +407,7 @@ struct RawScenario {
     #[serde(default)]
     slo: BTreeMap<String, RawSlo>,
     group: Option<players::RawGroup>,
+    seed: Option<seed::RawSeed>,
 }
 
 #[derive(Deserialize)]
@@ -840,6 +846,11 @@ fn compile(file: &str, raw: RawScenario) -> Result<Scenario, Invalid> {
     if p.accounts == Some(0) {
         return Err(at(&[key("player"), key("accounts")], "must be at least 1"));
     }
+    let seed = raw.seed.map(|s| seed::compile(file, s)).transpose()?;
+    let accounts = match &seed {
+        Some(s) => seed::player_accounts(p.accounts, s)?,
+        None => p.accounts,
+    };
     if p.max_ops == Some(0) {
         return Err(at(&[key("player"), key("max_ops")], "must be at least 1"));
     }
@@ -1006,7 +1017,7 @@ fn compile(file: &str, raw: RawScenario) -> Result<Scenario, Invalid> {
         target,
         player: PlayerSettings {
             pace,
-            accounts: p.accounts,
+            accounts,
             setup,
             honour_retry_after: p.honour_retry_after.unwrap_or(true),
             max_ops: p.max_ops,
@@ -1016,9 +1027,10 @@ fn compile(file: &str, raw: RawScenario) -> Result<Scenario, Invalid> {
         hammer,
         vars: names,
         var_defaults: defaults,
-        seed: raw.random_seed,
+        random_seed: raw.random_seed,
         slo,
         group,
+        seed,
     })
 }
 

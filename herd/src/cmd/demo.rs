@@ -19,7 +19,6 @@ use anyhow::{Context as _, Result, bail};
 
 use crate::{
     cmd::{probe::parse_duration, run},
-    contour,
     sandbox::{Container, Sandbox},
     signals,
 };
@@ -78,6 +77,18 @@ think = "@THINK@"
 accounts = @ACCOUNTS@
 setup = ["game.join"]
 
+# The accounts and sessions the players use, inserted by herd into the backend's SQLite
+# before the load and removed after it (docs/seed.md). Player p sends token-{p % accounts};
+# the backend stores the token's SHA-256 in hex. The URL is in the file next to this one.
+[seed]
+url_file = "@URL_FILE@"
+accounts = @DURABLE@
+guests = @GUESTS@
+token = "token-{account}"
+token_hash = "sha256_hex"
+account = "INSERT INTO accounts (id, name, kind) VALUES ({id}, {name}, {kind})"
+session = "INSERT INTO sessions (token_hash, account_id) VALUES ({token_hash}, {id})"
+
 [[op]]
 name = "game.join"
 method = "POST"
@@ -112,9 +123,14 @@ body = '{"game_id": {game_id}, "limit": 20}'
 weight = 1
 "#;
 
-fn scenario(gateway: &str, args: &DemoArgs, accounts: usize) -> String {
+fn scenario(gateway: &str, args: &DemoArgs, accounts: usize, url_file: &str) -> String {
+    // One account in ten is a guest, as in the seeds (10 000 accounts + 1 000 guests).
+    let guests = accounts / 10;
     let mut s = SCENARIO
         .replace("@GATEWAY@", gateway)
+        .replace("@URL_FILE@", url_file)
+        .replace("@DURABLE@", &(accounts - guests).to_string())
+        .replace("@GUESTS@", &guests.to_string())
         .replace(
             "@THINK@",
             &humantime::format_duration(args.think).to_string(),
@@ -133,40 +149,6 @@ fn scenario(gateway: &str, args: &DemoArgs, accounts: usize) -> String {
         }
     }
     s
-}
-
-/// Creates the contour's schema and seeds `n` accounts with one session each (token
-/// `token-<k>` for account k + 1, its SHA-256 stored as the backend checks it).
-async fn seed(db_url: &str, n: usize) -> Result<()> {
-    let opts = contour::store::StoreOptions {
-        max_connections: 1,
-        timeout: Duration::from_secs(5),
-        max_moves: 1000,
-    };
-    let store = contour::store::Store::open(db_url, opts)
-        .await
-        .with_context(|| format!("creating the demo database {db_url}"))?;
-    store.close().await;
-    let pool = sqlx::SqlitePool::connect(db_url)
-        .await
-        .with_context(|| format!("opening {db_url} to seed it"))?;
-    let mut tx = pool.begin().await?;
-    for k in 0..n as i64 {
-        sqlx::query("INSERT INTO accounts (id, name, kind) VALUES ($1, $2, $3)")
-            .bind(k + 1)
-            .bind(format!("player-{k}"))
-            .bind(if k % 10 == 9 { "guest" } else { "durable" })
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query("INSERT INTO sessions (token_hash, account_id) VALUES ($1, $2)")
-            .bind(contour::store::token_hash(&format!("token-{k}")))
-            .bind(k + 1)
-            .execute(&mut *tx)
-            .await?;
-    }
-    tx.commit().await.context("seeding the demo database")?;
-    pool.close().await;
-    Ok(())
 }
 
 /// Starts `herd contour <args>` in `c` and waits for its `ready` line.
@@ -204,11 +186,17 @@ fn one_run(args: &DemoArgs, max_idle: usize, store: &str) -> Result<i64> {
     for f in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(PathBuf::from(format!("{}{f}", db.display())));
     }
+    // The backend creates the schema when it starts; `herd run` seeds it from the scenario's
+    // [seed], which reads this URL from a file (a URL never goes in a scenario).
     let db_url = format!("sqlite:{}?mode=rwc", db.display());
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?
-        .block_on(seed(&db_url, accounts))?;
+    let url_file = format!("contour-max-idle-{max_idle}.seed-url");
+    let abs_db = std::path::absolute(&db)
+        .with_context(|| format!("resolving the path of {}", db.display()))?;
+    std::fs::write(
+        args.out.join(&url_file),
+        format!("sqlite:{}\n", abs_db.display()),
+    )
+    .with_context(|| format!("writing {}", args.out.join(&url_file).display()))?;
     start(
         &mut sb,
         &backend,
@@ -240,8 +228,11 @@ fn one_run(args: &DemoArgs, max_idle: usize, store: &str) -> Result<i64> {
         ],
     )?;
     let file = args.out.join(format!("demo-max-idle-{max_idle}.toml"));
-    std::fs::write(&file, scenario(&format!("{gw_ip}:8081"), args, accounts))
-        .with_context(|| format!("writing {}", file.display()))?;
+    std::fs::write(
+        &file,
+        scenario(&format!("{gw_ip}:8081"), args, accounts, &url_file),
+    )
+    .with_context(|| format!("writing {}", file.display()))?;
     eprintln!(
         "\nherd demo: run with the gateway keeping {max_idle} idle backend connections \
          (gateway {gw_ip} quota {} cores, backend {be_ip} quota {} cores)",
@@ -267,6 +258,7 @@ fn one_run(args: &DemoArgs, max_idle: usize, store: &str) -> Result<i64> {
         grace: Duration::from_secs(3),
         quiet: true,
         insecure: false,
+        keep_seed: false,
     })?;
     for f in &outcome.files {
         println!("wrote {}", f.display());

@@ -78,6 +78,12 @@ pub fn run(args: &DriveArgs) -> Result<()> {
         .build()
         .context("starting the driver's runtime")?;
     println!("{}", heading(&scenario));
+    if scenario.seed.is_some() {
+        eprintln!(
+            "herd drive: the scenario's [seed] is not applied (herd drive does not seed); run `herd seed {}` first, or `herd run`, which seeds and cleans up",
+            args.scenario.display()
+        );
+    }
     let report = runtime.block_on(drive(scenario, args, cores))?;
     print!("\n{}", text::table(&report));
     print_hints(&report);

@@ -5,4 +5,5 @@ pub mod drive;
 pub mod probe;
 pub mod report;
 pub mod run;
+pub mod seed;
 pub mod workload;

@@ -22,7 +22,9 @@ use tokio::sync::{mpsc, watch};
 use crate::{
     cmd::probe,
     live::Live,
-    report, signals,
+    report,
+    seed::{Cleaned, RunSeeding, Seeded},
+    signals,
     store::{self, Source, Store},
 };
 
@@ -65,6 +67,10 @@ pub struct RunArgs {
     /// host's name), like `target.insecure = true`; `target.ca = "ca.pem"` is the safer way.
     #[arg(long)]
     pub insecure: bool,
+    /// Leave the rows the scenario's `[seed]` inserted in the database after the run (remove
+    /// them later with `herd seed SCENARIO --cleanup`).
+    #[arg(long)]
+    pub keep_seed: bool,
 }
 
 /// What `herd run` produced.
@@ -77,6 +83,10 @@ pub struct RunOutcome {
     pub files: Vec<PathBuf>,
     /// Whether the report's SLO checks failed.
     pub slo_failed: bool,
+    /// What the scenario's `[seed]` inserted before the load, if it has one.
+    pub seeded: Option<Seeded>,
+    /// What was removed after the load (None without `[seed]` or with --keep-seed).
+    pub seed_cleaned: Option<Cleaned>,
 }
 
 /// Runs `herd run`.
@@ -119,6 +129,14 @@ pub fn execute(args: &RunArgs) -> Result<RunOutcome> {
     rt.block_on(async {
         // Opened before any load starts: an unreachable store costs nothing but this message.
         let store = Store::open(&url).await?;
+        // Seeded before the probe attaches and the load starts (an unreachable database fails
+        // here); the rows are removed below however the run ends, Ctrl-C and failure included.
+        let shown = args.scenario.display().to_string();
+        let seeding = RunSeeding::start(scenario.seed.as_ref(), &shown).await?;
+        if let Some(s) = &seeding {
+            eprintln!("herd run: {}", s.seeded.line(s.shown()));
+        }
+        let run = async {
         let meta = store
             .begin(&name, &args.scenario.display().to_string(), herd_probe::clock::now_ns())
             .await?;
@@ -230,7 +248,31 @@ pub fn execute(args: &RunArgs) -> Result<RunOutcome> {
             store: url.clone(),
             files: written.files,
             slo_failed: written.slo_failed,
+            seeded: None,
+            seed_cleaned: None,
         })
+        }
+        .await;
+        let Some(seeding) = seeding else { return run };
+        let (seeded, db) = (seeding.seeded.clone(), seeding.shown().to_owned());
+        match (run, seeding.finish(args.keep_seed, &shown).await) {
+            (Ok(mut outcome), Ok((cleaned, line))) => {
+                println!("seed: {}", seeded.line(&db));
+                println!("seed: {line}");
+                outcome.seeded = Some(seeded);
+                outcome.seed_cleaned = cleaned;
+                Ok(outcome)
+            }
+            (Ok(_), Err(e)) => Err(e),
+            (Err(e), Ok((_, line))) => {
+                eprintln!("herd run: {line}");
+                Err(e)
+            }
+            (Err(e), Err(c)) => {
+                eprintln!("herd run: {c:#}");
+                Err(e)
+            }
+        }
     })
 }
 
