@@ -24,6 +24,7 @@ pub mod player;
 pub mod report;
 mod run;
 pub mod scenario;
+pub mod shapes;
 pub mod template;
 pub mod text;
 pub mod transport;
