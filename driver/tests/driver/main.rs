@@ -8,4 +8,6 @@ mod latency;
 mod outcomes;
 mod player_api;
 mod scenarios;
+mod shapes;
+mod shapes_server;
 mod stop;
