@@ -476,3 +476,188 @@ pub(super) fn compile(
     }
     Ok(shapes)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::{Arrival, Scenario, ScenarioError};
+
+    const BASE: &str = r#"
+[target]
+url = "http://127.0.0.1:8080"
+
+[vars]
+token = "t"
+
+[player]
+setup = ["login"]
+
+[[op]]
+name = "login"
+path = "/login"
+weight = 0
+capture = { session = "/token" }
+
+[[op]]
+name = "state"
+path = "/state?t={token}"
+weight = 3
+
+[[op]]
+name = "mine"
+path = "/mine/{session}"
+"#;
+
+    fn parse(extra: &str) -> Result<Scenario, String> {
+        Scenario::parse("s.toml", &format!("{BASE}{extra}"), &[]).map_err(|e| match e {
+            ScenarioError::Invalid(d) => {
+                format!("{}:{} {}: {}", d.line, d.column, d.key, d.message)
+            }
+            e => e.to_string(),
+        })
+    }
+
+    #[test]
+    fn rate_lists_become_consecutive_steps() {
+        let s = parse("[[rate]]\nrate = [50, 2000]\nduration = \"10s\"\nops = [\"state\"]\n[[rate]]\nrate = 7.5\nduration = \"1s\"\nmax_in_flight = 3\nwhen_full = \"queue\"\nlate_after = \"2ms\"\nops = [\"login\"]\n").unwrap();
+        let r = &s.shapes.rates;
+        assert_eq!(r.len(), 3);
+        assert_eq!(
+            (r[0].rate, r[0].max_in_flight, r[0].when_full),
+            (50.0, 50, WhenFull::Drop)
+        );
+        assert_eq!((r[1].rate, r[1].max_in_flight), (2000.0, 2000));
+        assert_eq!(r[0].ops, vec![(1, 3)]);
+        assert_eq!(r[0].late_after, DEFAULT_LATE_AFTER);
+        // A listed weight-0 op is sent with weight 1.
+        assert_eq!(
+            (r[2].max_in_flight, r[2].when_full, r[2].ops.clone()),
+            (3, WhenFull::Queue, vec![(0, 1)])
+        );
+        assert_eq!(r[2].late_after, Duration::from_millis(2));
+        assert_eq!(s.duration(), Duration::from_secs(21));
+        let names: Vec<String> = s.plan().into_iter().map(|p| p.name).collect();
+        assert_eq!(names, vec!["rate 1", "rate 2", "rate 3"]);
+    }
+
+    #[test]
+    fn rate_and_catalog_ops_may_read_only_defaults() {
+        let e = parse("[[rate]]\nrate = 10\nduration = \"1s\"\n").unwrap_err();
+        assert!(
+            e.contains("rate[0].ops") && e.contains("`{session}`") && e.contains("[vars]"),
+            "{e}"
+        );
+        let e = parse("[[rate]]\nrate = 10\nduration = \"1s\"\nops = [\"state\", \"mine\"]\n")
+            .unwrap_err();
+        assert!(e.starts_with("28:17 ") && e.contains("rate[0].ops[1]"), "{e}");
+        let e = parse("[catalog]\nrequests = 5\n").unwrap_err();
+        assert!(e.contains("catalog.ops") && e.contains("op `mine`"), "{e}");
+        let e = parse("[catalog]\nrequests = 5\nops = [\"nope\"]\n").unwrap_err();
+        assert!(
+            e.contains("no op named `nope`; ops are: login, state, mine"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        for (extra, key, words) in [
+            (
+                "[[rate]]\nrate = 0\nduration = \"1s\"\nops = [\"state\"]\n",
+                "rate[0].rate",
+                "above 0",
+            ),
+            (
+                "[[rate]]\nrate = []\nduration = \"1s\"\nops = [\"state\"]\n",
+                "rate[0].rate",
+                "at least one",
+            ),
+            (
+                "[[rate]]\nrate = 5\nduration = \"1s\"\nmax_in_flight = 0\nops = [\"state\"]\n",
+                "rate[0].max_in_flight",
+                "at least 1",
+            ),
+            (
+                "[[rate]]\nrate = 5\nduration = \"1s\"\nwhen_full = \"wait\"\n",
+                "rate[0].when_full",
+                "drop",
+            ),
+            (
+                "[catalog]\nrequests = 0\nops = [\"state\"]\n",
+                "catalog.requests",
+                "at least 1",
+            ),
+            (
+                "[catalog]\nrequests = 3\nconcurrency = 0\nops = [\"state\"]\n",
+                "catalog.concurrency",
+                "at least 1",
+            ),
+            (
+                "[soak]\nadd = 5\nevery = \"1s\"\nup_to = 2\nhold = \"1s\"\n",
+                "soak.up_to",
+                "at least `add`",
+            ),
+            (
+                "[soak]\nadd = 0\nevery = \"1s\"\nup_to = 2\nhold = \"1s\"\n",
+                "soak.add",
+                "at least 1",
+            ),
+            (
+                "[stop]\nspread = \"1s\"\n[[rate]]\nrate = 5\nduration = \"1s\"\nops = [\"state\"]\n",
+                "stop.spread",
+                "needs players",
+            ),
+            (
+                "[[step]]\nplayers = 1\nduration = \"1s\"\nleave = \"2s\"\n",
+                "step[0].leave",
+                "fit",
+            ),
+        ] {
+            let e = parse(extra).unwrap_err();
+            assert!(
+                e.contains(&format!(" {key}: ")) && e.contains(words),
+                "{extra}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn soak_and_stop_compile_into_steps_and_the_plan_orders_everything() {
+        let s = parse(
+            "[[step]]\nplayers = 3\nduration = \"2s\"\n[soak]\nadd = 4\nevery = \"10s\"\nup_to = 10\nhold = \"1m\"\narrival = \"gradual\"\n[stop]\nspread = \"5s\"\n[catalog]\nrequests = 10\nops = [\"state\"]\n[[rate]]\nrate = 20\nduration = \"3s\"\nops = [\"state\"]\n",
+        )
+        .unwrap();
+        let steps: Vec<(usize, Duration, PhaseKind)> = s
+            .steps
+            .iter()
+            .map(|st| (st.players, st.duration, st.kind))
+            .collect();
+        let sec = Duration::from_secs;
+        assert_eq!(
+            steps,
+            vec![
+                (3, sec(2), PhaseKind::Step),
+                (4, sec(10), PhaseKind::Soak),
+                (8, sec(10), PhaseKind::Soak),
+                (10, sec(60), PhaseKind::Soak),
+                (0, sec(5), PhaseKind::Stop),
+            ]
+        );
+        assert_eq!(s.steps[1].arrival, Arrival::Gradual(sec(10)));
+        assert_eq!(s.steps[4].leave, sec(5));
+        let plan: Vec<(String, PhaseKind)> =
+            s.plan().into_iter().map(|p| (p.name, p.kind)).collect();
+        let want = [
+            ("catalog state", PhaseKind::Catalog),
+            ("step 1", PhaseKind::Step),
+            ("soak 1", PhaseKind::Soak),
+            ("soak 2", PhaseKind::Soak),
+            ("soak hold", PhaseKind::Soak),
+            ("stop", PhaseKind::Stop),
+            ("rate 1", PhaseKind::Rate),
+        ];
+        assert_eq!(plan, want.map(|(n, k)| (n.to_owned(), k)));
+        assert_eq!(s.shapes.catalog[0].concurrency, 1);
+        assert_eq!(s.shapes.catalog[0].max_duration, DEFAULT_ROUTE_MAX);
+    }
+}
