@@ -9,7 +9,11 @@ use std::{
 };
 
 use anyhow::{Context as _, Result};
-use herd_driver::{DriverEvent, RunOptions, RunReport, Scenario, scenario::Connections, text};
+use herd_driver::{
+    DriverEvent, RunOptions, RunReport, Scenario,
+    scenario::{Connections, PhaseWork},
+    text,
+};
 use tokio::sync::{mpsc, watch};
 
 use crate::signals;
@@ -93,12 +97,28 @@ fn heading(s: &Scenario) -> String {
         Connections::Pool(n) => format!("a shared pool of {n} connections"),
     };
     let plan: Vec<String> = s
-        .steps
+        .plan()
         .iter()
-        .map(|st| format!("{} players × {:?}", st.players, st.duration))
+        .map(|p| match p.work {
+            PhaseWork::Players(i) => format!(
+                "{} {} players × {:?}",
+                p.name, s.steps[i].players, s.steps[i].duration
+            ),
+            PhaseWork::Rate(i) => {
+                let r = &s.shapes.rates[i];
+                format!("{} {} req/s × {:?}", p.name, r.rate, r.duration)
+            }
+            PhaseWork::Route(i) => {
+                let r = &s.shapes.catalog[i];
+                format!(
+                    "{} {} × {} at {}",
+                    p.name, r.requests, s.ops[r.op].name, r.concurrency
+                )
+            }
+        })
         .collect();
     let mut line = format!(
-        "herd drive: {} → {} over {}, {connections}; steps: {}",
+        "herd drive: {} → {} over {}, {connections}; plan: {}",
         s.file,
         s.target.authority,
         s.target.transport,
@@ -108,6 +128,12 @@ fn heading(s: &Scenario) -> String {
             plan.join(", ")
         }
     );
+    if let Some(k) = &s.shapes.soak {
+        line.push_str(&format!(
+            "; soak: +{} players every {:?} up to {}, held {:?}",
+            k.add, k.every, k.up_to, k.hold
+        ));
+    }
     if let Some(h) = &s.hammer {
         line.push_str(&format!(
             "; hammer: {} workers on {} for {:?} from {:?}",
@@ -128,7 +154,7 @@ async fn drive(scenario: Scenario, args: &DriveArgs, cores: usize) -> Result<Run
         eprintln!("stopping: no new requests; in-flight ones get the grace to finish");
     });
     let (events_tx, mut events) = mpsc::unbounded_channel();
-    let (steps, quiet) = (scenario.steps.len(), args.quiet);
+    let (steps, quiet) = (scenario.plan().len(), args.quiet);
     let printer = tokio::spawn(async move {
         while let Some(e) = events.recv().await {
             match e {
