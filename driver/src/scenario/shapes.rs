@@ -549,7 +549,10 @@ path = "/mine/{session}"
         );
         let e = parse("[[rate]]\nrate = 10\nduration = \"1s\"\nops = [\"state\", \"mine\"]\n")
             .unwrap_err();
-        assert!(e.starts_with("28:17 ") && e.contains("rate[0].ops[1]"), "{e}");
+        assert!(
+            e.starts_with("28:17 ") && e.contains("rate[0].ops[1]"),
+            "{e}"
+        );
         let e = parse("[catalog]\nrequests = 5\n").unwrap_err();
         assert!(e.contains("catalog.ops") && e.contains("op `mine`"), "{e}");
         let e = parse("[catalog]\nrequests = 5\nops = [\"nope\"]\n").unwrap_err();

@@ -23,7 +23,17 @@ fn every_example_scenario_parses() {
         .iter()
         .map(|p| p.file_name().unwrap().to_str().unwrap())
         .collect();
-    assert_eq!(names, vec!["game.toml", "hammer.toml", "registry.toml"]);
+    assert_eq!(
+        names,
+        vec![
+            "catalog.toml",
+            "game.toml",
+            "hammer.toml",
+            "rate.toml",
+            "registry.toml",
+            "soak.toml"
+        ]
+    );
     for f in &files {
         Scenario::load(f, &[]).unwrap_or_else(|e| panic!("{e}"));
     }

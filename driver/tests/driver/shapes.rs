@@ -408,3 +408,72 @@ async fn a_staggered_stop_spreads_the_leaving() {
     };
     assert!(gap < Duration::from_millis(100), "{gap:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shape_examples_run_shortened() {
+    let _load = QUIET.read().await;
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/scenarios");
+    for (file, proto, sets, phases) in [
+        (
+            "rate.toml",
+            Proto::H2c,
+            &[
+                "rate[0].rate=[50, 100]",
+                "rate[0].duration=300ms",
+                "rate[0].max_in_flight=20",
+            ][..],
+            vec!["rate 1", "rate 2"],
+        ),
+        (
+            "catalog.toml",
+            Proto::H1,
+            &[
+                "catalog.requests=5",
+                "player.think=20ms",
+                "step[0].players=2",
+                "step[0].duration=200ms",
+                "step[0].ramp=100ms",
+                "step[1].players=3",
+                "step[1].duration=200ms",
+                "rate[0].rate=50",
+                "rate[0].duration=200ms",
+            ][..],
+            vec![
+                "catalog health",
+                "catalog games.list",
+                "catalog profile",
+                "step 1",
+                "step 2",
+                "rate 1",
+            ],
+        ),
+        (
+            "soak.toml",
+            Proto::H2c,
+            &[
+                "player.tick=20ms",
+                "soak.add=2",
+                "soak.every=150ms",
+                "soak.up_to=4",
+                "soak.hold=200ms",
+                "stop.spread=200ms",
+            ][..],
+            vec!["soak 1", "soak hold", "stop"],
+        ),
+    ] {
+        let server = ShapeServer::plain(proto).await;
+        let mut sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+        sets.push(format!("target.url={}", server.url()));
+        let scenario = Scenario::load(&dir.join(file), &sets).unwrap_or_else(|e| panic!("{e}"));
+        let report = herd_driver::run(scenario, options()).await.unwrap();
+        let names: Vec<&str> = report.steps.iter().map(|s| s.phase.as_str()).collect();
+        assert_eq!(names, phases, "{file}");
+        assert!(report.requests > 0, "{file}");
+        assert_eq!(report.requests, server.requests(), "{file}");
+        assert_eq!(
+            report.outcome_count("games.list", "ok"),
+            server.count("/v1/games"),
+            "{file}"
+        );
+    }
+}
