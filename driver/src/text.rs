@@ -48,7 +48,8 @@ pub fn progress_line(iv: &IntervalReport, steps: usize) -> String {
     if iv.hammer_workers > 0 {
         let _ = write!(line, " +{} hammer", iv.hammer_workers);
     }
-    let total: f64 = iv.ops.iter().map(|o| o.rate).sum();
+    // An empty f64 sum is -0.0, which would print as `-0`.
+    let total: f64 = iv.ops.iter().map(|o| o.rate).sum::<f64>() + 0.0;
     let _ = write!(line, "  {total:.0} req/s");
     if iv.late_starts + iv.dropped_starts > 0 {
         let _ = write!(

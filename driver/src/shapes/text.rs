@@ -107,3 +107,120 @@ pub(crate) fn catalog_table(
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::{
+        report::{Latency, OpStats, OutcomeStats, RunReport, StepReport},
+        scenario::PhaseKind,
+        shapes::OpenStats,
+        text::table,
+    };
+
+    fn phase(name: &str, kind: PhaseKind, players: usize, count: u64, outcome: &str) -> StepReport {
+        let latency = Latency {
+            p50_us: 800,
+            p90_us: 1_500,
+            p99_us: 2_000,
+            p999_us: 9_000,
+            max_us: 9_000,
+            mean_us: 900.0,
+        };
+        StepReport {
+            phase: name.into(),
+            kind,
+            open: None,
+            step: Some(0),
+            players,
+            start_ms: 0,
+            duration_ms: 2_000,
+            ops: vec![OpStats {
+                op: name.rsplit(' ').next().unwrap().into(),
+                count,
+                rate: count as f64 / 2.0,
+                latency,
+                outcomes: vec![OutcomeStats {
+                    outcome: outcome.into(),
+                    count,
+                    latency,
+                }],
+            }],
+            connects: 4,
+            reconnects: 0,
+            connect_errors: 0,
+        }
+    }
+
+    #[test]
+    fn catalog_rows_and_the_rate_heading() {
+        let mut rate = phase("rate 1", PhaseKind::Rate, 0, 390, "ok");
+        rate.ops[0].op = "state".into();
+        rate.open = Some(OpenStats {
+            rate: 200.0,
+            scheduled: 400,
+            sent: 390,
+            late_starts: 3,
+            dropped_starts: 10,
+            max_in_flight: 50,
+            peak_in_flight: 50,
+            late_after_us: 10_000,
+        });
+        let report = RunReport {
+            scenario: "s.toml".into(),
+            target: "127.0.0.1:1".into(),
+            transport: "h1".into(),
+            connections: "per_player".into(),
+            started_unix_ms: 0,
+            duration_ms: 6_000,
+            stopped_early: false,
+            requests: 440,
+            connects: 12,
+            reconnects: 0,
+            connect_errors: 0,
+            saturated_intervals: 0,
+            steps: vec![
+                phase("catalog home", PhaseKind::Catalog, 4, 25, "ok"),
+                phase("catalog missing", PhaseKind::Catalog, 4, 25, "http_4xx"),
+                rate,
+            ],
+            intervals: vec![],
+        };
+        let want = "\
+s.toml → 127.0.0.1:1 (h1, per_player): 440 requests in 6.0s
+
+catalog: 2 routes, one after another
+  route    conc  count  req/s    p50    p99    max  outcomes
+  home        4     25   12.5  800µs  2.0ms  9.0ms  ok 25
+  missing     4     25   12.5  800µs  2.0ms  9.0ms  http_4xx 25 (100.00 %)
+
+rate 1: 200 req/s open model, 2.0s: 390 of 400 arrivals sent (195.0/s), 3 late starts (> 10ms), 10 dropped starts (max 50 in flight, peak 50), 4 connects
+  op     count  req/s    p50    p99    max  outcomes
+  state    390  195.0  800µs  2.0ms  9.0ms  ok 390
+";
+        assert_eq!(table(&report), want);
+    }
+
+    #[test]
+    fn a_rate_phase_progress_line_names_it_and_its_starts() {
+        let iv = crate::report::IntervalReport {
+            index: 0,
+            end_ms: 1_000,
+            duration_ms: 1_000,
+            step: Some(3),
+            phase: Some("rate 1".into()),
+            late_starts: 2,
+            dropped_starts: 7,
+            players: 0,
+            hammer_workers: 0,
+            ops: vec![],
+            connects: 0,
+            reconnects: 0,
+            connect_errors: 0,
+            driver: crate::report::DriverHealth::default(),
+        };
+        assert_eq!(
+            crate::text::progress_line(&iv, 5),
+            "    1.0s  rate 1 (4/5)  players 0  0 req/s (late starts 2, dropped starts 7)"
+        );
+    }
+}
