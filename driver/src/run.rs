@@ -184,6 +184,14 @@ where
         if *halt_rx.borrow() {
             break;
         }
+        if !matches!(phase.work, PhaseWork::Players(_)) {
+            // Players do not outlive the player steps: a rate step or a route is measured
+            // alone. They leave before its phase opens, so none of their ops lands in it.
+            for (h, retire) in players.drain(..) {
+                retire.send_replace(true);
+                tasks.push(h);
+            }
+        }
         step_gate.open(k);
         if let Some(prev) = last_opened {
             let _ = tx.send(Msg::PhaseClosed { phase: prev });
@@ -198,12 +206,6 @@ where
         });
         last_opened = Some(k);
         let PhaseWork::Players(i) = phase.work else {
-            // Players do not outlive the player steps: a rate step or a route is measured
-            // alone.
-            for (h, retire) in players.drain(..) {
-                retire.send_replace(true);
-                tasks.push(h);
-            }
             step_start =
                 shapes::run_phase(&ctx, &mut open, k, phase.work, step_start, &mut tasks).await;
             continue;

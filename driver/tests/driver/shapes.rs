@@ -310,6 +310,10 @@ ops = ["slow"]
     assert_eq!(server.count("/delay/5"), 25 + 20);
     assert_eq!(server.count("/home"), report.op_count("home"));
     assert_eq!(report.requests, server.requests());
+    // The players left before the rate step: its table holds only its own op.
+    let rate: Vec<&str> = report.steps[4].ops.iter().map(|o| o.op.as_str()).collect();
+    assert_eq!(rate, vec!["slow"]);
+    assert_eq!(open(&report.steps[4]).sent, 20);
     // One after another.
     for w in report.steps.windows(2) {
         assert!(
