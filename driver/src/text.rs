@@ -36,7 +36,8 @@ pub fn count(n: u64) -> String {
 pub fn progress_line(iv: &IntervalReport, steps: usize) -> String {
     let mut line = format!("{:>7.1}s", iv.end_ms as f64 / 1e3);
     match (iv.step, &iv.phase) {
-        (Some(k), Some(name)) if !name.starts_with("step ") => {
+        // A plan of steps alone reads `step 2/3`; other plans name the phase.
+        (Some(k), Some(name)) if *name != format!("step {}", k + 1) => {
             let _ = write!(line, "  {name} ({}/{steps})", k + 1);
         }
         (Some(k), _) => {
