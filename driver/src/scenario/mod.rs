@@ -915,6 +915,7 @@ fn compile(file: &str, raw: RawScenario) -> Result<Scenario, Invalid> {
             stop: raw.stop,
         },
         &ops,
+        &setup,
         &defaults,
         &names,
         &mut steps,

@@ -72,6 +72,8 @@ pub struct RateStep {
     pub late_after: Duration,
     /// The ops arrivals pick from, with their weights.
     pub ops: Vec<(usize, u32)>,
+    /// Each arrival slot runs `[player] setup` once, before its first arrival's op.
+    pub setup: bool,
 }
 
 /// One route of the catalog: `requests` of one op at `concurrency`.
@@ -210,6 +212,8 @@ pub(super) struct RawRate {
     late_after: Option<Dur>,
     #[serde(default)]
     ops: Vec<String>,
+    #[serde(default)]
+    setup: bool,
 }
 
 #[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
@@ -266,11 +270,13 @@ const DEFAULT_LATE_AFTER: Duration = Duration::from_millis(10);
 const MAX_RATE: f64 = 1_000_000.0;
 
 /// Checks the shapes, appends the soak's and the stop's steps to `steps`, and returns the
-/// rest. Rate and catalog ops run no setup, so like the hammer's they may read only
-/// `[vars]` defaults (and `{player}`, `{account}`).
+/// rest. Catalog ops run no setup, so like the hammer's they may read only `[vars]`
+/// defaults (and `{player}`, `{account}`); rate ops too, unless the rate step runs the
+/// players' `setup` in each arrival slot, when they may read what it captures.
 pub(super) fn compile(
     raw: RawShapes,
     ops: &[Op],
+    setup: &[usize],
     defaults: &[Option<String>],
     names: &VarNames,
     steps: &mut Vec<Step>,
@@ -289,21 +295,47 @@ pub(super) fn compile(
             )
         })
     };
-    let sendable = |op: usize, path: &[Seg], what: &str| {
-        let s = reads(&ops[op])
+    // What an op may read without setup, and after the players' setup has run.
+    let bare: Vec<bool> = defaults.iter().map(Option::is_some).collect();
+    let mut set_up = bare.clone();
+    for &o in setup {
+        for (s, _) in &ops[o].captures {
+            set_up[*s] = true;
+        }
+    }
+    let missing = |op: usize, known: &[bool]| {
+        reads(&ops[op])
             .into_iter()
-            .find(|s| defaults.get(*s).is_none_or(Option::is_none));
-        match s {
-            None => Ok(()),
-            Some(s) => Err(at(
+            .find(|s| !known.get(*s).copied().unwrap_or(false))
+    };
+    let sendable = |op: usize, path: &[Seg], what: &str| match missing(op, &bare) {
+        None => Ok(()),
+        Some(s) => {
+            let hint = if what == "a rate step" && missing(op, &set_up).is_none() {
+                "; set `setup = true` to run [player] setup in each arrival slot first"
+            } else {
+                "; give it a default in [vars] or leave the op out"
+            };
+            Err(at(
                 path,
                 format!(
-                    "{what} runs no setup, but op `{}` reads `{{{}}}`; give it a default in [vars] or leave the op out",
+                    "{what} runs no setup, but op `{}` reads `{{{}}}`{hint}",
                     ops[op].name,
                     names.name(s)
                 ),
-            )),
+            ))
         }
+    };
+    let sendable_after_setup = |op: usize, path: &[Seg]| match missing(op, &set_up) {
+        None => Ok(()),
+        Some(s) => Err(at(
+            path,
+            format!(
+                "op `{}` reads `{{{}}}`, which no [player] setup op captures; add a setup op that captures it, or a default in [vars]",
+                ops[op].name,
+                names.name(s)
+            ),
+        )),
     };
 
     let mut shapes = Shapes::default();
@@ -441,10 +473,23 @@ pub(super) fn compile(
             return Err(at(&rp("max_in_flight"), "must be at least 1"));
         }
         let late_after = r.late_after.map_or(DEFAULT_LATE_AFTER, |d| d.0);
+        if r.setup && setup.is_empty() {
+            return Err(at(
+                &rp("setup"),
+                "setup = true, but [player] setup lists no ops to run",
+            ));
+        }
+        let check = |k: usize, p: &[Seg]| {
+            if r.setup {
+                sendable_after_setup(k, p)
+            } else {
+                sendable(k, p, "a rate step")
+            }
+        };
         let mut chosen = Vec::new();
         if r.ops.is_empty() {
             for (k, o) in ops.iter().enumerate().filter(|(_, o)| o.weight > 0) {
-                sendable(k, &rp("ops"), "a rate step")?;
+                check(k, &rp("ops"))?;
                 chosen.push((k, o.weight));
             }
             if chosen.is_empty() {
@@ -457,7 +502,7 @@ pub(super) fn compile(
             for (j, name) in r.ops.iter().enumerate() {
                 let p = vec![key("rate"), Seg::Index(i), key("ops"), Seg::Index(j)];
                 let k = find(name, &p)?;
-                sendable(k, &p, "a rate step")?;
+                check(k, &p)?;
                 // A listed op is sent even with weight 0 (a setup op in the player loop).
                 chosen.push((k, ops[k].weight.max(1)));
             }
@@ -471,6 +516,7 @@ pub(super) fn compile(
                 when_full: r.when_full.unwrap_or(WhenFull::Drop),
                 late_after,
                 ops: chosen.clone(),
+                setup: r.setup,
             });
         }
     }
@@ -544,9 +590,13 @@ path = "/mine/{session}"
     fn rate_and_catalog_ops_may_read_only_defaults() {
         let e = parse("[[rate]]\nrate = 10\nduration = \"1s\"\n").unwrap_err();
         assert!(
-            e.contains("rate[0].ops") && e.contains("`{session}`") && e.contains("[vars]"),
+            e.contains("rate[0].ops") && e.contains("`{session}`") && e.contains("setup = true"),
             "{e}"
         );
+        // With setup, the slot runs [player] setup first, so `mine` may read `{session}`.
+        let s = parse("[[rate]]\nrate = 10\nduration = \"1s\"\nsetup = true\n").unwrap();
+        assert!(s.shapes.rates[0].setup);
+        assert_eq!(s.shapes.rates[0].ops, vec![(1, 3), (2, 1)]);
         let e = parse("[[rate]]\nrate = 10\nduration = \"1s\"\nops = [\"state\", \"mine\"]\n")
             .unwrap_err();
         assert!(

@@ -25,12 +25,36 @@ use crate::{
 
 /// The arrival slots of a run's rate steps and the requests they have in flight.
 pub(crate) struct Open {
-    free: Vec<Session>,
+    free: Vec<Slot>,
     made: usize,
-    back_tx: mpsc::UnboundedSender<Session>,
-    back_rx: mpsc::UnboundedReceiver<Session>,
+    back_tx: mpsc::UnboundedSender<Slot>,
+    back_rx: mpsc::UnboundedReceiver<Slot>,
     in_flight: JoinSet<()>,
     rng: u64,
+}
+
+/// One arrival slot: a session, and whether it has run `[player] setup`.
+struct Slot {
+    session: Session,
+    set_up: bool,
+}
+
+impl Slot {
+    /// Runs the setup ops in order, once; false (and again at the next arrival) if one
+    /// does not end `ok`.
+    async fn setup(&mut self, ops: &[usize]) -> bool {
+        if self.set_up {
+            return true;
+        }
+        for &op in ops {
+            match self.session.call(op).await {
+                Ok(r) if r.outcome.is_ok() => {}
+                _ => return false,
+            }
+        }
+        self.set_up = true;
+        true
+    }
 }
 
 impl Open {
@@ -93,6 +117,9 @@ impl Open {
             late_after_us: r.late_after.as_micros() as u64,
         };
         let mut halted = false;
+        let setup: Option<std::sync::Arc<[usize]>> = r
+            .setup
+            .then(|| ctx.shared.scenario.player.setup.clone().into());
         for i in 0..total {
             let at = start + Duration::from_secs_f64(i as f64 * period);
             // Behind schedule, there is nothing to wait for: send at once.
@@ -134,21 +161,30 @@ impl Open {
                 st.late_starts += 1;
                 ctx.live.late_starts.fetch_add(1, SeqCst);
             }
-            let mut session = match self.free.pop() {
+            let mut slot = match self.free.pop() {
                 Some(s) => s,
                 None => {
                     self.made += 1;
-                    ctx.session(self.made as u64 - 1)
+                    Slot {
+                        session: ctx.session(self.made as u64 - 1),
+                        set_up: false,
+                    }
                 }
             };
             st.sent += 1;
             st.peak_in_flight = st.peak_in_flight.max(self.busy());
             let op = self.pick(&r.ops);
             let back = self.back_tx.clone();
+            let setup = setup.clone();
             self.in_flight.spawn(async move {
+                // A failed setup leaves the op's variables unset: it ends `var_missing`, and
+                // the slot's next arrival tries the setup again.
+                if let Some(ops) = setup {
+                    slot.setup(&ops).await;
+                }
                 // A closed gate (the run stopping) sends nothing; the slot still returns.
-                let _ = session.call_from(op, Some(at)).await;
-                let _ = back.send(session);
+                let _ = slot.session.call_from(op, Some(at)).await;
+                let _ = back.send(slot);
             });
         }
         if !halted {

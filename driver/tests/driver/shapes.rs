@@ -481,3 +481,44 @@ async fn the_shape_examples_run_shortened() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_slots_run_the_player_setup_once_each() {
+    let server = crate::support::TestServer::start(Proto::H1).await;
+    let src = r#"
+[target]
+url = "{url}"
+[player]
+setup = ["create"]
+[[op]]
+name = "create"
+method = "POST"
+path = "/game/new"
+weight = 0
+capture = { game = "/game/id" }
+[[op]]
+name = "echo"
+path = "/echo/{game}"
+check = { status = 200 }
+[[rate]]
+rate = 100
+duration = "500ms"
+max_in_flight = 5
+when_full = "queue"
+setup = true
+"#;
+    let report = crate::support::run(crate::support::scenario(src, &server)).await;
+    let o = open(&report.steps[0]);
+    assert_eq!((o.scheduled, o.sent), (50, 50));
+    assert_eq!(
+        report.outcome_count("echo", "ok"),
+        50,
+        "every arrival had its game"
+    );
+    // One setup per slot, and each slot is one connection.
+    let creates = report.outcome_count("create", "ok");
+    assert!((1..=5).contains(&creates), "{creates} setups");
+    assert_eq!(creates, server.connections());
+    assert_eq!(report.requests, 50 + creates);
+    assert_eq!(report.requests, server.requests());
+}
