@@ -143,6 +143,9 @@ pub struct IntervalReport {
     /// Open-model arrivals dropped at the in-flight bound.
     #[serde(default)]
     pub dropped_starts: u64,
+    /// Open-model requests in flight at its end.
+    #[serde(default)]
+    pub in_flight: usize,
     /// Players alive at its end.
     pub players: usize,
     /// Hammer workers alive at its end.

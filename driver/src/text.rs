@@ -46,6 +46,9 @@ pub fn progress_line(iv: &IntervalReport, steps: usize) -> String {
         (None, _) => line.push_str("  --"),
     }
     let _ = write!(line, "  players {}", iv.players);
+    if iv.in_flight > 0 {
+        let _ = write!(line, " +{} in flight", iv.in_flight);
+    }
     if iv.hammer_workers > 0 {
         let _ = write!(line, " +{} hammer", iv.hammer_workers);
     }
@@ -330,6 +333,7 @@ hammer: 20 workers, 1.0s, 0 connects, 0 reconnects, 0 connect errors
             phase: Some("step 2".into()),
             late_starts: 0,
             dropped_starts: 0,
+            in_flight: 0,
             players: 200,
             hammer_workers: 20,
             ops: vec![IntervalOp {

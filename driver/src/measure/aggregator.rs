@@ -72,6 +72,8 @@ pub(crate) struct Live {
     /// Open-model starts that slipped behind schedule, and those dropped at the bound.
     pub late_starts: AtomicU64,
     pub dropped_starts: AtomicU64,
+    /// Open-model requests in flight.
+    pub in_flight: AtomicUsize,
 }
 
 /// Decides which phase an op belongs to, without a lock and without losing an op at a
@@ -458,6 +460,7 @@ impl Aggregator {
             phase: step.and_then(|k| self.s.phases.get(k)).map(|p| p.0.clone()),
             late_starts: starts[0] - self.last_starts[0],
             dropped_starts: starts[1] - self.last_starts[1],
+            in_flight: self.s.live.in_flight.load(SeqCst),
             index: self.intervals.len() as u64,
             end_ms: (now - self.s.t0).as_millis() as u64,
             duration_ms: elapsed.as_millis() as u64,

@@ -176,6 +176,8 @@ impl Open {
             let op = self.pick(&r.ops);
             let back = self.back_tx.clone();
             let setup = setup.clone();
+            let live = ctx.live.clone();
+            live.in_flight.fetch_add(1, SeqCst);
             self.in_flight.spawn(async move {
                 // A failed setup leaves the op's variables unset: it ends `var_missing`, and
                 // the slot's next arrival tries the setup again.
@@ -184,6 +186,7 @@ impl Open {
                 }
                 // A closed gate (the run stopping) sends nothing; the slot still returns.
                 let _ = slot.session.call_from(op, Some(at)).await;
+                live.in_flight.fetch_sub(1, SeqCst);
                 let _ = back.send(slot);
             });
         }

@@ -74,6 +74,12 @@ async fn an_open_model_shows_a_stall_that_a_closed_model_hides() {
     assert!(drop_p99 >= 700_000, "open model (drop) p99 {drop_p99} µs");
     let dropped_in_timeline: u64 = report.intervals.iter().map(|i| i.dropped_starts).sum();
     assert_eq!(dropped_in_timeline, o.dropped_starts);
+    let in_flight = report.intervals.iter().map(|i| i.in_flight).max();
+    assert_eq!(
+        in_flight,
+        Some(40),
+        "the timeline shows the stalled requests in flight"
+    );
 
     eprintln!("open model, drop: {o:?}, p99 {drop_p99} µs");
 

@@ -1450,6 +1450,7 @@ mod tests {
                     phase: Some("step 1".into()),
                     late_starts: 0,
                     dropped_starts: 0,
+                    in_flight: 0,
                     players: 10,
                     hammer_workers: 0,
                     ops: vec![IntervalOp {
