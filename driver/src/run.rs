@@ -1,5 +1,6 @@
-//! The plan runner: steps of players with gradual or burst arrival, the hammer beside them,
-//! and a bounded stop.
+//! The plan runner: the plan's phases in order (catalog routes, steps of players with
+//! gradual or burst arrival, soak steps, the stop spread, open-model rate steps; see
+//! `Scenario::plan`), the hammer beside them, and a bounded stop.
 
 use std::{
     sync::{
