@@ -1,5 +1,5 @@
-//! Running the load shapes beside the player steps: open-model rate steps ([`open`]), the
-//! route catalog ([`catalog`]) and the staggered leaving of players; [`OpenStats`] is what
+//! Running the load shapes beside the player steps: open-model rate steps (`open.rs`), the
+//! route catalog (`catalog.rs`) and the staggered leaving of players; [`OpenStats`] is what
 //! a rate phase reports besides its histograms.
 //!
 //! The plan runner (`run.rs`) walks [`crate::Scenario::plan`] and hands every phase that
