@@ -3,7 +3,7 @@
 //! a rate phase reports besides its histograms.
 //!
 //! The plan runner (`run.rs`) walks [`crate::Scenario::plan`] and hands every phase that
-//! is not a player step to [`run_phase`].
+//! is not a player step to `run_phase`.
 
 pub(crate) mod catalog;
 pub(crate) mod open;
