@@ -528,3 +528,45 @@ setup = true
     assert_eq!(report.requests, 50 + creates);
     assert_eq!(report.requests, server.requests());
 }
+
+/// A stop in the middle of a rate step or a catalog route: no new arrival or request, the
+/// ones in flight get the grace, then count as `cancelled`, and the report is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_ends_a_rate_step_or_a_route_within_the_grace() {
+    let _load = QUIET.read().await;
+    for shape in [
+        "[[rate]]\nrate = 50\nduration = \"10s\"",
+        "[catalog]\nrequests = 1000\nconcurrency = 3",
+    ] {
+        let server = ShapeServer::plain(Proto::H2c).await;
+        let src = format!(
+            "[target]\nurl = \"{{url}}\"\ntransport = \"h2c\"\n[[op]]\nname = \"stuck\"\npath = \"/delay/5000\"\n{shape}\n"
+        );
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            tx.send_replace(true);
+        });
+        let opts = herd_driver::RunOptions {
+            stop: Some(rx),
+            grace: Duration::from_millis(300),
+            ..options()
+        };
+        let t = std::time::Instant::now();
+        let report = herd_driver::run(parse(&src, &server), opts).await.unwrap();
+        let took = t.elapsed();
+        assert!(report.stopped_early, "{shape}");
+        assert!(
+            took < Duration::from_millis(2_000),
+            "{shape}: took {took:?}"
+        );
+        assert_eq!(report.requests, server.requests(), "{shape}");
+        let cancelled = report.outcome_count("stuck", "cancelled");
+        assert_eq!(cancelled, report.requests, "{shape}: all were in flight");
+        assert!(cancelled >= 3, "{shape}: {cancelled}");
+        if let Some(o) = &report.steps[0].open {
+            // Arrivals stopped at the stop: ~15 of the 500 planned.
+            assert!(o.scheduled < 50 && o.sent == o.scheduled, "{o:?}");
+        }
+    }
+}
