@@ -1,6 +1,7 @@
 //! herd's load driver: virtual players against a service over HTTP/1.1 or h2c, each with
-//! its own connection (or a shared pool), run through a plan of steps and a hammer, with
-//! every op's latency in HdrHistograms per op × step × outcome.
+//! its own connection (or a shared pool), run through a plan of steps, soak, open-model rate
+//! steps and a route catalog ([`shapes`]) beside a hammer, with every op's latency in
+//! HdrHistograms per op × phase × outcome.
 //!
 //! - [`Scenario`] loads and checks a TOML scenario (`docs/scenario.md`), with `--set`
 //!   overrides, and points every error at its file, line, column and key.
@@ -25,6 +26,7 @@ pub mod player;
 pub mod report;
 mod run;
 pub mod scenario;
+pub mod shapes;
 mod stream;
 pub mod template;
 pub mod text;

@@ -213,6 +213,16 @@ impl Session {
     /// Sends op `op` (an index from [`Session::op`]), records its latency and outcome, takes
     /// its captures, and for an honoured 429 pauses the player for `Retry-After`.
     pub async fn call(&mut self, op: usize) -> Result<Reply, Stopped> {
+        self.call_from(op, None).await
+    }
+
+    /// [`Session::call`] whose latency counts from `intended` when given (an open-model
+    /// arrival's scheduled send time), not from the moment it was sent.
+    pub(crate) async fn call_from(
+        &mut self,
+        op: usize,
+        intended: Option<Instant>,
+    ) -> Result<Reply, Stopped> {
         if self.stopping() || self.role.max_ops.is_some_and(|m| self.ops_done >= m) {
             return Err(Stopped);
         }
@@ -225,7 +235,7 @@ impl Session {
         let Some(req) = self.request(o, &shared.scenario.target.base_path) else {
             return Ok(self.record(row, Outcome::VarMissing, None, Bytes::new(), Duration::ZERO));
         };
-        let start = Instant::now();
+        let start = intended.unwrap_or_else(Instant::now);
         let mut abort = shared.abort.clone();
         let exchange = tokio::time::timeout(
             o.timeout,

@@ -66,11 +66,17 @@ pub struct OpStats {
 /// A step's (or the hammer's) totals.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StepReport {
-    /// `step 1`, `step 2`, ... or `hammer`.
+    /// `step 1`, `soak 2`, `soak hold`, `stop`, `rate 1`, `catalog <op>` or `hammer`.
     pub phase: String,
-    /// The step's index in the plan; none for the hammer.
+    /// What kind of phase it was (older results without it are steps).
+    #[serde(default)]
+    pub kind: crate::scenario::PhaseKind,
+    /// An open-model (rate) phase's arrivals: sent, late and dropped starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open: Option<crate::shapes::OpenStats>,
+    /// The phase's index in the plan's sequence (`Scenario::plan`); none for the hammer.
     pub step: Option<usize>,
-    /// Players the step asked for (hammer: workers).
+    /// Players the step asked for (hammer: workers; catalog: its concurrency; rate: 0).
     pub players: usize,
     /// When the step started, since the run's start.
     pub start_ms: u64,
@@ -133,6 +139,18 @@ pub struct IntervalReport {
     pub duration_ms: u64,
     /// The step running at its end; none before the first and after the last.
     pub step: Option<usize>,
+    /// That phase's name (`step 2`, `rate 1`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    /// Open-model starts in the interval that slipped behind schedule.
+    #[serde(default)]
+    pub late_starts: u64,
+    /// Open-model arrivals dropped at the in-flight bound.
+    #[serde(default)]
+    pub dropped_starts: u64,
+    /// Open-model requests in flight at its end.
+    #[serde(default)]
+    pub in_flight: usize,
     /// Players alive at its end.
     pub players: usize,
     /// Hammer workers alive at its end.

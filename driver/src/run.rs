@@ -1,5 +1,6 @@
-//! The plan runner: steps of players with gradual or burst arrival, the hammer beside them,
-//! and a bounded stop.
+//! The plan runner: the plan's phases in order (catalog routes, steps of players with
+//! gradual or burst arrival, soak steps, the stop spread, open-model rate steps; see
+//! `Scenario::plan`), the hammer beside them, and a bounded stop.
 
 use std::{
     sync::{
@@ -24,8 +25,8 @@ use crate::{
     },
     player::{FilePlayer, HammerPlayer, Player, Role, Session, Shared},
     report::{DriverEvent, RunReport},
-    scenario::{Arrival, Connections, Hammer, Pace, Scenario},
-    transport,
+    scenario::{Arrival, Connections, Hammer, Pace, PhaseWork, Scenario},
+    shapes, transport,
 };
 
 /// How a run is watched and stopped.
@@ -86,9 +87,8 @@ where
     let transport = transport::for_target(&scenario.target);
     let counters = Arc::new(Counters::default());
     let live = Arc::new(Live::default());
-    let started: Arc<[AtomicU64]> = (0..=scenario.steps.len())
-        .map(|_| AtomicU64::new(0))
-        .collect();
+    let plan = scenario.plan();
+    let started: Arc<[AtomicU64]> = (0..=plan.len()).map(|_| AtomicU64::new(0)).collect();
     let step_gate = Arc::new(Gate::closed());
     let hammer_gate = Arc::new(Gate::closed());
     let play = Arc::new(PlayAcc::new(
@@ -126,7 +126,8 @@ where
                 Connections::Pool(n) => format!("pool of {n}"),
             },
             op_names: scenario.ops.iter().map(|o| o.name.clone()).collect(),
-            steps: scenario.steps.len(),
+            steps: plan.len(),
+            phases: plan.iter().map(|p| (p.name.clone(), p.kind)).collect(),
             started: started.clone(),
             counters: counters.clone(),
             live: live.clone(),
@@ -185,9 +186,26 @@ where
     let mut step_start = t0;
     let mut halt_rx = halt.subscribe();
     let mut last_opened = None;
-    for (k, step) in scenario.steps.iter().enumerate() {
+    let ctx = shapes::Ctx {
+        shared: shared.clone(),
+        gate: step_gate.clone(),
+        pool: pool.clone(),
+        halt: halt.clone(),
+        live: live.clone(),
+    };
+    let mut open = shapes::open::Open::new(scenario.random_seed);
+    // The plan's phases run one after another (Scenario::plan orders them).
+    for (k, phase) in plan.iter().enumerate() {
         if *halt_rx.borrow() {
             break;
+        }
+        if !matches!(phase.work, PhaseWork::Players(_)) {
+            // Players do not outlive the player steps: a rate step or a route is measured
+            // alone. They leave before its phase opens, so none of their ops lands in it.
+            for (h, retire) in players.drain(..) {
+                retire.send_replace(true);
+                tasks.push(h);
+            }
         }
         step_gate.open(k);
         if let Some(prev) = last_opened {
@@ -195,15 +213,32 @@ where
         }
         let _ = tx.send(Msg::PhaseOpened {
             phase: k,
-            players: step.players,
+            players: match phase.work {
+                PhaseWork::Players(i) => scenario.steps[i].players,
+                PhaseWork::Route(i) => scenario.shapes.catalog[i].concurrency,
+                PhaseWork::Rate(_) => 0,
+            },
         });
         last_opened = Some(k);
+        let PhaseWork::Players(i) = phase.work else {
+            step_start =
+                shapes::run_phase(&ctx, &mut open, k, phase.work, step_start, &mut tasks).await;
+            continue;
+        };
+        let step = &scenario.steps[i];
         // Retire the newest players first, so the longest-lived ones keep their state.
+        let mut leaving = Vec::new();
         while players.len() > step.players {
             let (h, retire) = players.pop().expect("len > players ≥ 0");
-            retire.send_replace(true);
+            leaving.push(retire);
             tasks.push(h);
         }
+        tasks.extend(shapes::leave(
+            leaving,
+            step_start,
+            step.leave,
+            halt.subscribe(),
+        ));
         let new = step.players - players.len();
         let spacing = match step.arrival {
             Arrival::Burst => Duration::ZERO,
@@ -245,6 +280,7 @@ where
         sleep_until(step_start, &mut halt_rx).await;
     }
     step_gate.close();
+    tasks.push(open.finish());
     if let Some(k) = last_opened {
         let _ = tx.send(Msg::PhaseClosed { phase: k });
     }
@@ -284,7 +320,7 @@ where
 }
 
 /// Sleeps until `at`; false if the run halted first.
-async fn sleep_until(at: Instant, halt: &mut watch::Receiver<bool>) -> bool {
+pub(crate) async fn sleep_until(at: Instant, halt: &mut watch::Receiver<bool>) -> bool {
     if *halt.borrow() {
         return false;
     }
@@ -356,7 +392,7 @@ async fn hammer(
     if !sleep_until(t0 + h.start, &mut halt).await {
         return;
     }
-    let phase = shared.scenario.steps.len();
+    let phase = shared.scenario.plan().len();
     gate.open(phase);
     let _ = shared.tx.send(Msg::PhaseOpened {
         phase,

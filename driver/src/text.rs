@@ -3,7 +3,10 @@
 
 use std::fmt::Write as _;
 
-use crate::report::{IntervalReport, OpStats, RunReport, StepReport};
+use crate::{
+    report::{IntervalReport, OpStats, RunReport, StepReport},
+    scenario::PhaseKind,
+};
 
 mod play;
 
@@ -34,18 +37,33 @@ pub fn count(n: u64) -> String {
 /// and every outcome other than `ok`; `SATURATED` when the driver was the limit.
 pub fn progress_line(iv: &IntervalReport, steps: usize) -> String {
     let mut line = format!("{:>7.1}s", iv.end_ms as f64 / 1e3);
-    match iv.step {
-        Some(k) => {
+    match (iv.step, &iv.phase) {
+        // A plan of steps alone reads `step 2/3`; other plans name the phase.
+        (Some(k), Some(name)) if *name != format!("step {}", k + 1) => {
+            let _ = write!(line, "  {name} ({}/{steps})", k + 1);
+        }
+        (Some(k), _) => {
             let _ = write!(line, "  step {}/{steps}", k + 1);
         }
-        None => line.push_str("  --"),
+        (None, _) => line.push_str("  --"),
     }
     let _ = write!(line, "  players {}", iv.players);
+    if iv.in_flight > 0 {
+        let _ = write!(line, " +{} in flight", iv.in_flight);
+    }
     if iv.hammer_workers > 0 {
         let _ = write!(line, " +{} hammer", iv.hammer_workers);
     }
-    let total: f64 = iv.ops.iter().map(|o| o.rate).sum();
+    // An empty f64 sum is -0.0, which would print as `-0`.
+    let total: f64 = iv.ops.iter().map(|o| o.rate).sum::<f64>() + 0.0;
     let _ = write!(line, "  {total:.0} req/s");
+    if iv.late_starts + iv.dropped_starts > 0 {
+        let _ = write!(
+            line,
+            " (late starts {}, dropped starts {})",
+            iv.late_starts, iv.dropped_starts
+        );
+    }
     for op in &iv.ops {
         let _ = write!(
             line,
@@ -88,6 +106,9 @@ fn outcomes(op: &OpStats) -> String {
 }
 
 fn step_heading(s: &StepReport) -> String {
+    if let Some(h) = crate::shapes::text::open_heading(s) {
+        return h;
+    }
     let who = if s.step.is_some() {
         "players"
     } else {
@@ -130,7 +151,8 @@ pub fn table(report: &RunReport) -> String {
         );
     }
     let header = ["op", "count", "req/s", "p50", "p99", "max", "outcomes"];
-    for s in &report.steps {
+    out.push_str(&crate::shapes::text::catalog_table(report, outcomes));
+    for s in report.steps.iter().filter(|s| s.kind != PhaseKind::Catalog) {
         let _ = writeln!(out, "\n{}", step_heading(s));
         let rows: Vec<[String; 7]> = s
             .ops
@@ -239,6 +261,8 @@ mod tests {
             steps: vec![
                 StepReport {
                     phase: "step 1".into(),
+                    kind: PhaseKind::Step,
+                    open: None,
                     step: Some(0),
                     players: 50,
                     start_ms: 0,
@@ -264,6 +288,8 @@ mod tests {
                 },
                 StepReport {
                     phase: "hammer".into(),
+                    kind: PhaseKind::Hammer,
+                    open: None,
                     step: None,
                     players: 20,
                     start_ms: 0,
@@ -312,6 +338,10 @@ hammer: 20 workers, 1.0s, 0 connects, 0 reconnects, 0 connect errors
             end_ms: 3_000,
             duration_ms: 1_000,
             step: Some(1),
+            phase: Some("step 2".into()),
+            late_starts: 0,
+            dropped_starts: 0,
+            in_flight: 0,
             players: 200,
             hammer_workers: 20,
             ops: vec![IntervalOp {

@@ -163,6 +163,28 @@ fn step(iv: &IntervalReport, steps: usize) -> String {
     }
 }
 
+/// The phase's name when the plan is more than steps (`rate-1`, `catalog-game.state`,
+/// `soak-hold`), spaces made dashes so a plain line stays `key=value`; none for `step N`.
+fn phase(iv: &IntervalReport) -> Option<String> {
+    match (iv.step, &iv.phase) {
+        (Some(k), Some(name)) if *name != format!("step {}", k + 1) => Some(name.replace(' ', "-")),
+        _ => None,
+    }
+}
+
+/// Open-model figures (`in_flight=12 late_starts=3 dropped_starts=0`), only in rate phases.
+fn open_model(iv: &IntervalReport, sep: char) -> String {
+    if iv.in_flight + (iv.late_starts + iv.dropped_starts) as usize == 0
+        && !iv.phase.as_deref().is_some_and(|p| p.starts_with("rate"))
+    {
+        return String::new();
+    }
+    format!(
+        " in_flight{sep}{} late_starts{sep}{} dropped_starts{sep}{}",
+        iv.in_flight, iv.late_starts, iv.dropped_starts
+    )
+}
+
 /// A rate with no false precision: `1830`, `12.5`.
 fn rate(r: f64) -> String {
     if r >= 100.0 {
@@ -216,6 +238,10 @@ pub fn plain_line(iv: &IntervalReport, steps: usize) -> String {
         step(iv, steps),
         iv.players
     );
+    if let Some(p) = phase(iv) {
+        let _ = write!(line, " phase={p}");
+    }
+    line.push_str(&open_model(iv, '='));
     if iv.hammer_workers > 0 {
         let _ = write!(line, " hammer={}", iv.hammer_workers);
     }
@@ -261,9 +287,13 @@ pub fn block(iv: &IntervalReport, steps: usize) -> Vec<String> {
         step(iv, steps),
         iv.players
     );
+    if let Some(p) = phase(iv) {
+        let _ = write!(head, " ({p})");
+    }
     if iv.hammer_workers > 0 {
         let _ = write!(head, " + {} hammer", iv.hammer_workers);
     }
+    head.push_str(&open_model(iv, ' '));
     let _ = write!(
         head,
         "  {} req/s  p99 {}  errors {:.2} %",
@@ -381,6 +411,10 @@ mod tests {
                 saturated: false,
             },
             play: Default::default(),
+            phase: None,
+            late_starts: 0,
+            dropped_starts: 0,
+            in_flight: 0,
         };
         let mut second = base.clone();
         second.index = 1;
@@ -416,6 +450,45 @@ mod tests {
         third.players = 0;
         third.ops = vec![];
         vec![base, second, third]
+    }
+
+    #[test]
+    fn a_rate_phase_is_named_with_its_open_model_figures() {
+        let mut iv = sequence().remove(0);
+        iv.step = Some(2);
+        iv.phase = Some("rate 1".into());
+        iv.players = 0;
+        iv.in_flight = 12;
+        iv.late_starts = 3;
+        let line = Live::new(Style::Lines, 3).interval(&iv);
+        assert!(
+            line.starts_with(
+                "t=1s step=3/3 players=0 phase=rate-1 in_flight=12 late_starts=3 dropped_starts=0 ops=1000"
+            ),
+            "{line}"
+        );
+        // A plain step keeps its short form.
+        iv.step = Some(0);
+        iv.phase = Some("step 1".into());
+        iv.in_flight = 0;
+        iv.late_starts = 0;
+        let line = Live::new(Style::Lines, 3).interval(&iv);
+        assert!(
+            line.starts_with("t=1s step=1/3 players=0 ops=1000"),
+            "{line}"
+        );
+        let head = &block(
+            &{
+                let mut r = iv.clone();
+                r.phase = Some("catalog game.state".into());
+                r
+            },
+            3,
+        )[0];
+        assert!(
+            head.contains("step 1/3  players 0 (catalog-game.state)"),
+            "{head}"
+        );
     }
 
     #[test]

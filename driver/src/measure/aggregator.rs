@@ -37,6 +37,11 @@ pub(crate) enum Msg {
     PhaseOpened { phase: usize, players: usize },
     /// A phase stopped starting ops.
     PhaseClosed { phase: usize },
+    /// An open-model phase's arrivals: sent, late and dropped starts (before its close).
+    Open {
+        phase: usize,
+        stats: Box<crate::shapes::OpenStats>,
+    },
     /// Every player has ended; nothing follows.
     Finish { stopped_early: bool },
 }
@@ -64,6 +69,11 @@ impl Counters {
 pub(crate) struct Live {
     pub players: AtomicUsize,
     pub hammer_workers: AtomicUsize,
+    /// Open-model starts that slipped behind schedule, and those dropped at the bound.
+    pub late_starts: AtomicU64,
+    pub dropped_starts: AtomicU64,
+    /// Open-model requests in flight.
+    pub in_flight: AtomicUsize,
 }
 
 /// Decides which phase an op belongs to, without a lock and without losing an op at a
@@ -158,6 +168,7 @@ struct PhaseAcc {
     closed: Option<Instant>,
     counters_at_open: [u64; 3],
     counters_at_close: [u64; 3],
+    open: Option<crate::shapes::OpenStats>,
     report: Option<StepReport>,
 }
 
@@ -173,7 +184,10 @@ pub(crate) struct Setup {
     pub transport: String,
     pub connections: String,
     pub op_names: Vec<String>,
+    /// Phases of the plan's sequence; the hammer is phase `steps` after them.
     pub steps: usize,
+    /// Each sequential phase's name and kind.
+    pub phases: Vec<(String, crate::scenario::PhaseKind)>,
     pub started: Arc<[AtomicU64]>,
     pub counters: Arc<Counters>,
     pub live: Arc<Live>,
@@ -195,6 +209,7 @@ pub(crate) struct Aggregator {
     last_tick: Instant,
     last_cpu: Option<Duration>,
     last_counters: [u64; 3],
+    last_starts: [u64; 2],
 }
 
 impl Aggregator {
@@ -209,6 +224,7 @@ impl Aggregator {
                 closed: None,
                 counters_at_open: [0; 3],
                 counters_at_close: [0; 3],
+                open: None,
                 report: None,
             })
             .collect();
@@ -229,6 +245,7 @@ impl Aggregator {
             last_tick,
             last_cpu: health::process_cpu(),
             last_counters: [0; 3],
+            last_starts: [0; 2],
         }
     }
 
@@ -311,6 +328,7 @@ impl Aggregator {
                     acc.counters_at_close = self.s.counters.read();
                 }
             }
+            Msg::Open { phase, stats } => self.phases[phase].open = Some(*stats),
             Msg::Finish { .. } => {}
         }
     }
@@ -374,12 +392,16 @@ impl Aggregator {
             });
         }
         let delta = |i: usize| acc.counters_at_close[i] - acc.counters_at_open[i];
+        let (phase, kind) = self
+            .s
+            .phases
+            .get(k)
+            .cloned()
+            .unwrap_or(("hammer".into(), crate::scenario::PhaseKind::Hammer));
         StepReport {
-            phase: if k == self.s.steps {
-                "hammer".into()
-            } else {
-                format!("step {}", k + 1)
-            },
+            phase,
+            kind,
+            open: acc.open.clone(),
             step: (k < self.s.steps).then_some(k),
             players: acc.players,
             start_ms: (opened - self.s.t0).as_millis() as u64,
@@ -431,11 +453,20 @@ impl Aggregator {
         self.lag.reset();
         let counters = self.s.counters.read();
         let delta = |i: usize| counters[i] - self.last_counters[i];
+        let starts = [
+            self.s.live.late_starts.load(SeqCst),
+            self.s.live.dropped_starts.load(SeqCst),
+        ];
+        let step = self.s.step_gate.current();
         let report = IntervalReport {
+            phase: step.and_then(|k| self.s.phases.get(k)).map(|p| p.0.clone()),
+            late_starts: starts[0] - self.last_starts[0],
+            dropped_starts: starts[1] - self.last_starts[1],
+            in_flight: self.s.live.in_flight.load(SeqCst),
             index: self.intervals.len() as u64,
             end_ms: (now - self.s.t0).as_millis() as u64,
             duration_ms: elapsed.as_millis() as u64,
-            step: self.s.step_gate.current(),
+            step,
             players: self.s.live.players.load(SeqCst),
             hammer_workers: self.s.live.hammer_workers.load(SeqCst),
             ops,
@@ -453,6 +484,7 @@ impl Aggregator {
             },
         };
         self.last_counters = counters;
+        self.last_starts = starts;
         self.intervals.push(report.clone());
         self.emit(DriverEvent::Interval(report));
     }
@@ -537,6 +569,7 @@ mod tests {
             connections: "per_player".into(),
             op_names: vec!["a".into(), "b".into()],
             steps: 1,
+            phases: vec![("step 1".into(), crate::scenario::PhaseKind::Step)],
             started: started.clone(),
             counters: Arc::default(),
             live: Arc::default(),

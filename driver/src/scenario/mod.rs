@@ -10,6 +10,7 @@ mod error;
 mod overrides;
 mod players;
 pub mod seed;
+pub mod shapes;
 mod tls;
 
 use std::{collections::BTreeMap, fmt, ops::Range, path::Path, time::Duration};
@@ -26,6 +27,7 @@ use error::{Locator, reword};
 use overrides::{Seg, path_string};
 pub use players::{Backoff, Finish, GroupSpec, OpKind, StreamFormat};
 pub use seed::SeedSpec;
+pub use shapes::{CatalogRoute, Phase, PhaseKind, PhaseWork, RateStep, Shapes, Soak, WhenFull};
 pub use tls::Tls;
 
 use crate::template::{BUILTINS, Template, VarNames};
@@ -156,6 +158,10 @@ pub struct Step {
     pub duration: Duration,
     /// How added players arrive.
     pub arrival: Arrival,
+    /// Players the step retires leave evenly spread over this (zero: all at its start).
+    pub leave: Duration,
+    /// A `[[step]]`, a soak step or the stop spread.
+    pub kind: PhaseKind,
 }
 
 /// W workers flooding one op from one account, alongside the steps.
@@ -190,6 +196,8 @@ pub struct Scenario {
     pub steps: Vec<Step>,
     /// The hammer, if any.
     pub hammer: Option<Hammer>,
+    /// Rate steps, the catalog, the soak and the stop spread ([`Scenario::plan`] orders them).
+    pub shapes: Shapes,
     /// Variable names; a slot is an index here.
     pub vars: VarNames,
     /// `[vars]` defaults by slot.
@@ -324,9 +332,16 @@ impl Scenario {
         self.ops.iter().position(|o| o.name == name)
     }
 
-    /// How long the plan runs: the steps, or the hammer if it ends later.
+    /// How long the plan runs: the steps and rate steps (the catalog, bounded by counts,
+    /// adds its own time), or the hammer if it ends later.
     pub fn duration(&self) -> Duration {
-        let steps: Duration = self.steps.iter().map(|s| s.duration).sum();
+        let steps: Duration = self.steps.iter().map(|s| s.duration).sum::<Duration>()
+            + self
+                .shapes
+                .rates
+                .iter()
+                .map(|r| r.duration)
+                .sum::<Duration>();
         let hammer = self
             .hammer
             .as_ref()
@@ -401,6 +416,11 @@ struct RawScenario {
     #[serde(default, rename = "step")]
     steps: Vec<RawStep>,
     hammer: Option<RawHammer>,
+    #[serde(default, rename = "rate")]
+    rates: Vec<shapes::RawRate>,
+    soak: Option<shapes::RawSoak>,
+    catalog: Option<shapes::RawCatalog>,
+    stop: Option<shapes::RawStop>,
     #[serde(default)]
     random_seed: u64,
     /// `op = "p99 < 500ms"` or `op = ["p99 < 500ms", "errors < 1%"]`.
@@ -516,6 +536,7 @@ struct RawStep {
     #[serde(default = "default_arrival")]
     arrival: RawArrival,
     ramp: Option<Dur>,
+    leave: Option<Dur>,
 }
 
 fn default_arrival() -> RawArrival {
@@ -938,12 +959,36 @@ fn compile(file: &str, raw: RawScenario) -> Result<Scenario, Invalid> {
             // A quarter keeps three quarters of the step at the full player count.
             (RawArrival::Gradual, None) => Arrival::Gradual(duration / 4),
         };
+        let leave = match s.leave {
+            Some(Dur(l)) if l > duration => {
+                return Err(at(
+                    &sp("leave"),
+                    "the leaving must fit in the step's duration",
+                ));
+            }
+            l => l.map_or(Duration::ZERO, |l| l.0),
+        };
         steps.push(Step {
             players: s.players,
             duration,
             arrival,
+            leave,
+            kind: PhaseKind::Step,
         });
     }
+    let shapes = shapes::compile(
+        shapes::RawShapes {
+            rates: raw.rates,
+            soak: raw.soak,
+            catalog: raw.catalog,
+            stop: raw.stop,
+        },
+        &ops,
+        &setup,
+        &defaults,
+        &names,
+        &mut steps,
+    )?;
     if steps.iter().any(|s| s.players > 0) && !ops.iter().any(|o| o.weight > 0) {
         return Err(at(
             &[key("op")],
@@ -990,8 +1035,11 @@ fn compile(file: &str, raw: RawScenario) -> Result<Scenario, Invalid> {
             })
         }
     };
-    if steps.is_empty() && hammer.is_none() {
-        return Err(at(&[], "the plan is empty: add a [[step]] or a [hammer]"));
+    if steps.is_empty() && hammer.is_none() && shapes.is_empty() {
+        return Err(at(
+            &[],
+            "the plan is empty: add a [[step]], [soak], [[rate]], [catalog] or [hammer]",
+        ));
     }
 
     let mut slo = Vec::new();
@@ -1025,6 +1073,7 @@ fn compile(file: &str, raw: RawScenario) -> Result<Scenario, Invalid> {
         ops,
         steps,
         hammer,
+        shapes,
         vars: names,
         var_defaults: defaults,
         random_seed: raw.random_seed,

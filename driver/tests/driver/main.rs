@@ -11,6 +11,8 @@ mod latency;
 mod outcomes;
 mod player_api;
 mod scenarios;
+mod shapes;
+mod shapes_server;
 mod stop;
 mod streams;
 mod tls;

@@ -25,7 +25,15 @@ fn every_example_scenario_parses() {
         .collect();
     assert_eq!(
         names,
-        vec!["game.toml", "hammer.toml", "lobby.toml", "registry.toml"]
+        vec![
+            "catalog.toml",
+            "game.toml",
+            "hammer.toml",
+            "lobby.toml",
+            "rate.toml",
+            "registry.toml",
+            "soak.toml"
+        ]
     );
     for f in &files {
         Scenario::load(f, &[]).unwrap_or_else(|e| panic!("{e}"));

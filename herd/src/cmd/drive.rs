@@ -10,7 +10,11 @@ use std::{
 };
 
 use anyhow::{Context as _, Result};
-use herd_driver::{DriverEvent, RunOptions, RunReport, Scenario, scenario::Connections, text};
+use herd_driver::{
+    DriverEvent, RunOptions, RunReport, Scenario,
+    scenario::{Connections, PhaseWork},
+    text,
+};
 use tokio::sync::{mpsc, watch};
 
 use crate::{live::Live, signals};
@@ -117,9 +121,25 @@ fn heading(s: &Scenario) -> String {
         Connections::Pool(n) => format!("a shared pool of {n} connections"),
     };
     let plan: Vec<String> = s
-        .steps
+        .plan()
         .iter()
-        .map(|st| format!("{} players × {:?}", st.players, st.duration))
+        .map(|p| match p.work {
+            PhaseWork::Players(i) => format!(
+                "{} {} players × {:?}",
+                p.name, s.steps[i].players, s.steps[i].duration
+            ),
+            PhaseWork::Rate(i) => {
+                let r = &s.shapes.rates[i];
+                format!("{} {} req/s × {:?}", p.name, r.rate, r.duration)
+            }
+            PhaseWork::Route(i) => {
+                let r = &s.shapes.catalog[i];
+                format!(
+                    "{} {} × {} at {}",
+                    p.name, r.requests, s.ops[r.op].name, r.concurrency
+                )
+            }
+        })
         .collect();
     let tls = match &s.target.tls {
         Some(t) if t.insecure => " (TLS, any certificate accepted)",
@@ -127,7 +147,7 @@ fn heading(s: &Scenario) -> String {
         None => "",
     };
     let mut line = format!(
-        "herd drive: {} → {} over {}{tls}, {connections}; steps: {}",
+        "herd drive: {} → {} over {}{tls}, {connections}; plan: {}",
         s.file,
         s.target.authority,
         s.target.transport,
@@ -137,6 +157,12 @@ fn heading(s: &Scenario) -> String {
             plan.join(", ")
         }
     );
+    if let Some(k) = &s.shapes.soak {
+        line.push_str(&format!(
+            "; soak: +{} players every {:?} up to {}, held {:?}",
+            k.add, k.every, k.up_to, k.hold
+        ));
+    }
     if let Some(h) = &s.hammer {
         line.push_str(&format!(
             "; hammer: {} workers on {} for {:?} from {:?}",
@@ -148,7 +174,7 @@ fn heading(s: &Scenario) -> String {
 
 async fn drive(scenario: Scenario, args: &DriveArgs, cores: usize) -> Result<RunReport> {
     let (stop_tx, stop_rx) = watch::channel(false);
-    let live = Arc::new(Mutex::new(Live::for_stdout(scenario.steps.len())));
+    let live = Arc::new(Mutex::new(Live::for_stdout(scenario.plan().len())));
     // herd's signal handler only sets a flag; this turns it into the driver's stop.
     let watcher = {
         let live = live.clone();

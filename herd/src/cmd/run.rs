@@ -183,7 +183,7 @@ pub fn execute(args: &RunArgs) -> Result<RunOutcome> {
         ));
 
         // The recorder: every row is committed as it arrives.
-        let (steps, quiet) = (scenario.steps.len(), args.quiet);
+        let (steps, quiet) = (scenario.plan().len(), args.quiet);
         let mut live = Live::for_stdout(steps);
         let (mut dseq, mut pseq, mut sseq) = (0u64, 0u64, 0u64);
         let mono0 = meta.mono_start_ns as u64;

@@ -1419,6 +1419,8 @@ mod tests {
             let run = store.begin(name, "demo.toml", mono0).await.unwrap();
             let step = StepReport {
                 phase: "step 1".into(),
+                kind: herd_driver::scenario::PhaseKind::Step,
+                open: None,
                 step: Some(0),
                 players: 10,
                 start_ms: 0,
@@ -1446,6 +1448,10 @@ mod tests {
                     end_ms: i * 1000,
                     duration_ms: 1000,
                     step: Some(0),
+                    phase: Some("step 1".into()),
+                    late_starts: 0,
+                    dropped_starts: 0,
+                    in_flight: 0,
                     players: 10,
                     hammer_workers: 0,
                     ops: vec![IntervalOp {

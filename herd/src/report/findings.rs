@@ -239,8 +239,9 @@ pub fn throttling_bursts(r: &Report) -> Vec<Finding> {
             let burst = c.cpu_burst.value()?;
             let sustained = c.cpu_sustained.value()?;
             let share = c.throttled_share.value().unwrap_or(0.0);
-            // Only load steps: the intervals before and after the plan are not the load's.
-            let in_step = c.step.starts_with("step");
+            // Only the plan's phases (steps, soak, rate steps, routes): the intervals before
+            // and after the plan are not the load's.
+            let in_step = c.step != "before" && c.step != "after";
             // Throttling means periods really throttled; a burst reading a hair over the cap
             // with none throttled is cpu.stat's tick granularity, not a quota hit.
             let hit = share > 0.0 && (share >= 0.05 || burst >= 0.9 * cap);

@@ -818,6 +818,10 @@ pub(crate) mod tests {
                 end_ms: i * 1000,
                 duration_ms: 1000,
                 step: Some(0),
+                phase: Some("step 1".into()),
+                late_starts: 0,
+                dropped_starts: 0,
+                in_flight: 0,
                 players: 10,
                 hammer_workers: 0,
                 ops: vec![op(100)],
@@ -850,6 +854,8 @@ pub(crate) mod tests {
             .collect();
         let step = herd_driver::report::StepReport {
             phase: "step 1".into(),
+            kind: herd_driver::scenario::PhaseKind::Step,
+            open: None,
             step: Some(0),
             players: 10,
             start_ms: 0,

@@ -1,0 +1,243 @@
+//! Text for the shapes: a rate phase's heading with its arrivals, and the catalog's table
+//! (one row per route).
+
+use std::fmt::Write as _;
+
+use crate::{
+    report::{RunReport, StepReport},
+    scenario::PhaseKind,
+    text::{count, duration_us},
+};
+
+/// A rate phase's heading: target and sent rate, late and dropped starts.
+pub(crate) fn open_heading(s: &StepReport) -> Option<String> {
+    let o = s.open.as_ref()?;
+    let secs = (s.duration_ms as f64 / 1e3).max(1e-3);
+    Some(format!(
+        "{}: {} req/s open model, {:.1}s: {} of {} arrivals sent ({:.1}/s), {} late starts (> {}), {} dropped starts (max {} in flight, peak {}), {} connects",
+        s.phase,
+        trim(o.rate),
+        s.duration_ms as f64 / 1e3,
+        count(o.sent),
+        count(o.scheduled),
+        o.sent as f64 / secs,
+        count(o.late_starts),
+        duration_us(o.late_after_us),
+        count(o.dropped_starts),
+        count(o.max_in_flight as u64),
+        count(o.peak_in_flight as u64),
+        count(s.connects),
+    ))
+}
+
+fn trim(x: f64) -> String {
+    if x.fract() == 0.0 {
+        count(x as u64)
+    } else {
+        format!("{x}")
+    }
+}
+
+/// The catalog: one row per route with concurrency, count, req/s, p50, p99, max and
+/// outcomes; empty without catalog phases.
+pub(crate) fn catalog_table(
+    report: &RunReport,
+    outcomes: impl Fn(&crate::report::OpStats) -> String,
+) -> String {
+    let routes: Vec<&StepReport> = report
+        .steps
+        .iter()
+        .filter(|s| s.kind == PhaseKind::Catalog)
+        .collect();
+    if routes.is_empty() {
+        return String::new();
+    }
+    let header = [
+        "route", "conc", "count", "req/s", "p50", "p99", "max", "outcomes",
+    ]
+    .map(String::from);
+    let mut rows = vec![header];
+    for s in &routes {
+        let route = s
+            .phase
+            .strip_prefix("catalog ")
+            .unwrap_or(&s.phase)
+            .to_owned();
+        match s.ops.first() {
+            Some(o) => rows.push([
+                route,
+                s.players.to_string(),
+                count(o.count),
+                format!("{:.1}", o.rate),
+                duration_us(o.latency.p50_us),
+                duration_us(o.latency.p99_us),
+                duration_us(o.latency.max_us),
+                outcomes(o),
+            ]),
+            None => rows.push([
+                route,
+                s.players.to_string(),
+                "0".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                "(no requests)".into(),
+            ]),
+        }
+    }
+    let mut width = [0usize; 8];
+    for r in &rows {
+        for (w, c) in width.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let mut out = format!("\ncatalog: {} routes, one after another\n", routes.len());
+    for r in &rows {
+        out.push(' ');
+        for (i, c) in r.iter().enumerate() {
+            let pad = " ".repeat(width[i] - c.chars().count());
+            let _ = match i {
+                0 => write!(out, " {c}{pad}"),
+                7 => write!(out, "  {c}"),
+                _ => write!(out, "  {pad}{c}"),
+            };
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{
+        report::{Latency, OpStats, OutcomeStats, RunReport, StepReport},
+        scenario::PhaseKind,
+        shapes::OpenStats,
+        text::table,
+    };
+
+    fn phase(name: &str, kind: PhaseKind, players: usize, count: u64, outcome: &str) -> StepReport {
+        let latency = Latency {
+            p50_us: 800,
+            p90_us: 1_500,
+            p99_us: 2_000,
+            p999_us: 9_000,
+            max_us: 9_000,
+            mean_us: 900.0,
+        };
+        StepReport {
+            phase: name.into(),
+            kind,
+            open: None,
+            play: Default::default(),
+            step: Some(0),
+            players,
+            start_ms: 0,
+            duration_ms: 2_000,
+            ops: vec![OpStats {
+                op: name.rsplit(' ').next().unwrap().into(),
+                count,
+                rate: count as f64 / 2.0,
+                latency,
+                outcomes: vec![OutcomeStats {
+                    outcome: outcome.into(),
+                    count,
+                    latency,
+                }],
+            }],
+            connects: 4,
+            reconnects: 0,
+            connect_errors: 0,
+        }
+    }
+
+    #[test]
+    fn catalog_rows_and_the_rate_heading() {
+        let mut rate = phase("rate 1", PhaseKind::Rate, 0, 390, "ok");
+        rate.ops[0].op = "state".into();
+        rate.open = Some(OpenStats {
+            rate: 200.0,
+            scheduled: 400,
+            sent: 390,
+            late_starts: 3,
+            dropped_starts: 10,
+            max_in_flight: 50,
+            peak_in_flight: 50,
+            late_after_us: 10_000,
+        });
+        let report = RunReport {
+            play: Default::default(),
+            scenario: "s.toml".into(),
+            target: "127.0.0.1:1".into(),
+            transport: "h1".into(),
+            connections: "per_player".into(),
+            started_unix_ms: 0,
+            duration_ms: 6_000,
+            stopped_early: false,
+            requests: 440,
+            connects: 12,
+            reconnects: 0,
+            connect_errors: 0,
+            saturated_intervals: 0,
+            steps: vec![
+                phase("catalog home", PhaseKind::Catalog, 4, 25, "ok"),
+                phase("catalog missing", PhaseKind::Catalog, 4, 25, "http_4xx"),
+                rate,
+            ],
+            intervals: vec![],
+        };
+        let want = "\
+s.toml → 127.0.0.1:1 (h1, per_player): 440 requests in 6.0s
+
+catalog: 2 routes, one after another
+  route    conc  count  req/s    p50    p99    max  outcomes
+  home        4     25   12.5  800µs  2.0ms  9.0ms  ok 25
+  missing     4     25   12.5  800µs  2.0ms  9.0ms  http_4xx 25 (100.00 %)
+
+rate 1: 200 req/s open model, 2.0s: 390 of 400 arrivals sent (195.0/s), 3 late starts (> 10ms), 10 dropped starts (max 50 in flight, peak 50), 4 connects
+  op     count  req/s    p50    p99    max  outcomes
+  state    390  195.0  800µs  2.0ms  9.0ms  ok 390
+";
+        assert_eq!(table(&report), want);
+    }
+
+    #[test]
+    fn a_rate_phase_progress_line_names_it_and_its_starts() {
+        let iv = crate::report::IntervalReport {
+            play: Default::default(),
+            index: 0,
+            end_ms: 1_000,
+            duration_ms: 1_000,
+            step: Some(3),
+            phase: Some("rate 1".into()),
+            late_starts: 2,
+            dropped_starts: 7,
+            in_flight: 40,
+            players: 0,
+            hammer_workers: 0,
+            ops: vec![],
+            connects: 0,
+            reconnects: 0,
+            connect_errors: 0,
+            driver: crate::report::DriverHealth::default(),
+        };
+        assert_eq!(
+            crate::text::progress_line(&iv, 5),
+            "    1.0s  rate 1 (4/5)  players 0 +40 in flight  0 req/s (late starts 2, dropped starts 7)"
+        );
+        // A step after the catalog's routes is named, not numbered by its plan index.
+        let step = crate::report::IntervalReport {
+            phase: Some("step 1".into()),
+            late_starts: 0,
+            dropped_starts: 0,
+            in_flight: 0,
+            players: 3,
+            ..iv
+        };
+        assert_eq!(
+            crate::text::progress_line(&step, 5),
+            "    1.0s  step 1 (4/5)  players 3  0 req/s"
+        );
+    }
+}

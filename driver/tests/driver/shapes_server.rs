@@ -1,0 +1,148 @@
+//! A second loopback server for the load-shape tests: it counts requests per path, keeps
+//! each path's last request time, and can stall once, like a GC pause.
+//!
+//! Routes: `/stall` (answers at once, except that requests arriving within the stall
+//! window wait until its end; the window opens `stall_after` after the first `/stall`
+//! request and lasts `stall_for`); `/delay/{ms}`; `/status/{code}`; anything else: 200.
+
+use std::{
+    collections::HashMap,
+    convert::Infallible,
+    net::SocketAddr,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering::SeqCst},
+    },
+    time::{Duration, Instant},
+};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Request, Response, server::conn, service::service_fn};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::{net::TcpListener, task::JoinHandle};
+
+use crate::support::Proto;
+
+/// What the server saw.
+#[derive(Default)]
+pub struct Seen {
+    pub requests: AtomicU64,
+    pub connections: AtomicU64,
+    /// Per path: count and last arrival.
+    pub paths: Mutex<HashMap<String, (u64, Instant)>>,
+    first_stall: Mutex<Option<Instant>>,
+}
+
+pub struct ShapeServer {
+    pub addr: SocketAddr,
+    pub seen: Arc<Seen>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for ShapeServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Stall {
+    after: Duration,
+    length: Duration,
+}
+
+impl ShapeServer {
+    /// A server whose `/stall` route stalls once for `length`, `after` its first request.
+    pub async fn start(proto: Proto, after: Duration, length: Duration) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(Seen::default());
+        let stall = Stall { after, length };
+        let s = seen.clone();
+        let task = tokio::spawn(async move {
+            let mut conns = tokio::task::JoinSet::new();
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                s.connections.fetch_add(1, SeqCst);
+                stream.set_nodelay(true).unwrap();
+                let s = s.clone();
+                conns.spawn(async move {
+                    let svc = service_fn(move |req| handle(req, s.clone(), stall));
+                    let io = TokioIo::new(stream);
+                    let _ = match proto {
+                        Proto::H1 => conn::http1::Builder::new().serve_connection(io, svc).await,
+                        Proto::H2c => {
+                            conn::http2::Builder::new(TokioExecutor::new())
+                                .serve_connection(io, svc)
+                                .await
+                        }
+                    };
+                });
+            }
+        });
+        Self { addr, seen, task }
+    }
+
+    /// A server that never stalls.
+    pub async fn plain(proto: Proto) -> Self {
+        Self::start(proto, Duration::ZERO, Duration::ZERO).await
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn requests(&self) -> u64 {
+        self.seen.requests.load(SeqCst)
+    }
+
+    pub fn connections(&self) -> u64 {
+        self.seen.connections.load(SeqCst)
+    }
+
+    /// Requests to `path`.
+    pub fn count(&self, path: &str) -> u64 {
+        self.seen.paths.lock().unwrap().get(path).map_or(0, |p| p.0)
+    }
+
+    /// When `path` was last requested.
+    pub fn last(&self, path: &str) -> Option<Instant> {
+        self.seen.paths.lock().unwrap().get(path).map(|p| p.1)
+    }
+}
+
+async fn handle(
+    req: Request<hyper::body::Incoming>,
+    seen: Arc<Seen>,
+    stall: Stall,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    let now = Instant::now();
+    seen.requests.fetch_add(1, SeqCst);
+    let path = req.uri().path().to_owned();
+    {
+        let mut paths = seen.paths.lock().unwrap();
+        let e = paths.entry(path.clone()).or_insert((0, now));
+        e.0 += 1;
+        e.1 = now;
+    }
+    let segs: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let mut status = 200;
+    match segs.as_slice() {
+        ["stall"] => {
+            let first = *seen.first_stall.lock().unwrap().get_or_insert(now);
+            let (from, to) = (first + stall.after, first + stall.after + stall.length);
+            if now >= from && now < to {
+                tokio::time::sleep_until(to.into()).await;
+            }
+        }
+        ["delay", ms] => tokio::time::sleep(Duration::from_millis(ms.parse().unwrap())).await,
+        ["status", code] => status = code.parse().unwrap(),
+        _ => {}
+    }
+    let mut r = Response::new(Full::new(Bytes::from_static(b"{}")));
+    *r.status_mut() = hyper::StatusCode::from_u16(status).unwrap();
+    Ok(r)
+}
