@@ -55,7 +55,8 @@ pub struct DemoArgs {
 
 /// The scenario both runs use, with `@…@` markers filled in (TOML uses braces itself).
 const SCENARIO: &str = r#"# The demo's players: each owns an h2c connection to the gateway, joins a 2-player game,
-# then polls its state, moves and reads the history. Written by `herd demo`.
+# keeps the gateway's event stream open beside its calls (the seeds' Subscribe), then polls its
+# game's state, moves and reads the history. Written by `herd demo`.
 random_seed = 7
 
 [target]
@@ -121,6 +122,17 @@ path = "/v1/call/game.history"
 headers = { authorization = "Bearer token-{account}", content-type = "application/json" }
 body = '{"game_id": {game_id}, "limit": 20}'
 weight = 1
+
+# The live event channel: one more HTTP/2 stream on the player's own connection, opened after
+# the join; its events (subscribed, tick, opponent_moved, game_finished…) are counted by type.
+[[op]]
+name = "events"
+kind = "stream"
+method = "GET"
+path = "/v1/subscribe"
+headers = { authorization = "Bearer token-{account}" }
+format = "ndjson"
+event_type = "/event"
 "#;
 
 fn scenario(gateway: &str, args: &DemoArgs, accounts: usize, url_file: &str) -> String {
