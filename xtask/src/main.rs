@@ -49,6 +49,15 @@ const DEBIAN_PACKAGES: &[(&str, &str)] = &[
         "postgresql",
         "a real PostgreSQL server that the store tests start and remove",
     ),
+    (
+        "nginx",
+        "the server `cargo xtask bench-driver` starts (its own config, never the service)",
+    ),
+    ("wrk", "the HTTP/1.1 reference client in `cargo xtask bench-driver`"),
+    (
+        "nghttp2-client",
+        "h2load, the h2c (and second HTTP/1.1) reference client in `cargo xtask bench-driver`",
+    ),
 ];
 
 fn root() -> PathBuf {
