@@ -182,6 +182,11 @@ http {{
 
 impl Nginx {
     fn start(dir: &Path, worker_connections: usize) -> Result<Self> {
+        for port in [H1_PORT, H2C_PORT] {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                bail!("127.0.0.1:{port} is already taken; stop what listens there and rerun");
+            }
+        }
         let conf = dir.join("nginx.conf");
         std::fs::write(&conf, nginx_config(dir, worker_connections))?;
         let error_log = dir.join("error.log");
@@ -197,14 +202,14 @@ impl Nginx {
         let child = cmd
             .spawn()
             .context("starting nginx (run `cargo xtask setup` to install it)")?;
-        let nginx = Self { child, error_log };
+        let mut nginx = Self { child, error_log };
         // Ready once both ports answer.
         let deadline = Instant::now() + Duration::from_secs(5);
         for port in [H1_PORT, H2C_PORT] {
             while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-                if Instant::now() > deadline {
+                if Instant::now() > deadline || nginx.child.try_wait()?.is_some() {
                     bail!(
-                        "nginx did not listen on 127.0.0.1:{port} within 5s (is the port taken?); its log: {}",
+                        "nginx did not listen on 127.0.0.1:{port} within 5s; its log: {}",
                         std::fs::read_to_string(&nginx.error_log).unwrap_or_default()
                     );
                 }
@@ -228,8 +233,11 @@ impl Nginx {
 
 impl Drop for Nginx {
     fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(Some(_))) {
+            return; // already reaped: its pid may belong to someone else by now
+        }
         // SIGTERM: fast shutdown of the master and its worker.
-        // SAFETY: signalling our own child.
+        // SAFETY: signalling our own child, not yet reaped.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
         let _ = self.child.wait();
     }
