@@ -13,6 +13,7 @@ use anyhow::{Context as _, Result, bail};
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod bench_driver;
 
 #[derive(Parser)]
 #[command(about = "herd's project tasks")]
@@ -32,6 +33,11 @@ enum Task {
     /// Build herd in release mode and measure the probe's overhead: throughput with the probe
     /// detached vs attached, interleaved, plus the probe's CPU, RSS and lost events (root).
     BenchProbe,
+    /// Build herd in release mode and compare its driver with wrk (HTTP/1.1) and h2load (h2c)
+    /// against one nginx, server and client pinned to separate cores: client CPU-seconds per
+    /// 100 000 requests and requests/s. `--scale`: 10 000 h2c players held 60 s, the driver's
+    /// RSS and CPU.
+    BenchDriver(bench_driver::Args),
     /// Setup, build herd in release mode, and run `herd demo` (needs root): the demo contour,
     /// driven and probed with the buggy and the fixed pool, reported and compared.
     Demo {
@@ -48,6 +54,18 @@ const DEBIAN_PACKAGES: &[(&str, &str)] = &[
     (
         "postgresql",
         "a real PostgreSQL server that the store tests start and remove",
+    ),
+    (
+        "nginx",
+        "the server `cargo xtask bench-driver` starts (its own config, never the service)",
+    ),
+    (
+        "wrk",
+        "the HTTP/1.1 reference client in `cargo xtask bench-driver`",
+    ),
+    (
+        "nghttp2-client",
+        "h2load, the h2c (and second HTTP/1.1) reference client in `cargo xtask bench-driver`",
     ),
 ];
 
@@ -357,6 +375,17 @@ fn main() -> Result<()> {
         Task::Setup => setup(),
         Task::Ci => ci(),
         Task::Demo { args } => demo(&args),
+        Task::BenchDriver(args) => {
+            setup()?;
+            status(cargo().args(["build", "--release", "--package", "herd"]))?;
+            let table = if args.scale {
+                bench_driver::bench_scale(&root(), &args)?
+            } else {
+                bench_driver::bench_driver(&root(), &args)?
+            };
+            println!("{table}");
+            Ok(())
+        }
         Task::BenchProbe => {
             setup()?;
             status(cargo().args(["build", "--release", "--package", "herd"]))?;
