@@ -142,6 +142,11 @@ struct Nginx {
     error_log: PathBuf,
 }
 
+/// Bytes per second of each scale-run stream; the file lasts [`STREAM_BYTES`] / this.
+const STREAM_RATE: usize = 256;
+/// Size of the stream's file: 256 s at [`STREAM_RATE`], longer than any scale run.
+const STREAM_BYTES: usize = 64 * 1024;
+
 fn nginx_config(dir: &Path, worker_connections: usize) -> String {
     let d = dir.display();
     let nofile = nofile();
@@ -174,6 +179,13 @@ http {{
             default_type text/plain;
             return 200 \"ok\";
         }}
+        # The scale run's open stream per player: a file sent at {STREAM_RATE} bytes/s, so
+        # the response stays open for minutes and trickles chunks (each one an event).
+        location = /stream {{
+            alias {d}/stream.bin;
+            default_type application/octet-stream;
+            limit_rate {STREAM_RATE};
+        }}
     }}
 }}
 "
@@ -189,6 +201,7 @@ impl Nginx {
         }
         let conf = dir.join("nginx.conf");
         std::fs::write(&conf, nginx_config(dir, worker_connections))?;
+        std::fs::write(dir.join("stream.bin"), vec![b'.'; STREAM_BYTES])?;
         let error_log = dir.join("error.log");
         let mut cmd = Command::new("nginx");
         cmd.arg("-c")
@@ -372,6 +385,14 @@ connections = \"per_player\"
 name = \"get\"
 path = \"/\"
 
+# Each player's long-lived response on its own connection (the seeds' Subscribe): nginx
+# trickles a file at {STREAM_RATE} B/s; every chunk counts as an event.
+[[op]]
+name = \"subscribe\"
+path = \"/stream\"
+kind = \"stream\"
+format = \"chunks\"
+
 [[step]]
 players = {CONNECTIONS}
 duration = \"{seconds}s\"
@@ -397,6 +418,14 @@ tick = \"5s\"
 [[op]]
 name = \"get\"
 path = \"/\"
+
+# Each player's long-lived response on its own connection (the seeds' Subscribe): nginx
+# trickles a file at {STREAM_RATE} B/s; every chunk counts as an event.
+[[op]]
+name = \"subscribe\"
+path = \"/stream\"
+kind = \"stream\"
+format = \"chunks\"
 
 [[step]]
 players = {players}
@@ -799,7 +828,7 @@ pub fn bench_scale(root: &Path, args: &Args) -> Result<String> {
     writeln!(t, "| measure | value |\n|---|---:|")?;
     writeln!(
         t,
-        "| players (own h2c connection each, a call every 5 s) | {} |",
+        "| players (own h2c connection each, an open stream, a call every 5 s) | {} |",
         args.players
     )?;
     writeln!(t, "| plan | arrive over 10 s, hold {} s |", args.hold)?;
@@ -850,6 +879,27 @@ pub fn bench_scale(root: &Path, args: &Args) -> Result<String> {
         report["reconnects"].as_u64().unwrap_or(0),
         report["connect_errors"].as_u64().unwrap_or(0)
     )?;
+    for st in report["streams"].as_array().into_iter().flatten() {
+        let errors: Vec<String> = st["errors"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        writeln!(
+            t,
+            "| stream `{}`: opened / reconnects / events / errors | {} / {} / {} / {} |",
+            st["op"].as_str().unwrap_or("?"),
+            thousands(st["opened"].as_f64().unwrap_or(0.0)),
+            st["reconnects"].as_u64().unwrap_or(0),
+            thousands(st["events"].as_f64().unwrap_or(0.0)),
+            if errors.is_empty() {
+                "0".to_owned()
+            } else {
+                errors.join(", ")
+            }
+        )?;
+    }
     writeln!(t, "| nginx CPU over the run | {:.2} CPU-s |", server_cpu_s)?;
     writeln!(
         t,
