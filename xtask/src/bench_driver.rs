@@ -183,6 +183,9 @@ http {{
         # the response stays open for minutes and trickles chunks (each one an event).
         location = /stream {{
             alias {d}/stream.bin;
+            # One descriptor for every stream: 10 000 open copies of the file would take
+            # nginx past its RLIMIT_NOFILE beside 10 000 connections (500s).
+            open_file_cache max=16 inactive=10m;
             default_type application/octet-stream;
             limit_rate {STREAM_RATE};
         }}
