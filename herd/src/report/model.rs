@@ -601,9 +601,6 @@ impl Report {
             ));
         }
         let (streams, groups, open) = super::play::rows(&d.steps);
-        if !open.is_empty() {
-            notes.push(super::play::OPEN_NOTE.into());
-        }
         let slo = slo_rows(&d.slo, &d.steps);
         if !d.slo.is_empty() && slo.is_empty() {
             notes.push(
