@@ -425,4 +425,39 @@ mod tests {
         let json = serde_json::to_value(&plain).unwrap();
         assert!(json["run"].get("seeding").is_none());
     }
+
+    #[test]
+    fn streams_that_keep_reopening_are_a_finding_with_their_row_and_a_few_reopenings_are_not() {
+        let r = Report::build(&data());
+        assert!(
+            r.findings.iter().all(|f| f.kind != "stream_storm"),
+            "2 reconnects"
+        );
+        let mut d = data();
+        let s = &mut d.steps[0].play.streams[0];
+        s.reconnects = 40;
+        s.errors = BTreeMap::from([("ended".into(), 30), ("transport_error.reset".into(), 10)]);
+        let r = Report::build(&d);
+        let f: Vec<_> = r
+            .findings
+            .iter()
+            .filter(|f| f.kind == "stream_storm")
+            .collect();
+        assert_eq!(f.len(), 1, "{:?}", r.findings);
+        // 40 reconnects / 10 players / (2 s = 1/30 min) = 120 per player per minute.
+        assert!(
+            f[0].title.starts_with(
+                "events (sse) in step 1: 40 reconnects in 2 s for 10 players (120.0 per player per minute), 40 stream errors (ended 30, transport_error.reset 10)"
+            ),
+            "{}",
+            f[0].title
+        );
+        assert_eq!(
+            f[0].evidence,
+            [
+                "step 1 / events: opened 12, reconnects 40, events 340, errors ended 30, transport_error.reset 10"
+            ]
+        );
+        assert!(markdown::render(&r).contains("**stream_storm**"));
+    }
 }
