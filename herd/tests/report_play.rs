@@ -115,8 +115,9 @@ fn a_runs_report_shows_its_stream_and_open_model_rows_with_the_servers_counts() 
     let (url, seen) = serve(&rt);
     let dir = TempDir::new("play");
     let file = dir.0.join("play.toml");
-    // Two players ping and hold one SSE stream each for 800 ms; then 20 ticks/s for 1 s,
-    // open model (players leave when the rate step begins).
+    // A catalog of one route (5 pings, 2 at a time); two players ping and hold one SSE
+    // stream each for 800 ms; then 20 ticks/s for 1 s, open model (players leave when the
+    // rate step begins).
     std::fs::write(
         &file,
         format!(
@@ -124,6 +125,7 @@ fn a_runs_report_shows_its_stream_and_open_model_rows_with_the_servers_counts() 
              [[op]]\nname = \"ping\"\npath = \"/ping\"\n\
              [[op]]\nname = \"tick\"\npath = \"/tick\"\nweight = 0\n\
              [[op]]\nname = \"events\"\npath = \"/events\"\nkind = \"stream\"\nformat = \"sse\"\n\
+             [catalog]\nops = [\"ping\"]\nrequests = 5\nconcurrency = 2\n\
              [[step]]\nplayers = 2\nduration = \"800ms\"\narrival = \"burst\"\n\
              [[rate]]\nrate = 20\nduration = \"1s\"\nops = [\"tick\"]\n"
         ),
@@ -150,7 +152,8 @@ fn a_runs_report_shows_its_stream_and_open_model_rows_with_the_servers_counts() 
         seen.ticks.load(SeqCst),
     );
     assert_eq!(streams, 2, "one stream per player");
-    assert!(seen.pings.load(SeqCst) > 0);
+    let pings = seen.pings.load(SeqCst);
+    assert!(pings > 5, "{pings}");
 
     let md = std::fs::read_to_string(out_dir.join("run-1.md")).unwrap();
     let json: serde_json::Value =
@@ -201,8 +204,23 @@ fn a_runs_report_shows_its_stream_and_open_model_rows_with_the_servers_counts() 
         )),
         "{md}"
     );
-    assert!(md.contains("| step 1 | step | 2 players | ping |"), "{md}");
+    assert!(
+        md.contains(&format!(
+            "| step 1 | step | 2 players | ping | {} |",
+            pings - 5
+        )),
+        "{md}"
+    );
+    // The catalog: one table, one row per route, not repeated in the per-step table.
+    assert!(md.contains("## Route catalog\n\n1 routes"), "{md}");
+    assert!(md.contains("| ping | 2 | 5 | "), "{md}");
+    assert!(!md.contains("| catalog ping | catalog |"), "{md}");
     let html = std::fs::read_to_string(out_dir.join("run-1.html")).unwrap();
     assert!(html.contains("Stream and long-poll events per second"));
     assert!(html.contains("Open-model starts behind schedule"));
+    // Phase boundaries on the charts carry the phases' names (the catalog's 5 pings end
+    // within the first interval, so no interval ends in it).
+    for mark in [">step 1</text>", ">rate 1</text>"] {
+        assert!(html.contains(mark), "{mark}");
+    }
 }
