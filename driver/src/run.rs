@@ -97,7 +97,8 @@ where
             .iter()
             .map(|o| (o.name.clone(), stream_kind(&o.kind)))
             .collect(),
-        scenario.steps.len(),
+        // One slot per plan phase: the gate opens plan indexes (catalog routes come first).
+        plan.len(),
         step_gate.clone(),
     ));
     let (tx, rx) = mpsc::unbounded_channel();

@@ -1279,6 +1279,23 @@ session = "INSERT INTO sessions (token_hash, account_id) VALUES ({{token_hash}},
         let seeded = outcome.seeded.as_ref().unwrap();
         assert_eq!((seeded.accounts, seeded.guests, seeded.rows()), (8, 2, 20));
         assert_eq!(outcome.seed_cleaned.as_ref().unwrap().rows(), 20);
+        // The report's header says what was seeded and that it was removed, never where.
+        let md_of = |o: &run::RunOutcome| {
+            let md = o
+                .files
+                .iter()
+                .find(|f| f.extension().is_some_and(|e| e == "md"));
+            std::fs::read_to_string(md.unwrap()).unwrap()
+        };
+        let md = md_of(&outcome);
+        let id = seeded.id;
+        assert!(
+            md.contains(&format!(
+                "Seeded before the load (seeding {id}): 8 accounts + 2 guests, 20 rows (accounts 10, sessions 10) in "
+            )) && md.contains("; removed after the run: 20 rows in "),
+            "{md}"
+        );
+        assert!(!md.contains("target.db") && !md.contains("sqlite:"), "{md}");
         let report: herd_driver::RunReport = rt.block_on(async {
             let store = RunStore::open(&outcome.store).await.unwrap();
             store
@@ -1296,6 +1313,14 @@ session = "INSERT INTO sessions (token_hash, account_id) VALUES ({{token_hash}},
 
         let kept = run::execute(&args(true)).unwrap();
         assert!(kept.seed_cleaned.is_none());
+        let md = md_of(&kept);
+        assert!(
+            md.contains(&format!(
+                "kept after the run (--keep-seed): remove with `herd seed <scenario> --cleanup --seeding {}`",
+                kept.seeded.as_ref().unwrap().id
+            )),
+            "{md}"
+        );
         assert_eq!(rt.block_on(db.snapshot()).0.len(), 10);
         seed_cmd::run(&seed_cmd::SeedArgs {
             scenario: file.clone(),

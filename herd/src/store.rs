@@ -25,6 +25,10 @@ pub enum Source {
     ProbeMissing,
     /// The scenario's service-level objectives (`Vec<herd_driver::scenario::Slo>`).
     Slo,
+    /// What `herd run` seeded before the load (`report::seeding::SeedRecord`).
+    Seed,
+    /// What became of the seeded rows after it (`report::seeding::CleanupRecord`).
+    SeedCleanup,
 }
 
 impl Source {
@@ -36,6 +40,8 @@ impl Source {
             Source::Probe => "probe",
             Source::ProbeMissing => "probe_missing",
             Source::Slo => "slo",
+            Source::Seed => "seed",
+            Source::SeedCleanup => "seed_cleanup",
         }
     }
 }

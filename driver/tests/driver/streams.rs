@@ -254,3 +254,35 @@ async fn stream_keys_are_checked() {
         assert!(e.contains("bad.toml:"), "{e}");
     }
 }
+
+/// A phase before the player steps (here a catalog route) shifts the steps' plan index:
+/// their stream counts still land in their own step report.
+#[tokio::test]
+async fn a_step_after_a_catalog_route_keeps_its_stream_counts() {
+    let server = StreamServer::start(Proto::H1).await;
+    let op = r#"
+[[op]]
+name = "subscribe"
+path = "/sse/{player}/6/0"
+kind = "stream"
+format = "sse"
+
+[catalog]
+ops = ["ok"]
+requests = 2
+"#;
+    let r = run(scenario(&server, Proto::H1, op)).await;
+    let step = r
+        .steps
+        .iter()
+        .find(|s| s.phase == "step 1")
+        .expect("the step's report");
+    assert_eq!(step.step, Some(1), "the catalog route is phase 0");
+    let s = step.play.stream("subscribe").expect("step stream stats");
+    assert_eq!((s.events, s.opened), (6 * PLAYERS, PLAYERS));
+    assert_eq!(
+        s,
+        stream(&r, "subscribe"),
+        "the step holds the run's streams"
+    );
+}

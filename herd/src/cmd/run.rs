@@ -22,7 +22,10 @@ use tokio::sync::{mpsc, watch};
 use crate::{
     cmd::probe,
     live::Live,
-    report,
+    report::{
+        self,
+        seeding::{CleanupRecord, SeedRecord},
+    },
     seed::{Cleaned, RunSeeding, Seeded},
     signals,
     store::{self, Source, Store},
@@ -142,6 +145,10 @@ pub fn execute(args: &RunArgs) -> Result<RunOutcome> {
             .await?;
         eprintln!("herd run: run {} ({name}) recorded in {}", meta.id, store::redact(&url));
         store.put(meta.id, Source::Slo, 0, 0, &scenario.slo).await?;
+        if let Some(s) = &seeding {
+            // Counts, tables and time only: never the database's URL.
+            store.put(meta.id, Source::Seed, 0, 0, &SeedRecord::from(&s.seeded)).await?;
+        }
 
         // The probe samples in its own thread and sends intervals to the recorder.
         let (probe_tx, mut probe_rx) = mpsc::unbounded_channel::<Interval>();
@@ -242,28 +249,54 @@ pub fn execute(args: &RunArgs) -> Result<RunOutcome> {
             print!("\n{}", text::table(r));
             super::drive::print_hints(r);
         }
-        let written = report::write_run(&store, meta.id, &args.out).await?;
+        // The report is written once the seeded rows' fate is recorded (below).
         Ok(RunOutcome {
             run_id: meta.id,
             store: url.clone(),
-            files: written.files,
-            slo_failed: written.slo_failed,
+            files: Vec::new(),
+            slo_failed: false,
             seeded: None,
             seed_cleaned: None,
         })
         }
         .await;
-        let Some(seeding) = seeding else { return run };
+        let report = |mut outcome: RunOutcome| async {
+            let written = report::write_run(&store, outcome.run_id, &args.out).await?;
+            outcome.files = written.files;
+            outcome.slo_failed = written.slo_failed;
+            anyhow::Ok(outcome)
+        };
+        let Some(seeding) = seeding else {
+            return match run {
+                Ok(outcome) => report(outcome).await,
+                Err(e) => Err(e),
+            };
+        };
         let (seeded, db) = (seeding.seeded.clone(), seeding.shown().to_owned());
         match (run, seeding.finish(args.keep_seed, &shown).await) {
             (Ok(mut outcome), Ok((cleaned, line))) => {
                 println!("seed: {}", seeded.line(&db));
                 println!("seed: {line}");
+                let record = match (&cleaned, args.keep_seed) {
+                    (Some(c), _) => CleanupRecord::from(c),
+                    (None, true) => CleanupRecord::Kept,
+                    (None, false) => CleanupRecord::AlreadyRemoved,
+                };
+                store.put(outcome.run_id, Source::SeedCleanup, 0, 0, &record).await?;
                 outcome.seeded = Some(seeded);
                 outcome.seed_cleaned = cleaned;
-                Ok(outcome)
+                report(outcome).await
             }
-            (Ok(_), Err(e)) => Err(e),
+            (Ok(outcome), Err(e)) => {
+                // The load ran: its report still says the cleanup failed, then the error.
+                let _ = store
+                    .put(outcome.run_id, Source::SeedCleanup, 0, 0, &CleanupRecord::Failed)
+                    .await;
+                if let Err(r) = report(outcome).await {
+                    eprintln!("herd run: writing the report: {r:#}");
+                }
+                Err(e)
+            }
             (Err(e), Ok((_, line))) => {
                 eprintln!("herd run: {line}");
                 Err(e)

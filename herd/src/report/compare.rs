@@ -963,6 +963,7 @@ mod tests {
             errors,
             saturated_intervals: 0,
             probe_intervals,
+            seeding: None,
         }
     }
 
@@ -973,7 +974,9 @@ mod tests {
         }
         OpRow {
             step: step.into(),
+            kind: "step".into(),
             players: 10,
+            load: "10 players".into(),
             op: name.into(),
             count,
             rate,
@@ -1053,6 +1056,9 @@ mod tests {
     fn buggy() -> Report {
         Report {
             run: summary(1, 4000, 40, 60),
+            streams: vec![],
+            groups: vec![],
+            open: vec![],
             ops: vec![
                 op("step 1", "game.state", 1000, 100.0, [20, 200, 400], 10),
                 op("step 2", "game.state", 3000, 150.0, [100, 600, 900], 30),
@@ -1098,6 +1104,9 @@ mod tests {
     fn fixed() -> Report {
         Report {
             run: summary(2, 4500, 0, 60),
+            streams: vec![],
+            groups: vec![],
+            open: vec![],
             ops: vec![
                 op("step 1", "game.state", 1000, 100.0, [10, 200, 250], 0),
                 op("step 2", "game.state", 3000, 150.0, [20, 200, 260], 0),

@@ -12,7 +12,7 @@ use super::{
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Finding {
     /// Stable kind: `churn_cliff`, `throttling_bursts`, `pool_pinned`,
-    /// `slo_breach_without_errors`, `driver_saturated`, `warm_up`.
+    /// `slo_breach_without_errors`, `driver_saturated`, `warm_up`, `stream_storm`.
     pub kind: String,
     /// One line, with the numbers.
     pub title: String,
@@ -45,6 +45,61 @@ pub fn detect(r: &Report, d: &RunData) -> Vec<Finding> {
     out.extend(warm_up(d));
     out.extend(slo_breach_without_errors(r));
     out.extend(pool_pinned(r, d));
+    out.extend(stream_storm(r, d));
+    out
+}
+
+/// Reconnects per player per minute above which a stream op's phase is a storm.
+const STORM_PER_PLAYER_MIN: f64 = 0.5;
+
+/// Streams that keep breaking: in a player phase, a stream or long-poll op reopened more
+/// than half as many times per minute as there are players (and at least 10 times). Each
+/// reopening is one more request, on HTTP/1.1 one more connection, and a gap in what the
+/// player sees.
+pub fn stream_storm(r: &Report, d: &RunData) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for row in &r.streams {
+        let Some(s) = d.steps.iter().find(|s| s.phase == row.step) else {
+            continue;
+        };
+        let minutes = s.duration_ms as f64 / 60_000.0;
+        if s.players == 0 || minutes <= 0.0 || row.reconnects < 10 {
+            continue;
+        }
+        let per = row.reconnects as f64 / s.players as f64 / minutes;
+        if per <= STORM_PER_PLAYER_MIN {
+            continue;
+        }
+        let errors: u64 = row.errors.values().sum();
+        out.push(Finding {
+            kind: "stream_storm".into(),
+            title: format!(
+                "{} ({}) in {}: {} reconnects in {:.0} s for {} players ({per:.1} per player per \
+                 minute), {errors} stream errors ({}) — the streams keep breaking",
+                row.op,
+                row.stream_kind,
+                row.step,
+                row.reconnects,
+                s.duration_ms as f64 / 1e3,
+                s.players,
+                super::play::counts(&row.errors)
+            ),
+            detail: "Every reopening is one more request (on HTTP/1.1 one more connection) and a \
+                 gap in the events the player sees, and reconnect storms add load exactly when \
+                 the service struggles. Look at what ends the streams: the error classes above, \
+                 an idle or stream timeout in the server or a proxy in front of it."
+                .into(),
+            evidence: vec![format!(
+                "{} / {}: opened {}, reconnects {}, events {}, errors {}",
+                row.step,
+                row.op,
+                row.opened,
+                row.reconnects,
+                row.events,
+                super::play::counts(&row.errors)
+            )],
+        });
+    }
     out
 }
 
@@ -53,8 +108,12 @@ pub fn detect(r: &Report, d: &RunData) -> Vec<Finding> {
 /// connection limit) is the queue, as the seeds' backend sat at MaxOpenConns=25.
 pub fn pool_pinned(r: &Report, d: &RunData) -> Vec<Finding> {
     let mono0 = d.meta.mono_start_ns as u64;
-    let steps: Vec<&herd_driver::report::StepReport> =
-        d.steps.iter().filter(|s| s.step.is_some()).collect();
+    // Catalog routes are different ops one after another: their latencies do not climb.
+    let steps: Vec<&herd_driver::report::StepReport> = d
+        .steps
+        .iter()
+        .filter(|s| s.step.is_some() && s.kind != herd_driver::scenario::PhaseKind::Catalog)
+        .collect();
     if steps.len() < 2 {
         return Vec::new();
     }
@@ -99,11 +158,11 @@ pub fn pool_pinned(r: &Report, d: &RunData) -> Vec<Finding> {
         out.push(Finding {
             kind: "pool_pinned".into(),
             title: format!(
-                "{} → {}: {cap} connections in every step from step {} while the worst p99 rose \
+                "{} → {}: {cap} connections in every step from {} while the worst p99 rose \
                  from {:.0} ms to {:.0} ms — a pool or connection cap is the queue",
                 p.container,
                 p.remote,
-                from + 1,
+                steps[from].phase,
                 lat_from as f64 / 1e3,
                 lat_to as f64 / 1e3
             ),
@@ -334,7 +393,10 @@ pub fn warm_up(d: &RunData) -> Vec<Finding> {
                 detail: "Cold connection pools and caches make the first seconds slow. This is not \
                          degradation; leave the first interval out of steady-state figures."
                     .into(),
-                evidence: vec![format!("step 1 p99 by interval (µs): {p99s:?}")],
+                evidence: vec![format!(
+                    "{} p99 by interval (µs): {p99s:?}",
+                    first[0].phase.as_deref().unwrap_or("step 1")
+                )],
             });
         }
     }
@@ -359,8 +421,12 @@ mod tests {
                 errors: 0,
                 saturated_intervals: 0,
                 probe_intervals: 60,
+                seeding: None,
             },
             ops: vec![],
+            streams: vec![],
+            groups: vec![],
+            open: vec![],
             containers: vec![],
             pairs,
             timeline: vec![],

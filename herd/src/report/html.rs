@@ -3,7 +3,10 @@
 
 use std::fmt::Write as _;
 
-use super::model::{Cell, Report, TimelinePoint};
+use super::{
+    model::{Cell, Report, TimelinePoint},
+    play::counts,
+};
 
 fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
@@ -124,7 +127,8 @@ fn step_marks(t: &[TimelinePoint]) -> Vec<(f64, String)> {
     for p in t {
         if p.step != last {
             if let Some(k) = p.step {
-                out.push((p.t_s, format!("step {}", k + 1)));
+                let name = p.phase.clone().unwrap_or_else(|| format!("step {}", k + 1));
+                out.push((p.t_s, name));
             }
             last = p.step;
         }
@@ -159,6 +163,9 @@ pub fn render(r: &Report) -> String {
         r.run.errors,
         r.run.probe_intervals
     );
+    if let Some(seeding) = &r.run.seeding {
+        let _ = write!(o, "<p>{}</p>", esc(&seeding.sentence()));
+    }
     o.push_str("<h2>Findings</h2>");
     if r.findings.is_empty() {
         o.push_str(
@@ -201,6 +208,28 @@ pub fn render(r: &Report) -> String {
         &[("errors".into(), series(&|p| p.errors as f64))],
         &marks,
     ));
+    if !r.streams.is_empty() {
+        o.push_str(&chart(
+            "Stream and long-poll events per second",
+            "events/s",
+            &[("all stream ops".into(), series(&|p| p.stream_events_per_s))],
+            &marks,
+        ));
+    }
+    if !r.open.is_empty() {
+        o.push_str(&chart(
+            "Open-model starts behind schedule, per interval",
+            "count",
+            &[
+                ("late starts".into(), series(&|p| p.late_starts as f64)),
+                (
+                    "dropped starts".into(),
+                    series(&|p| p.dropped_starts as f64),
+                ),
+            ],
+            &marks,
+        ));
+    }
     let names: Vec<String> = {
         let mut n: Vec<String> = r
             .timeline
@@ -259,8 +288,8 @@ pub fn render(r: &Report) -> String {
         }
         o.push_str("</table>");
     }
-    o.push_str("<h2>Per step and op</h2><table><tr><th>step<th>players<th>op<th>count<th>req/s<th>p50 ms<th>p99 ms<th>max ms<th>outcomes");
-    for row in &r.ops {
+    o.push_str("<h2>Per step and op</h2><table><tr><th>phase<th>kind<th>load<th>op<th>count<th>req/s<th>p50 ms<th>p99 ms<th>max ms<th>outcomes");
+    for row in r.ops.iter().filter(|o| o.kind != "catalog") {
         let outcomes: Vec<String> = row
             .outcomes
             .iter()
@@ -268,9 +297,10 @@ pub fn render(r: &Report) -> String {
             .collect();
         let _ = write!(
             o,
-            "<tr><td>{}<td>{}<td class=l>{}<td>{}<td>{:.1}<td>{:.1}<td>{:.1}<td>{:.1}<td class=l>{}",
+            "<tr><td>{}<td class=l>{}<td>{}<td class=l>{}<td>{}<td>{:.1}<td>{:.1}<td>{:.1}<td>{:.1}<td class=l>{}",
             esc(&row.step),
-            row.players,
+            esc(&row.kind),
+            esc(&row.load),
             esc(&row.op),
             row.count,
             row.rate,
@@ -280,7 +310,9 @@ pub fn render(r: &Report) -> String {
             esc(&outcomes.join(", "))
         );
     }
-    o.push_str("</table><h2>Per step and container</h2><table><tr><th>step<th>container<th>CPU burst (100 ms)<th>CPU sustained (30 s)<th>CPU avg<th>cap<th>throttled share<th>throttled ms<th>mem peak MiB<th>connects/s<th>TIME_WAIT entries/s<th>TIME_WAIT peak<th>ESTABLISHED peak<th>port headroom min<th>listen overflows<th>connect errors");
+    o.push_str("</table>");
+    play(&mut o, r);
+    o.push_str("<h2>Per step and container</h2><table><tr><th>step<th>container<th>CPU burst (100 ms)<th>CPU sustained (30 s)<th>CPU avg<th>cap<th>throttled share<th>throttled ms<th>mem peak MiB<th>connects/s<th>TIME_WAIT entries/s<th>TIME_WAIT peak<th>ESTABLISHED peak<th>port headroom min<th>listen overflows<th>connect errors");
     for c in &r.containers {
         let _ = write!(
             o,
@@ -339,4 +371,96 @@ pub fn render(r: &Report) -> String {
     }
     o.push_str("</html>\n");
     o
+}
+
+/// A latency in µs as ms, or why there is none.
+fn ms_cell(c: &Cell) -> String {
+    match c {
+        Cell::Value(v) => format!("{:.1}", v / 1e3),
+        Cell::Missing(_) => cell(c, 0),
+    }
+}
+
+/// The route catalog, open-model phases, streams and groups, each only when it has rows.
+fn play(o: &mut String, r: &Report) {
+    let routes: Vec<_> = r.ops.iter().filter(|o| o.kind == "catalog").collect();
+    if !routes.is_empty() {
+        let _ = write!(
+            o,
+            "<h2>Route catalog</h2><p>{} routes, one after another, each measured alone.</p><table><tr><th>route<th>concurrency<th>count<th>req/s<th>p50 ms<th>p99 ms<th>max ms<th>outcomes",
+            routes.len()
+        );
+        for row in routes {
+            let _ = write!(
+                o,
+                "<tr><td>{}<td>{}<td>{}<td>{:.1}<td>{:.1}<td>{:.1}<td>{:.1}<td class=l>{}",
+                esc(&row.op),
+                row.players,
+                row.count,
+                row.rate,
+                row.p50_us as f64 / 1e3,
+                row.p99_us as f64 / 1e3,
+                row.max_us as f64 / 1e3,
+                esc(&counts(&row.outcomes))
+            );
+        }
+        o.push_str("</table>");
+    }
+    if !r.open.is_empty() {
+        o.push_str("<h2>Open-model phases</h2><table><tr><th>phase<th>target req/s<th>duration s<th>scheduled<th>sent<th>sent/s<th>late starts<th>late after ms<th>dropped starts<th>in-flight bound<th>in-flight peak");
+        for p in &r.open {
+            let _ = write!(
+                o,
+                "<tr><td>{}<td>{}<td>{:.1}<td>{}<td>{}<td>{:.1}<td>{}<td>{:.1}<td>{}<td>{}<td>{}",
+                esc(&p.step),
+                p.rate,
+                p.duration_s,
+                p.scheduled,
+                p.sent,
+                p.sent_per_s,
+                p.late_starts,
+                p.late_after_us as f64 / 1e3,
+                p.dropped_starts,
+                p.max_in_flight,
+                p.peak_in_flight
+            );
+        }
+        let _ = write!(o, "</table><p>{}</p>", esc(super::play::OPEN_NOTE));
+    }
+    if !r.streams.is_empty() {
+        o.push_str("<h2>Streams and long polls per step</h2><table><tr><th>phase<th>op<th>kind<th>events<th>events/s<th>by type<th>opened<th>reconnects<th>errors<th>first event p50 ms<th>first event p99 ms");
+        for s in &r.streams {
+            let _ = write!(
+                o,
+                "<tr><td>{}<td class=l>{}<td class=l>{}<td>{}<td>{:.1}<td class=l>{}<td>{}<td>{}<td class=l>{}<td>{}<td>{}",
+                esc(&s.step),
+                esc(&s.op),
+                esc(&s.stream_kind),
+                s.events,
+                s.events_per_s,
+                esc(&counts(&s.by_type)),
+                s.opened,
+                s.reconnects,
+                esc(&counts(&s.errors)),
+                ms_cell(&s.first_event_p50_us),
+                ms_cell(&s.first_event_p99_us)
+            );
+        }
+        o.push_str("</table>");
+    }
+    if !r.groups.is_empty() {
+        o.push_str("<h2>Groups per step</h2><table><tr><th>phase<th>formed<th>finished<th>failed<th>abandoned");
+        for g in &r.groups {
+            let _ = write!(
+                o,
+                "<tr><td>{}<td>{}<td>{}<td>{}<td>{}",
+                esc(&g.step),
+                g.formed,
+                g.finished,
+                g.failed,
+                g.abandoned
+            );
+        }
+        o.push_str("</table>");
+    }
 }

@@ -2,7 +2,10 @@
 
 use std::fmt::Write as _;
 
-use super::model::{Cell, Report};
+use super::{
+    model::{Cell, Report},
+    play::counts,
+};
 
 fn ms(us: u64) -> String {
     if us >= 10_000 {
@@ -59,6 +62,9 @@ pub fn render(r: &Report) -> String {
         r.run.errors,
         r.run.probe_intervals
     );
+    if let Some(seeding) = &r.run.seeding {
+        let _ = writeln!(o, "{}\n", seeding.sentence());
+    }
     let _ = writeln!(o, "## Findings\n");
     if r.findings.is_empty() {
         let _ = writeln!(
@@ -99,9 +105,9 @@ pub fn render(r: &Report) -> String {
     let _ = writeln!(o, "\n## Per step and op\n");
     let _ = writeln!(
         o,
-        "| step | players | op | count | req/s | p50 | p99 | max | outcomes |\n|---|---:|---|---:|---:|---:|---:|---:|---|"
+        "| phase | kind | load | op | count | req/s | p50 | p99 | max | outcomes |\n|---|---|---:|---|---:|---:|---:|---:|---:|---|"
     );
-    for row in &r.ops {
+    for row in r.ops.iter().filter(|o| o.kind != "catalog") {
         let outcomes: Vec<String> = row
             .outcomes
             .iter()
@@ -109,9 +115,10 @@ pub fn render(r: &Report) -> String {
             .collect();
         let _ = writeln!(
             o,
-            "| {} | {} | {} | {} | {:.1} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {:.1} | {} | {} | {} | {} |",
             row.step,
-            row.players,
+            row.kind,
+            row.load,
             row.op,
             row.count,
             row.rate,
@@ -121,6 +128,7 @@ pub fn render(r: &Report) -> String {
             outcomes.join(", ")
         );
     }
+    play(&mut o, r);
     let _ = writeln!(o, "\n## Per step and container\n");
     let _ = writeln!(
         o,
@@ -200,4 +208,106 @@ pub fn render(r: &Report) -> String {
         }
     }
     o
+}
+
+/// The route catalog, open-model phases, streams and groups: each section only when the run
+/// has rows for it.
+fn play(o: &mut String, r: &Report) {
+    let routes: Vec<_> = r.ops.iter().filter(|o| o.kind == "catalog").collect();
+    if !routes.is_empty() {
+        let _ = writeln!(
+            o,
+            "\n## Route catalog\n\n{} routes, one after another, each measured alone.\n",
+            routes.len()
+        );
+        let _ = writeln!(
+            o,
+            "| route | concurrency | count | req/s | p50 | p99 | max | outcomes |\n|---|---:|---:|---:|---:|---:|---:|---|"
+        );
+        for row in routes {
+            let _ = writeln!(
+                o,
+                "| {} | {} | {} | {:.1} | {} | {} | {} | {} |",
+                row.op,
+                row.players,
+                row.count,
+                row.rate,
+                ms(row.p50_us),
+                ms(row.p99_us),
+                ms(row.max_us),
+                counts(&row.outcomes)
+            );
+        }
+    }
+    if !r.open.is_empty() {
+        let _ = writeln!(o, "\n## Open-model phases\n");
+        let _ = writeln!(
+            o,
+            "| phase | target req/s | duration | scheduled | sent | sent/s | late starts | dropped starts | in-flight bound | in-flight peak |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        );
+        for p in &r.open {
+            let _ = writeln!(
+                o,
+                "| {} | {} | {:.1} s | {} | {} | {:.1} | {} (> {}) | {} | {} | {} |",
+                p.step,
+                p.rate,
+                p.duration_s,
+                p.scheduled,
+                p.sent,
+                p.sent_per_s,
+                p.late_starts,
+                ms(p.late_after_us),
+                p.dropped_starts,
+                p.max_in_flight,
+                p.peak_in_flight
+            );
+        }
+        let _ = writeln!(o, "\n{}", super::play::OPEN_NOTE);
+    }
+    if !r.streams.is_empty() {
+        let _ = writeln!(o, "\n## Streams and long polls per step\n");
+        let _ = writeln!(
+            o,
+            "| phase | op | kind | events | events/s | by type | opened | reconnects | errors | first event p50 | first event p99 |\n|---|---|---|---:|---:|---|---:|---:|---|---:|---:|"
+        );
+        for s in &r.streams {
+            let _ = writeln!(
+                o,
+                "| {} | {} | {} | {} | {:.1} | {} | {} | {} | {} | {} | {} |",
+                s.step,
+                s.op,
+                s.stream_kind,
+                s.events,
+                s.events_per_s,
+                counts(&s.by_type),
+                s.opened,
+                s.reconnects,
+                counts(&s.errors),
+                ms_cell(&s.first_event_p50_us),
+                ms_cell(&s.first_event_p99_us)
+            );
+        }
+    }
+    if !r.groups.is_empty() {
+        let _ = writeln!(o, "\n## Groups per step\n");
+        let _ = writeln!(
+            o,
+            "| phase | formed | finished | failed | abandoned |\n|---|---:|---:|---:|---:|"
+        );
+        for g in &r.groups {
+            let _ = writeln!(
+                o,
+                "| {} | {} | {} | {} | {} |",
+                g.step, g.formed, g.finished, g.failed, g.abandoned
+            );
+        }
+    }
+}
+
+/// A latency in µs as ms, or why there is none.
+fn ms_cell(c: &Cell) -> String {
+    match c {
+        Cell::Value(v) => ms(*v as u64),
+        Cell::Missing(_) => cell(c, 0),
+    }
 }

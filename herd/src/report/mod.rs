@@ -7,6 +7,8 @@ pub mod findings;
 pub mod html;
 pub mod markdown;
 pub mod model;
+pub mod play;
+pub mod seeding;
 
 use std::path::{Path, PathBuf};
 
@@ -34,6 +36,10 @@ pub struct RunData {
     pub final_report: Option<RunReport>,
     /// The scenario's service-level objectives.
     pub slo: Vec<herd_driver::scenario::Slo>,
+    /// What `herd run` seeded before the load, if the scenario has a `[seed]`.
+    pub seeded: Option<seeding::SeedRecord>,
+    /// What became of the seeded rows (absent until the cleanup is recorded).
+    pub seed_cleanup: Option<seeding::CleanupRecord>,
 }
 
 impl RunData {
@@ -43,6 +49,9 @@ impl RunData {
         let probe_missing: Vec<String> = store.rows(meta.id, Source::ProbeMissing).await?;
         let mut finals: Vec<RunReport> = store.rows(meta.id, Source::Report).await?;
         let slo: Vec<Vec<herd_driver::scenario::Slo>> = store.rows(meta.id, Source::Slo).await?;
+        let mut seeded: Vec<seeding::SeedRecord> = store.rows(meta.id, Source::Seed).await?;
+        let mut cleanup: Vec<seeding::CleanupRecord> =
+            store.rows(meta.id, Source::SeedCleanup).await?;
         Ok(Self {
             steps: store.rows(meta.id, Source::Step).await?,
             driver: store.rows(meta.id, Source::Driver).await?,
@@ -50,6 +59,8 @@ impl RunData {
             probe_missing: probe_missing.into_iter().next(),
             final_report: finals.pop(),
             slo: slo.into_iter().next().unwrap_or_default(),
+            seeded: seeded.pop(),
+            seed_cleanup: cleanup.pop(),
             meta,
         })
     }

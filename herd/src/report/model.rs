@@ -19,8 +19,17 @@ use super::{RunData, findings};
 pub struct Report {
     /// The run.
     pub run: RunSummary,
-    /// Per step × op: the seeds' table.
+    /// Per step × op: the seeds' table (catalog routes included, `kind` = `catalog`).
     pub ops: Vec<OpRow>,
+    /// Per phase × stream or long-poll op (empty without stream ops).
+    #[serde(default)]
+    pub streams: Vec<super::play::StreamRow>,
+    /// Per phase: groups formed, finished, failed, abandoned (empty without a `[group]`).
+    #[serde(default)]
+    pub groups: Vec<super::play::GroupRow>,
+    /// Per open-model (rate) phase: arrivals scheduled, sent, late, dropped.
+    #[serde(default)]
+    pub open: Vec<super::play::OpenRow>,
     /// Per step × container: CPU, throttling, memory, TCP.
     pub containers: Vec<ContainerRow>,
     /// Per source container → destination, whole run.
@@ -59,6 +68,9 @@ pub struct RunSummary {
     pub saturated_intervals: u64,
     /// Probe intervals recorded (0 when the probe did not run).
     pub probe_intervals: u64,
+    /// What `herd run` seeded before the load (absent without a `[seed]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seeding: Option<super::seeding::Seeding>,
 }
 
 /// One objective checked in one step.
@@ -83,10 +95,17 @@ pub struct SloRow {
 /// One step × op row.
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct OpRow {
-    /// `step 1`, …, or `hammer`.
+    /// The phase's name: `step 1`, `soak hold`, `rate 1`, `catalog <op>`, `hammer`, …
     pub step: String,
-    /// Players in the step.
+    /// The phase's kind: `step`, `soak`, `stop`, `rate`, `catalog` or `hammer`.
+    #[serde(default)]
+    pub kind: String,
+    /// Players in the step (hammer: workers; catalog: the route's concurrency; rate: 0).
     pub players: usize,
+    /// What loaded the phase, in words: `10 players`, `4 workers`, `2 concurrent`,
+    /// `50 req/s open`.
+    #[serde(default)]
+    pub load: String,
     /// Op name.
     pub op: String,
     /// Ops recorded.
@@ -228,6 +247,18 @@ pub struct TimelinePoint {
     pub t_s: f64,
     /// Step index (0-based) or None between steps.
     pub step: Option<usize>,
+    /// The phase's name (`step 2`, `rate 1`, …), None between phases.
+    #[serde(default)]
+    pub phase: Option<String>,
+    /// Stream and long-poll events per second, all ops.
+    #[serde(default)]
+    pub stream_events_per_s: f64,
+    /// Open-model starts in the interval that slipped behind schedule.
+    #[serde(default)]
+    pub late_starts: u64,
+    /// Open-model arrivals dropped at the in-flight bound.
+    #[serde(default)]
+    pub dropped_starts: u64,
     /// Requests per second, all ops.
     pub req_per_s: f64,
     /// Worst p99 across ops, ms.
@@ -303,7 +334,13 @@ impl Report {
             .flat_map(|s| {
                 s.ops.iter().map(move |o| OpRow {
                     step: s.phase.clone(),
+                    kind: s.kind.to_string(),
                     players: s.players,
+                    load: super::play::load(
+                        &s.kind.to_string(),
+                        s.players,
+                        s.open.as_ref().map(|x| x.rate),
+                    ),
                     op: o.op.clone(),
                     count: o.count,
                     rate: o.rate,
@@ -503,6 +540,12 @@ impl Report {
                 TimelinePoint {
                     t_s: iv.end_ms as f64 / 1e3,
                     step: iv.step,
+                    phase: iv.phase.clone(),
+                    stream_events_per_s: iv.play.streams.iter().map(|s| s.events).sum::<u64>()
+                        as f64
+                        / (iv.duration_ms.max(1) as f64 / 1e3),
+                    late_starts: iv.late_starts,
+                    dropped_starts: iv.dropped_starts,
                     req_per_s: iv.ops.iter().map(|o| o.rate).sum(),
                     p99_ms: iv.ops.iter().map(|o| o.latency.p99_us).max().unwrap_or(0) as f64 / 1e3,
                     errors: iv
@@ -557,6 +600,7 @@ impl Report {
                 d.meta.status
             ));
         }
+        let (streams, groups, open) = super::play::rows(&d.steps);
         let slo = slo_rows(&d.slo, &d.steps);
         if !d.slo.is_empty() && slo.is_empty() {
             notes.push(
@@ -575,8 +619,15 @@ impl Report {
                 errors,
                 saturated_intervals: d.driver.iter().filter(|i| i.driver.saturated).count() as u64,
                 probe_intervals: d.probe.len() as u64,
+                seeding: d
+                    .seeded
+                    .clone()
+                    .map(|s| super::seeding::Seeding::new(s, d.seed_cleanup.clone())),
             },
             ops,
+            streams,
+            groups,
+            open,
             containers,
             pairs,
             timeline,
@@ -892,6 +943,8 @@ pub(crate) mod tests {
             probe_missing: None,
             final_report: None::<RunReport>,
             slo: vec![],
+            seeded: None,
+            seed_cleanup: None,
         }
     }
 
