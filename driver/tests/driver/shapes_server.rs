@@ -8,7 +8,6 @@
 use std::{
     collections::HashMap,
     convert::Infallible,
-    net::SocketAddr,
     sync::{
         Arc, Mutex,
         atomic::{AtomicU64, Ordering::SeqCst},
@@ -18,11 +17,9 @@ use std::{
 
 use bytes::Bytes;
 use http_body_util::Full;
-use hyper::{Request, Response, server::conn, service::service_fn};
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use tokio::{net::TcpListener, task::JoinHandle};
+use hyper::{Request, Response};
 
-use crate::support::Proto;
+use crate::support::{Listening, Proto, serve};
 
 /// What the server saw.
 #[derive(Default)]
@@ -35,15 +32,8 @@ pub struct Seen {
 }
 
 pub struct ShapeServer {
-    pub addr: SocketAddr,
     pub seen: Arc<Seen>,
-    task: JoinHandle<()>,
-}
-
-impl Drop for ShapeServer {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+    listening: Listening,
 }
 
 #[derive(Clone, Copy)]
@@ -55,35 +45,16 @@ struct Stall {
 impl ShapeServer {
     /// A server whose `/stall` route stalls once for `length`, `after` its first request.
     pub async fn start(proto: Proto, after: Duration, length: Duration) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
         let seen = Arc::new(Seen::default());
         let stall = Stall { after, length };
         let s = seen.clone();
-        let task = tokio::spawn(async move {
-            let mut conns = tokio::task::JoinSet::new();
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    return;
-                };
-                s.connections.fetch_add(1, SeqCst);
-                stream.set_nodelay(true).unwrap();
-                let s = s.clone();
-                conns.spawn(async move {
-                    let svc = service_fn(move |req| handle(req, s.clone(), stall));
-                    let io = TokioIo::new(stream);
-                    let _ = match proto {
-                        Proto::H1 => conn::http1::Builder::new().serve_connection(io, svc).await,
-                        Proto::H2c => {
-                            conn::http2::Builder::new(TokioExecutor::new())
-                                .serve_connection(io, svc)
-                                .await
-                        }
-                    };
-                });
-            }
-        });
-        Self { addr, seen, task }
+        let listening = Listening::start(move |stream| {
+            s.connections.fetch_add(1, SeqCst);
+            let s = s.clone();
+            serve(stream, proto, move |req| handle(req, s.clone(), stall))
+        })
+        .await;
+        Self { seen, listening }
     }
 
     /// A server that never stalls.
@@ -92,7 +63,7 @@ impl ShapeServer {
     }
 
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        self.listening.url("http")
     }
 
     pub fn requests(&self) -> u64 {

@@ -20,9 +20,14 @@ use std::{
 use bytes::Bytes;
 use herd_driver::{RunOptions, RunReport, Scenario};
 use http_body_util::{BodyExt as _, Full};
-use hyper::{Request, Response, server::conn, service::service_fn};
+use hyper::{Request, Response, body::Incoming, server::conn, service::service_fn};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use tokio::{net::TcpListener, sync::Notify, task::JoinHandle};
+use tokio::{
+    io::{AsyncRead, AsyncWrite},
+    net::{TcpListener, TcpStream},
+    sync::Notify,
+    task::JoinHandle,
+};
 
 /// The protocol the server speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,16 +92,9 @@ pub struct Stats {
 }
 
 pub struct TestServer {
-    pub addr: SocketAddr,
     pub stats: Arc<Stats>,
-    task: JoinHandle<()>,
+    listening: Listening,
     _load: Option<tokio::sync::RwLockReadGuard<'static, ()>>,
-}
-
-impl Drop for TestServer {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
 }
 
 struct State {
@@ -127,35 +125,26 @@ impl TestServer {
 
     /// A server that does not hold [`QUIET`].
     pub async fn unlocked(proto: Proto, bucket: Bucket) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
         let stats = Arc::new(Stats::default());
         let state = Arc::new(State {
             stats: stats.clone(),
             bucket,
         });
-        let task = tokio::spawn(async move {
-            let mut conns = tokio::task::JoinSet::new();
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    return;
-                };
-                state.stats.connections.fetch_add(1, SeqCst);
-                state.stats.accepted.lock().unwrap().push(Instant::now());
-                stream.set_nodelay(true).unwrap();
-                conns.spawn(serve(stream, proto, state.clone()));
-            }
-        });
+        let listening = Listening::start(move |stream| {
+            state.stats.connections.fetch_add(1, SeqCst);
+            state.stats.accepted.lock().unwrap().push(Instant::now());
+            serve_droppable(stream, proto, state.clone())
+        })
+        .await;
         Self {
-            addr,
             stats,
-            task,
+            listening,
             _load: None,
         }
     }
 
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        self.listening.url("http")
     }
 
     pub fn requests(&self) -> u64 {
@@ -167,26 +156,80 @@ impl TestServer {
     }
 }
 
-async fn serve(stream: tokio::net::TcpStream, proto: Proto, state: Arc<State>) {
+/// The accept loop every test server runs on 127.0.0.1:0; dropping it aborts the loop and,
+/// with it, every connection it serves.
+pub struct Listening {
+    pub addr: SocketAddr,
+    task: JoinHandle<()>,
+}
+
+impl Drop for Listening {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Listening {
+    /// Binds 127.0.0.1:0 and hands each accepted connection (TCP_NODELAY set) to `conn`,
+    /// whose future is served on a task of its own. `conn` runs in the accept loop, so what
+    /// it counts is counted before the connection is served.
+    pub async fn start<C, F>(mut conn: C) -> Self
+    where
+        C: FnMut(TcpStream) -> F + Send + 'static,
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let task = tokio::spawn(async move {
+            let mut conns = tokio::task::JoinSet::new();
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                stream.set_nodelay(true).unwrap();
+                conns.spawn(conn(stream));
+            }
+        });
+        Self { addr, task }
+    }
+
+    /// `{scheme}://127.0.0.1:port`.
+    pub fn url(&self, scheme: &str) -> String {
+        format!("{scheme}://{}", self.addr)
+    }
+}
+
+/// Serves one connection with `handler` until it ends: HTTP/1.1, or HTTP/2 with prior
+/// knowledge for [`Proto::H2c`] (on a TLS stream: h2 as ALPN chose it).
+pub async fn serve<I, H, F, B>(io: I, proto: Proto, handler: H)
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    H: Fn(Request<Incoming>) -> F + Send + 'static,
+    F: Future<Output = Result<Response<B>, Infallible>> + Send + 'static,
+    B: hyper::body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let svc = service_fn(handler);
+    let io = TokioIo::new(io);
+    let _ = match proto {
+        Proto::H1 => conn::http1::Builder::new().serve_connection(io, svc).await,
+        Proto::H2c => {
+            conn::http2::Builder::new(TokioExecutor::new())
+                .serve_connection(io, svc)
+                .await
+        }
+    };
+}
+
+/// [`serve`] with this server's routes, until the connection ends or `/drop` drops it.
+async fn serve_droppable(stream: TcpStream, proto: Proto, state: Arc<State>) {
     let drop_now = Arc::new(Notify::new());
     let d = drop_now.clone();
-    let svc = service_fn(move |req| handle(req, state.clone(), d.clone()));
     let fd = std::os::fd::AsRawFd::as_raw_fd(&stream);
-    let io = TokioIo::new(stream);
-    match proto {
-        Proto::H1 => {
-            until_dropped(
-                conn::http1::Builder::new().serve_connection(io, svc),
-                &drop_now,
-                fd,
-            )
-            .await
-        }
-        Proto::H2c => {
-            let c = conn::http2::Builder::new(TokioExecutor::new()).serve_connection(io, svc);
-            until_dropped(c, &drop_now, fd).await
-        }
-    }
+    let c = serve(stream, proto, move |req| {
+        handle(req, state.clone(), d.clone())
+    });
+    until_dropped(c, &drop_now, fd).await
 }
 
 /// Serves the connection until it ends or a handler asks to drop it; a dropped connection
@@ -227,7 +270,7 @@ pub fn blob(name: &str) -> Vec<u8> {
 }
 
 async fn handle(
-    req: Request<hyper::body::Incoming>,
+    req: Request<Incoming>,
     state: Arc<State>,
     drop_now: Arc<Notify>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {

@@ -23,7 +23,6 @@
 use std::{
     collections::BTreeMap,
     convert::Infallible,
-    net::SocketAddr,
     pin::Pin,
     sync::{
         Arc, Mutex,
@@ -38,13 +37,11 @@ use http_body_util::BodyExt as _;
 use hyper::{
     Request, Response,
     body::{Body, Frame},
-    server::conn,
-    service::service_fn,
 };
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use tokio::{net::TcpListener, sync::mpsc, task::JoinHandle};
+use tokio::sync::mpsc;
 
 pub use crate::support::Proto;
+use crate::support::{Listening, serve};
 
 /// A response body fed through a channel; an `Err` item breaks it.
 pub struct ChanBody(mpsc::Receiver<Result<Bytes, std::io::Error>>);
@@ -86,60 +83,31 @@ impl Stats {
 }
 
 pub struct StreamServer {
-    pub addr: SocketAddr,
     pub stats: Arc<Stats>,
-    task: JoinHandle<()>,
+    listening: Listening,
     _load: tokio::sync::RwLockReadGuard<'static, ()>,
-}
-
-impl Drop for StreamServer {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
 }
 
 impl StreamServer {
     pub async fn start(proto: Proto) -> Self {
         let load = crate::support::QUIET.read().await;
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
         let stats = Arc::new(Stats::default());
         let st = stats.clone();
-        let task = tokio::spawn(async move {
-            let mut conns = tokio::task::JoinSet::new();
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    return;
-                };
-                st.connections.fetch_add(1, SeqCst);
-                stream.set_nodelay(true).unwrap();
-                let st = st.clone();
-                conns.spawn(async move {
-                    let svc = service_fn(move |req| handle(req, st.clone()));
-                    let io = TokioIo::new(stream);
-                    match proto {
-                        Proto::H1 => {
-                            let _ = conn::http1::Builder::new().serve_connection(io, svc).await;
-                        }
-                        Proto::H2c => {
-                            let _ = conn::http2::Builder::new(TokioExecutor::new())
-                                .serve_connection(io, svc)
-                                .await;
-                        }
-                    }
-                });
-            }
-        });
+        let listening = Listening::start(move |stream| {
+            st.connections.fetch_add(1, SeqCst);
+            let st = st.clone();
+            serve(stream, proto, move |req| handle(req, st.clone()))
+        })
+        .await;
         Self {
-            addr,
             stats,
-            task,
+            listening,
             _load: load,
         }
     }
 
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        self.listening.url("http")
     }
 
     pub fn requests(&self) -> u64 {

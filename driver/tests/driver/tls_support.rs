@@ -4,7 +4,6 @@
 
 use std::{
     convert::Infallible,
-    net::SocketAddr,
     path::PathBuf,
     sync::{
         Arc,
@@ -14,18 +13,16 @@ use std::{
 
 use bytes::Bytes;
 use http_body_util::Full;
-use hyper::{Request, Response, server::conn, service::service_fn};
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper::{Request, Response};
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 use rustls::{
     ServerConfig,
     crypto::ring,
     pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer},
 };
-use tokio::{net::TcpListener, task::JoinHandle};
 use tokio_rustls::TlsAcceptor;
 
-use crate::support::QUIET;
+use crate::support::{Listening, Proto, QUIET, serve};
 
 /// A CA and one server certificate it signed.
 pub struct Pki {
@@ -97,16 +94,9 @@ pub struct TlsStats {
 }
 
 pub struct TlsServer {
-    pub addr: SocketAddr,
     pub stats: Arc<TlsStats>,
-    task: JoinHandle<()>,
+    listening: Listening,
     _load: tokio::sync::RwLockReadGuard<'static, ()>,
-}
-
-impl Drop for TlsServer {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
 }
 
 impl TlsServer {
@@ -121,52 +111,39 @@ impl TlsServer {
             .unwrap();
         config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
         let acceptor = TlsAcceptor::from(Arc::new(config));
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
         let stats = Arc::new(TlsStats::default());
         let s = stats.clone();
-        let task = tokio::spawn(async move {
-            let mut conns = tokio::task::JoinSet::new();
-            loop {
-                let Ok((tcp, _)) = listener.accept().await else {
+        let listening = Listening::start(move |tcp| {
+            s.connections.fetch_add(1, SeqCst);
+            let (acceptor, s) = (acceptor.clone(), s.clone());
+            async move {
+                // A client that refuses the certificate aborts the handshake here.
+                let Ok(tls) = acceptor.accept(tcp).await else {
                     return;
                 };
-                s.connections.fetch_add(1, SeqCst);
-                tcp.set_nodelay(true).unwrap();
-                let (acceptor, s) = (acceptor.clone(), s.clone());
-                conns.spawn(async move {
-                    // A client that refuses the certificate aborts the handshake here.
-                    let Ok(tls) = acceptor.accept(tcp).await else {
-                        return;
-                    };
-                    s.handshakes.fetch_add(1, SeqCst);
-                    if tls.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed) {
-                        s.resumed.fetch_add(1, SeqCst);
-                    }
-                    let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
-                    let svc = service_fn(move |req| answer(req, s.clone()));
-                    let io = TokioIo::new(tls);
-                    let _ = if h2 {
-                        conn::http2::Builder::new(TokioExecutor::new())
-                            .serve_connection(io, svc)
-                            .await
-                    } else {
-                        conn::http1::Builder::new().serve_connection(io, svc).await
-                    };
-                });
+                s.handshakes.fetch_add(1, SeqCst);
+                if tls.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed) {
+                    s.resumed.fetch_add(1, SeqCst);
+                }
+                let proto = if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
+                    Proto::H2c
+                } else {
+                    Proto::H1
+                };
+                serve(tls, proto, move |req| answer(req, s.clone())).await;
             }
-        });
+        })
+        .await;
         Self {
-            addr,
             stats,
-            task,
+            listening,
             _load: load,
         }
     }
 
     /// `https://127.0.0.1:port`.
     pub fn url(&self) -> String {
-        format!("https://{}", self.addr)
+        self.listening.url("https")
     }
 
     pub fn count(&self, what: fn(&TlsStats) -> &AtomicU64) -> u64 {
