@@ -357,8 +357,12 @@ pub fn options() -> RunOptions {
 
 /// Parses `src` with `{url}` replaced by the server's URL.
 pub fn scenario(src: &str, server: &TestServer) -> Scenario {
-    Scenario::parse("test.toml", &src.replace("{url}", &server.url()), &[])
-        .unwrap_or_else(|e| panic!("{e}"))
+    scenario_at(src, &server.url())
+}
+
+/// Parses `src` with `{url}` replaced by `url`.
+pub fn scenario_at(src: &str, url: &str) -> Scenario {
+    Scenario::parse("test.toml", &src.replace("{url}", url), &[]).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Runs the file's players.

@@ -2,10 +2,10 @@
 //! over h2 and HTTP/1.1 over TLS, trust by `ca` and `insecure`, and TLS or ALPN failures as
 //! classified outcomes of a run that still ends with results.
 
-use herd_driver::{RunReport, Scenario, transport};
+use herd_driver::{Scenario, transport};
 
 use crate::{
-    support::{Proto, TestServer, options},
+    support::{Proto, TestServer, run},
     tls_support::{Pki, TempFile, TlsServer, TlsStats},
 };
 
@@ -32,10 +32,6 @@ arrival = "burst"
 "#
     );
     Scenario::parse("test.toml", &src, &[]).unwrap_or_else(|e| panic!("{e}"))
-}
-
-async fn run(s: Scenario) -> RunReport {
-    herd_driver::run(s, options()).await.unwrap()
 }
 
 fn ca_line(ca: &TempFile) -> String {
