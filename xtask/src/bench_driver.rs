@@ -367,21 +367,11 @@ impl Tool {
     }
 }
 
-/// herd's side of the comparison: 50 players, each on its own connection, back to back (no
-/// think time), one GET, all arriving at once, for the whole run.
-fn herd_scenario(proto: Proto, seconds: u64) -> String {
-    let (port, transport) = match proto {
-        Proto::H1 => (H1_PORT, "h1"),
-        Proto::H2c => (H2C_PORT, "h2c"),
-    };
+/// The ops of both of herd's scenarios: one GET, and each player's long-lived response on
+/// its own connection.
+fn ops() -> String {
     format!(
-        "# Written by cargo xtask bench-driver.
-[target]
-url = \"http://127.0.0.1:{port}\"
-transport = \"{transport}\"
-connections = \"per_player\"
-
-[[op]]
+        "[[op]]
 name = \"get\"
 path = \"/\"
 
@@ -392,7 +382,26 @@ name = \"subscribe\"
 path = \"/stream\"
 kind = \"stream\"
 format = \"chunks\"
+"
+    )
+}
 
+/// herd's side of the comparison: 50 players, each on its own connection, back to back (no
+/// think time), one GET, all arriving at once, for the whole run.
+fn herd_scenario(proto: Proto, seconds: u64) -> String {
+    let (port, transport) = match proto {
+        Proto::H1 => (H1_PORT, "h1"),
+        Proto::H2c => (H2C_PORT, "h2c"),
+    };
+    let ops = ops();
+    format!(
+        "# Written by cargo xtask bench-driver.
+[target]
+url = \"http://127.0.0.1:{port}\"
+transport = \"{transport}\"
+connections = \"per_player\"
+
+{ops}
 [[step]]
 players = {CONNECTIONS}
 duration = \"{seconds}s\"
@@ -403,6 +412,7 @@ arrival = \"burst\"
 
 /// The scale run: every player on its own h2c connection, a call every 5 s.
 fn scale_scenario(players: usize, hold: u64) -> String {
+    let ops = ops();
     format!(
         "# Written by cargo xtask bench-driver --scale.
 [target]
@@ -415,18 +425,7 @@ connect_timeout = \"10s\"
 [player]
 tick = \"5s\"
 
-[[op]]
-name = \"get\"
-path = \"/\"
-
-# Each player's long-lived response on its own connection (the seeds' Subscribe): nginx
-# trickles a file at {STREAM_RATE} B/s; every chunk counts as an event.
-[[op]]
-name = \"subscribe\"
-path = \"/stream\"
-kind = \"stream\"
-format = \"chunks\"
-
+{ops}
 [[step]]
 players = {players}
 duration = \"10s\"
