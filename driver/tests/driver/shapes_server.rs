@@ -8,10 +8,7 @@
 use std::{
     collections::HashMap,
     convert::Infallible,
-    sync::{
-        Arc, Mutex,
-        atomic::{AtomicU64, Ordering::SeqCst},
-    },
+    sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
@@ -19,22 +16,18 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Request, Response};
 
-use crate::support::{Listening, Proto, serve};
+use crate::support::{Proto, Server, serve};
 
-/// What the server saw.
+/// What the server saw besides [`Counts`](crate::support::Counts).
 #[derive(Default)]
 pub struct Seen {
-    pub requests: AtomicU64,
-    pub connections: AtomicU64,
     /// Per path: count and last arrival.
     pub paths: Mutex<HashMap<String, (u64, Instant)>>,
     first_stall: Mutex<Option<Instant>>,
 }
 
-pub struct ShapeServer {
-    pub seen: Arc<Seen>,
-    listening: Listening,
-}
+/// The server of this file, with the routes above.
+pub type ShapeServer = Server<Seen>;
 
 #[derive(Clone, Copy)]
 struct Stall {
@@ -42,19 +35,19 @@ struct Stall {
     length: Duration,
 }
 
-impl ShapeServer {
+impl Server<Seen> {
     /// A server whose `/stall` route stalls once for `length`, `after` its first request.
     pub async fn start(proto: Proto, after: Duration, length: Duration) -> Self {
         let seen = Arc::new(Seen::default());
         let stall = Stall { after, length };
         let s = seen.clone();
-        let listening = Listening::start(move |stream| {
-            s.connections.fetch_add(1, SeqCst);
+        Server::listen("http", seen, None, move |stream, counts| {
             let s = s.clone();
-            serve(stream, proto, move |req| handle(req, s.clone(), stall))
+            serve(stream, proto, counts.clone(), move |req| {
+                handle(req, s.clone(), stall)
+            })
         })
-        .await;
-        Self { seen, listening }
+        .await
     }
 
     /// A server that never stalls.
@@ -62,26 +55,19 @@ impl ShapeServer {
         Self::start(proto, Duration::ZERO, Duration::ZERO).await
     }
 
-    pub fn url(&self) -> String {
-        self.listening.url("http")
-    }
-
-    pub fn requests(&self) -> u64 {
-        self.seen.requests.load(SeqCst)
-    }
-
-    pub fn connections(&self) -> u64 {
-        self.seen.connections.load(SeqCst)
-    }
-
     /// Requests to `path`.
     pub fn count(&self, path: &str) -> u64 {
-        self.seen.paths.lock().unwrap().get(path).map_or(0, |p| p.0)
+        self.stats
+            .paths
+            .lock()
+            .unwrap()
+            .get(path)
+            .map_or(0, |p| p.0)
     }
 
     /// When `path` was last requested.
     pub fn last(&self, path: &str) -> Option<Instant> {
-        self.seen.paths.lock().unwrap().get(path).map(|p| p.1)
+        self.stats.paths.lock().unwrap().get(path).map(|p| p.1)
     }
 }
 
@@ -91,7 +77,6 @@ async fn handle(
     stall: Stall,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let now = Instant::now();
-    seen.requests.fetch_add(1, SeqCst);
     let path = req.uri().path().to_owned();
     {
         let mut paths = seen.paths.lock().unwrap();

@@ -77,11 +77,9 @@ impl Bucket {
     }
 }
 
-/// What the server counted.
+/// What the server counted besides [`Counts`].
 #[derive(Default)]
 pub struct Stats {
-    pub requests: AtomicU64,
-    pub connections: AtomicU64,
     pub granted: AtomicU64,
     pub limited: AtomicU64,
     games: AtomicU64,
@@ -91,18 +89,15 @@ pub struct Stats {
     pub accepted: Mutex<Vec<Instant>>,
 }
 
-pub struct TestServer {
-    pub stats: Arc<Stats>,
-    listening: Listening,
-    _load: Option<tokio::sync::RwLockReadGuard<'static, ()>>,
-}
+/// The server of this file, with the routes above.
+pub type TestServer = Server<Stats>;
 
 struct State {
     stats: Arc<Stats>,
     bucket: Bucket,
 }
 
-impl TestServer {
+impl Server<Stats> {
     pub async fn start(proto: Proto) -> Self {
         Self::with_bucket(proto, Bucket::new(1e9, 0.0)).await
     }
@@ -110,7 +105,7 @@ impl TestServer {
     pub async fn with_bucket(proto: Proto, bucket: Bucket) -> Self {
         let load = QUIET.read().await;
         let mut server = Self::unlocked(proto, bucket).await;
-        server._load = Some(load);
+        server.load = Some(load);
         server
     }
 
@@ -130,78 +125,98 @@ impl TestServer {
             stats: stats.clone(),
             bucket,
         });
-        let listening = Listening::start(move |stream| {
-            state.stats.connections.fetch_add(1, SeqCst);
+        Server::listen("http", stats, None, move |stream, counts| {
             state.stats.accepted.lock().unwrap().push(Instant::now());
-            serve_droppable(stream, proto, state.clone())
+            serve_droppable(stream, proto, counts.clone(), state.clone())
         })
-        .await;
-        Self {
-            stats,
-            listening,
-            _load: None,
-        }
-    }
-
-    pub fn url(&self) -> String {
-        self.listening.url("http")
-    }
-
-    pub fn requests(&self) -> u64 {
-        self.stats.requests.load(SeqCst)
-    }
-
-    pub fn connections(&self) -> u64 {
-        self.stats.connections.load(SeqCst)
+        .await
     }
 }
 
-/// The accept loop every test server runs on 127.0.0.1:0; dropping it aborts the loop and,
-/// with it, every connection it serves.
-pub struct Listening {
-    pub addr: SocketAddr,
+/// What every test server counts, in one place.
+#[derive(Default)]
+pub struct Counts {
+    /// TCP connections accepted (before any TLS handshake).
+    pub connections: AtomicU64,
+    /// Requests, each counted as it arrives, before its route runs.
+    pub requests: AtomicU64,
+}
+
+/// A test server: its accept loop on 127.0.0.1:0, its [`Counts`], what its routes count
+/// besides (`S`) and, for most, a hold on [`QUIET`] for reading. Dropping it aborts the
+/// loop and, with it, every connection it serves.
+pub struct Server<S> {
+    pub stats: Arc<S>,
+    pub counts: Arc<Counts>,
+    scheme: &'static str,
+    addr: SocketAddr,
     task: JoinHandle<()>,
+    load: Option<tokio::sync::RwLockReadGuard<'static, ()>>,
 }
 
-impl Drop for Listening {
+impl<S> Drop for Server<S> {
     fn drop(&mut self) {
         self.task.abort();
     }
 }
 
-impl Listening {
-    /// Binds 127.0.0.1:0 and hands each accepted connection (TCP_NODELAY set) to `conn`,
-    /// whose future is served on a task of its own. `conn` runs in the accept loop, so what
-    /// it counts is counted before the connection is served.
-    pub async fn start<C, F>(mut conn: C) -> Self
+impl<S> Server<S> {
+    /// Binds 127.0.0.1:0 and hands each accepted connection (TCP_NODELAY set, counted) to
+    /// `conn`, whose future is served on a task of its own. `conn` runs in the accept loop,
+    /// so what it records is recorded before the connection is served.
+    pub async fn listen<C, F>(
+        scheme: &'static str,
+        stats: Arc<S>,
+        load: Option<tokio::sync::RwLockReadGuard<'static, ()>>,
+        mut conn: C,
+    ) -> Self
     where
-        C: FnMut(TcpStream) -> F + Send + 'static,
+        C: FnMut(TcpStream, &Arc<Counts>) -> F + Send + 'static,
         F: Future<Output = ()> + Send + 'static,
     {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
+        let counts = Arc::new(Counts::default());
+        let c = counts.clone();
         let task = tokio::spawn(async move {
             let mut conns = tokio::task::JoinSet::new();
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     return;
                 };
+                c.connections.fetch_add(1, SeqCst);
                 stream.set_nodelay(true).unwrap();
-                conns.spawn(conn(stream));
+                conns.spawn(conn(stream, &c));
             }
         });
-        Self { addr, task }
+        Self {
+            stats,
+            counts,
+            scheme,
+            addr,
+            task,
+            load,
+        }
     }
 
-    /// `{scheme}://127.0.0.1:port`.
-    pub fn url(&self, scheme: &str) -> String {
-        format!("{scheme}://{}", self.addr)
+    /// `http://127.0.0.1:port` (`https://` for TLS).
+    pub fn url(&self) -> String {
+        format!("{}://{}", self.scheme, self.addr)
+    }
+
+    pub fn requests(&self) -> u64 {
+        self.counts.requests.load(SeqCst)
+    }
+
+    pub fn connections(&self) -> u64 {
+        self.counts.connections.load(SeqCst)
     }
 }
 
-/// Serves one connection with `handler` until it ends: HTTP/1.1, or HTTP/2 with prior
-/// knowledge for [`Proto::H2c`] (on a TLS stream: h2 as ALPN chose it).
-pub async fn serve<I, H, F, B>(io: I, proto: Proto, handler: H)
+/// Serves one connection with `handler` until it ends, counting each request in `counts`:
+/// HTTP/1.1, or HTTP/2 with prior knowledge for [`Proto::H2c`] (on a TLS stream: h2 as ALPN
+/// chose it).
+pub async fn serve<I, H, F, B>(io: I, proto: Proto, counts: Arc<Counts>, handler: H)
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     H: Fn(Request<Incoming>) -> F + Send + 'static,
@@ -209,7 +224,10 @@ where
     B: hyper::body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    let svc = service_fn(handler);
+    let svc = service_fn(move |req| {
+        counts.requests.fetch_add(1, SeqCst);
+        handler(req)
+    });
     let io = TokioIo::new(io);
     let _ = match proto {
         Proto::H1 => conn::http1::Builder::new().serve_connection(io, svc).await,
@@ -222,11 +240,11 @@ where
 }
 
 /// [`serve`] with this server's routes, until the connection ends or `/drop` drops it.
-async fn serve_droppable(stream: TcpStream, proto: Proto, state: Arc<State>) {
+async fn serve_droppable(stream: TcpStream, proto: Proto, counts: Arc<Counts>, state: Arc<State>) {
     let drop_now = Arc::new(Notify::new());
     let d = drop_now.clone();
     let fd = std::os::fd::AsRawFd::as_raw_fd(&stream);
-    let c = serve(stream, proto, move |req| {
+    let c = serve(stream, proto, counts, move |req| {
         handle(req, state.clone(), d.clone())
     });
     until_dropped(c, &drop_now, fd).await
@@ -275,7 +293,6 @@ async fn handle(
     drop_now: Arc<Notify>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let stats = &state.stats;
-    stats.requests.fetch_add(1, SeqCst);
     let path = req.uri().path().to_owned();
     let full_path = req
         .uri()

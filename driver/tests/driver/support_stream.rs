@@ -41,7 +41,7 @@ use hyper::{
 use tokio::sync::mpsc;
 
 pub use crate::support::Proto;
-use crate::support::{Listening, serve};
+use crate::support::{Counts, Server, serve};
 
 /// A response body fed through a channel; an `Err` item breaks it.
 pub struct ChanBody(mpsc::Receiver<Result<Bytes, std::io::Error>>);
@@ -58,11 +58,9 @@ impl Body for ChanBody {
     }
 }
 
-/// What the server counted.
+/// What the server counted besides [`Counts`].
 #[derive(Default)]
 pub struct Stats {
-    pub requests: AtomicU64,
-    pub connections: AtomicU64,
     /// Events sent, by type.
     pub sent: Mutex<BTreeMap<String, u64>>,
     /// Stream openings per route kind and player, e.g. `sse/3`.
@@ -82,40 +80,21 @@ impl Stats {
     }
 }
 
-pub struct StreamServer {
-    pub stats: Arc<Stats>,
-    listening: Listening,
-    _load: tokio::sync::RwLockReadGuard<'static, ()>,
-}
+/// The server of this file, with the routes above.
+pub type StreamServer = Server<Stats>;
 
-impl StreamServer {
+impl Server<Stats> {
     pub async fn start(proto: Proto) -> Self {
         let load = crate::support::QUIET.read().await;
         let stats = Arc::new(Stats::default());
         let st = stats.clone();
-        let listening = Listening::start(move |stream| {
-            st.connections.fetch_add(1, SeqCst);
-            let st = st.clone();
-            serve(stream, proto, move |req| handle(req, st.clone()))
+        Server::listen("http", stats, Some(load), move |stream, counts| {
+            let (st, c) = (st.clone(), counts.clone());
+            serve(stream, proto, counts.clone(), move |req| {
+                handle(req, st.clone(), c.clone())
+            })
         })
-        .await;
-        Self {
-            stats,
-            listening,
-            _load: load,
-        }
-    }
-
-    pub fn url(&self) -> String {
-        self.listening.url("http")
-    }
-
-    pub fn requests(&self) -> u64 {
-        self.stats.requests.load(SeqCst)
-    }
-
-    pub fn connections(&self) -> u64 {
-        self.stats.connections.load(SeqCst)
+        .await
     }
 
     pub fn opens(&self, key: &str) -> u64 {
@@ -200,11 +179,12 @@ fn stream(
     r
 }
 
+/// `counts` is only read: [`serve`] counted this request before it got here.
 async fn handle(
     req: Request<hyper::body::Incoming>,
     st: Arc<Stats>,
+    counts: Arc<Counts>,
 ) -> Result<Response<ChanBody>, Infallible> {
-    st.requests.fetch_add(1, SeqCst);
     let path = req.uri().path().to_owned();
     let _ = req.into_body().collect().await;
     let segs: Vec<&str> = path.trim_start_matches('/').split('/').collect();
@@ -278,7 +258,7 @@ async fn handle(
             }
         }
         ["v1", "session"] => {
-            let c = st.requests.load(SeqCst);
+            let c = counts.requests.load(SeqCst);
             json(serde_json::json!({"session": {"token": format!("t-{c}")}}))
         }
         ["v1", "games"] => {

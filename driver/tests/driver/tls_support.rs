@@ -22,7 +22,7 @@ use rustls::{
 };
 use tokio_rustls::TlsAcceptor;
 
-use crate::support::{Listening, Proto, QUIET, serve};
+use crate::support::{Proto, QUIET, Server, serve};
 
 /// A CA and one server certificate it signed.
 pub struct Pki {
@@ -78,28 +78,22 @@ impl Drop for TempFile {
     }
 }
 
-/// What the server counted.
+/// What the server counted besides [`Counts`](crate::support::Counts) (TCP connections
+/// accepted, requests answered in all protocols).
 #[derive(Default)]
 pub struct TlsStats {
-    /// TCP connections accepted.
-    pub connections: AtomicU64,
     /// TLS handshakes that completed.
     pub handshakes: AtomicU64,
     /// Of those, abbreviated ones that resumed an earlier session.
     pub resumed: AtomicU64,
-    /// Requests answered, all protocols.
-    pub requests: AtomicU64,
     /// Of those, requests that came as HTTP/2.
     pub h2_requests: AtomicU64,
 }
 
-pub struct TlsServer {
-    pub stats: Arc<TlsStats>,
-    listening: Listening,
-    _load: tokio::sync::RwLockReadGuard<'static, ()>,
-}
+/// The server of this file: every path answers `{"ok":true}`.
+pub type TlsServer = Server<TlsStats>;
 
-impl TlsServer {
+impl Server<TlsStats> {
     /// Serves TLS with `pki`'s certificate, selecting from `alpn` (empty: no ALPN at all).
     pub async fn start(pki: &Pki, alpn: &[&[u8]]) -> Self {
         let load = QUIET.read().await;
@@ -113,9 +107,8 @@ impl TlsServer {
         let acceptor = TlsAcceptor::from(Arc::new(config));
         let stats = Arc::new(TlsStats::default());
         let s = stats.clone();
-        let listening = Listening::start(move |tcp| {
-            s.connections.fetch_add(1, SeqCst);
-            let (acceptor, s) = (acceptor.clone(), s.clone());
+        Server::listen("https", stats, Some(load), move |tcp, counts| {
+            let (acceptor, s, counts) = (acceptor.clone(), s.clone(), counts.clone());
             async move {
                 // A client that refuses the certificate aborts the handshake here.
                 let Ok(tls) = acceptor.accept(tcp).await else {
@@ -130,20 +123,10 @@ impl TlsServer {
                 } else {
                     Proto::H1
                 };
-                serve(tls, proto, move |req| answer(req, s.clone())).await;
+                serve(tls, proto, counts, move |req| answer(req, s.clone())).await;
             }
         })
-        .await;
-        Self {
-            stats,
-            listening,
-            _load: load,
-        }
-    }
-
-    /// `https://127.0.0.1:port`.
-    pub fn url(&self) -> String {
-        self.listening.url("https")
+        .await
     }
 
     pub fn count(&self, what: fn(&TlsStats) -> &AtomicU64) -> u64 {
@@ -155,7 +138,6 @@ async fn answer(
     req: Request<hyper::body::Incoming>,
     stats: Arc<TlsStats>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
-    stats.requests.fetch_add(1, SeqCst);
     if req.version() == hyper::Version::HTTP_2 {
         stats.h2_requests.fetch_add(1, SeqCst);
     }
