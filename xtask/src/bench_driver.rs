@@ -624,14 +624,19 @@ fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-/// The side-by-side comparison; returns the markdown tables.
-pub fn bench_driver(root: &Path, args: &Args) -> Result<String> {
+/// What both runs need first: two cores, Ctrl-C caught, the path of herd's release binary
+/// and a scratch directory.
+fn prepare(root: &Path) -> Result<(PathBuf, TempDir)> {
     if cores() < 2 {
         bail!("the driver benchmark pins the server and the client to separate cores: it needs 2");
     }
     catch_sigint();
-    let herd = root.join("target/release/herd");
-    let dir = TempDir::new()?;
+    Ok((root.join("target/release/herd"), TempDir::new()?))
+}
+
+/// The side-by-side comparison; returns the markdown tables.
+pub fn bench_driver(root: &Path, args: &Args) -> Result<String> {
+    let (herd, dir) = prepare(root)?;
     let nginx = Nginx::start(&dir.0, 4096)?;
     let mut samples: Vec<(Tool, Sample)> = Vec::new();
     for rep in 0..args.reps {
@@ -747,12 +752,7 @@ pub fn bench_driver(root: &Path, args: &Args) -> Result<String> {
 
 /// The scale run; returns a markdown table.
 pub fn bench_scale(root: &Path, args: &Args) -> Result<String> {
-    if cores() < 2 {
-        bail!("the driver benchmark pins the server and the client to separate cores: it needs 2");
-    }
-    catch_sigint();
-    let herd = root.join("target/release/herd");
-    let dir = TempDir::new()?;
+    let (herd, dir) = prepare(root)?;
     let nginx = Nginx::start(&dir.0, args.players + 1024)?;
     if nofile() < args.players as u64 + 1024 {
         bail!(
