@@ -331,6 +331,16 @@ enum Proto {
     H2c,
 }
 
+impl Proto {
+    /// The protocol column of the tables.
+    fn label(self) -> &'static str {
+        match self {
+            Proto::H1 => "HTTP/1.1",
+            Proto::H2c => "h2c",
+        }
+    }
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 enum Tool {
     Wrk,
@@ -696,11 +706,7 @@ pub fn bench_driver(root: &Path, args: &Args) -> Result<String> {
         writeln!(
             t,
             "| {} | {} | {:.2} | {} | {} | {}–{} | {:.0} % | {:.0} % | {errors} |",
-            if tool.proto() == Proto::H1 {
-                "HTTP/1.1"
-            } else {
-                "h2c"
-            },
+            tool.proto().label(),
             tool.name(),
             median(&cpu),
             range(&cpu, 2),
@@ -730,11 +736,7 @@ pub fn bench_driver(root: &Path, args: &Args) -> Result<String> {
         writeln!(
             t,
             "| {} | {} | {} |",
-            if tool.proto() == Proto::H1 {
-                "HTTP/1.1"
-            } else {
-                "h2c"
-            },
+            tool.proto().label(),
             tool.name(),
             v.join(", ")
         )?;
