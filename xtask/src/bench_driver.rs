@@ -334,6 +334,16 @@ enum Proto {
     H2c,
 }
 
+impl Proto {
+    /// The protocol column of the tables.
+    fn label(self) -> &'static str {
+        match self {
+            Proto::H1 => "HTTP/1.1",
+            Proto::H2c => "h2c",
+        }
+    }
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 enum Tool {
     Wrk,
@@ -370,21 +380,11 @@ impl Tool {
     }
 }
 
-/// herd's side of the comparison: 50 players, each on its own connection, back to back (no
-/// think time), one GET, all arriving at once, for the whole run.
-fn herd_scenario(proto: Proto, seconds: u64) -> String {
-    let (port, transport) = match proto {
-        Proto::H1 => (H1_PORT, "h1"),
-        Proto::H2c => (H2C_PORT, "h2c"),
-    };
+/// The ops of both of herd's scenarios: one GET, and each player's long-lived response on
+/// its own connection.
+fn ops() -> String {
     format!(
-        "# Written by cargo xtask bench-driver.
-[target]
-url = \"http://127.0.0.1:{port}\"
-transport = \"{transport}\"
-connections = \"per_player\"
-
-[[op]]
+        "[[op]]
 name = \"get\"
 path = \"/\"
 
@@ -395,7 +395,26 @@ name = \"subscribe\"
 path = \"/stream\"
 kind = \"stream\"
 format = \"chunks\"
+"
+    )
+}
 
+/// herd's side of the comparison: 50 players, each on its own connection, back to back (no
+/// think time), one GET, all arriving at once, for the whole run.
+fn herd_scenario(proto: Proto, seconds: u64) -> String {
+    let (port, transport) = match proto {
+        Proto::H1 => (H1_PORT, "h1"),
+        Proto::H2c => (H2C_PORT, "h2c"),
+    };
+    let ops = ops();
+    format!(
+        "# Written by cargo xtask bench-driver.
+[target]
+url = \"http://127.0.0.1:{port}\"
+transport = \"{transport}\"
+connections = \"per_player\"
+
+{ops}
 [[step]]
 players = {CONNECTIONS}
 duration = \"{seconds}s\"
@@ -406,6 +425,7 @@ arrival = \"burst\"
 
 /// The scale run: every player on its own h2c connection, a call every 5 s.
 fn scale_scenario(players: usize, hold: u64) -> String {
+    let ops = ops();
     format!(
         "# Written by cargo xtask bench-driver --scale.
 [target]
@@ -418,18 +438,7 @@ connect_timeout = \"10s\"
 [player]
 tick = \"5s\"
 
-[[op]]
-name = \"get\"
-path = \"/\"
-
-# Each player's long-lived response on its own connection (the seeds' Subscribe): nginx
-# trickles a file at {STREAM_RATE} B/s; every chunk counts as an event.
-[[op]]
-name = \"subscribe\"
-path = \"/stream\"
-kind = \"stream\"
-format = \"chunks\"
-
+{ops}
 [[step]]
 players = {players}
 duration = \"10s\"
@@ -628,14 +637,19 @@ fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-/// The side-by-side comparison; returns the markdown tables.
-pub fn bench_driver(root: &Path, args: &Args) -> Result<String> {
+/// What both runs need first: two cores, Ctrl-C caught, the path of herd's release binary
+/// and a scratch directory.
+fn prepare(root: &Path) -> Result<(PathBuf, TempDir)> {
     if cores() < 2 {
         bail!("the driver benchmark pins the server and the client to separate cores: it needs 2");
     }
     catch_sigint();
-    let herd = root.join("target/release/herd");
-    let dir = TempDir::new()?;
+    Ok((root.join("target/release/herd"), TempDir::new()?))
+}
+
+/// The side-by-side comparison; returns the markdown tables.
+pub fn bench_driver(root: &Path, args: &Args) -> Result<String> {
+    let (herd, dir) = prepare(root)?;
     let nginx = Nginx::start(&dir.0, 4096)?;
     let mut samples: Vec<(Tool, Sample)> = Vec::new();
     for rep in 0..args.reps {
@@ -695,11 +709,7 @@ pub fn bench_driver(root: &Path, args: &Args) -> Result<String> {
         writeln!(
             t,
             "| {} | {} | {:.2} | {} | {} | {}–{} | {:.0} % | {:.0} % | {errors} |",
-            if tool.proto() == Proto::H1 {
-                "HTTP/1.1"
-            } else {
-                "h2c"
-            },
+            tool.proto().label(),
             tool.name(),
             median(&cpu),
             range(&cpu, 2),
@@ -729,11 +739,7 @@ pub fn bench_driver(root: &Path, args: &Args) -> Result<String> {
         writeln!(
             t,
             "| {} | {} | {} |",
-            if tool.proto() == Proto::H1 {
-                "HTTP/1.1"
-            } else {
-                "h2c"
-            },
+            tool.proto().label(),
             tool.name(),
             v.join(", ")
         )?;
@@ -751,12 +757,7 @@ pub fn bench_driver(root: &Path, args: &Args) -> Result<String> {
 
 /// The scale run; returns a markdown table.
 pub fn bench_scale(root: &Path, args: &Args) -> Result<String> {
-    if cores() < 2 {
-        bail!("the driver benchmark pins the server and the client to separate cores: it needs 2");
-    }
-    catch_sigint();
-    let herd = root.join("target/release/herd");
-    let dir = TempDir::new()?;
+    let (herd, dir) = prepare(root)?;
     let nginx = Nginx::start(&dir.0, args.players + 1024)?;
     if nofile() < args.players as u64 + 1024 {
         bail!(

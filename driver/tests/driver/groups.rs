@@ -2,10 +2,10 @@
 //! group's variables, and leave on the finish condition; the server's own counts of
 //! creates and joins match the driver's group counts.
 
-use herd_driver::{Player, RunReport, Scenario, Session, Stopped};
+use herd_driver::{Player, Scenario, Session, Stopped};
 
 use crate::{
-    support::{self, Proto},
+    support::{self, Proto, run},
     support_stream::StreamServer,
 };
 
@@ -16,10 +16,6 @@ fn scenario(server: &StreamServer, proto: Proto, body: &str) -> Scenario {
         proto.name()
     );
     Scenario::parse("groups.toml", &src, &[]).unwrap_or_else(|e| panic!("{e}"))
-}
-
-async fn run(s: Scenario) -> RunReport {
-    herd_driver::run(s, support::options()).await.unwrap()
 }
 
 const PAIRS: &str = r#"

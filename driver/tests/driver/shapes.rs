@@ -9,18 +9,26 @@ use herd_driver::{
 
 use crate::{
     shapes_server::ShapeServer,
-    support::{Proto, QUIET, options},
+    support::{Proto, QUIET, options, scenario_at},
 };
 
 fn parse(src: &str, server: &ShapeServer) -> Scenario {
-    Scenario::parse("test.toml", &src.replace("{url}", &server.url()), &[])
-        .unwrap_or_else(|e| panic!("{e}"))
+    scenario_at(src, &server.url())
 }
 
 async fn run(src: &str, server: &ShapeServer) -> RunReport {
     herd_driver::run(parse(src, server), options())
         .await
         .unwrap()
+}
+
+/// Each phase's name and kind, in the order the report lists them.
+fn phases(report: &RunReport) -> Vec<(&str, PhaseKind)> {
+    report
+        .steps
+        .iter()
+        .map(|s| (s.phase.as_str(), s.kind))
+        .collect()
 }
 
 fn open(s: &StepReport) -> &OpenStats {
@@ -286,13 +294,8 @@ duration = "400ms"
 ops = ["slow"]
 "#;
     let report = run(src, &server).await;
-    let phases: Vec<(&str, PhaseKind)> = report
-        .steps
-        .iter()
-        .map(|s| (s.phase.as_str(), s.kind))
-        .collect();
     assert_eq!(
-        phases,
+        phases(&report),
         vec![
             ("catalog home", PhaseKind::Catalog),
             ("catalog slow", PhaseKind::Catalog),
@@ -377,13 +380,8 @@ async fn a_staggered_stop_spreads_the_leaving() {
     )
     .await;
     assert_eq!(report.requests, server.requests());
-    let phases: Vec<(&str, PhaseKind)> = report
-        .steps
-        .iter()
-        .map(|s| (s.phase.as_str(), s.kind))
-        .collect();
     assert_eq!(
-        phases,
+        phases(&report),
         vec![
             ("step 1", PhaseKind::Step),
             ("step 2", PhaseKind::Step),

@@ -8,43 +8,26 @@
 use std::{
     collections::HashMap,
     convert::Infallible,
-    net::SocketAddr,
-    sync::{
-        Arc, Mutex,
-        atomic::{AtomicU64, Ordering::SeqCst},
-    },
+    sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
 use bytes::Bytes;
 use http_body_util::Full;
-use hyper::{Request, Response, server::conn, service::service_fn};
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use tokio::{net::TcpListener, task::JoinHandle};
+use hyper::{Request, Response};
 
-use crate::support::Proto;
+use crate::support::{Proto, Server, serve};
 
-/// What the server saw.
+/// What the server saw besides [`Counts`](crate::support::Counts).
 #[derive(Default)]
 pub struct Seen {
-    pub requests: AtomicU64,
-    pub connections: AtomicU64,
     /// Per path: count and last arrival.
     pub paths: Mutex<HashMap<String, (u64, Instant)>>,
     first_stall: Mutex<Option<Instant>>,
 }
 
-pub struct ShapeServer {
-    pub addr: SocketAddr,
-    pub seen: Arc<Seen>,
-    task: JoinHandle<()>,
-}
-
-impl Drop for ShapeServer {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
+/// The server of this file, with the routes above.
+pub type ShapeServer = Server<Seen>;
 
 #[derive(Clone, Copy)]
 struct Stall {
@@ -52,38 +35,19 @@ struct Stall {
     length: Duration,
 }
 
-impl ShapeServer {
+impl Server<Seen> {
     /// A server whose `/stall` route stalls once for `length`, `after` its first request.
     pub async fn start(proto: Proto, after: Duration, length: Duration) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
         let seen = Arc::new(Seen::default());
         let stall = Stall { after, length };
         let s = seen.clone();
-        let task = tokio::spawn(async move {
-            let mut conns = tokio::task::JoinSet::new();
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    return;
-                };
-                s.connections.fetch_add(1, SeqCst);
-                stream.set_nodelay(true).unwrap();
-                let s = s.clone();
-                conns.spawn(async move {
-                    let svc = service_fn(move |req| handle(req, s.clone(), stall));
-                    let io = TokioIo::new(stream);
-                    let _ = match proto {
-                        Proto::H1 => conn::http1::Builder::new().serve_connection(io, svc).await,
-                        Proto::H2c => {
-                            conn::http2::Builder::new(TokioExecutor::new())
-                                .serve_connection(io, svc)
-                                .await
-                        }
-                    };
-                });
-            }
-        });
-        Self { addr, seen, task }
+        Server::listen("http", seen, None, move |stream, counts| {
+            let s = s.clone();
+            serve(stream, proto, counts.clone(), move |req| {
+                handle(req, s.clone(), stall)
+            })
+        })
+        .await
     }
 
     /// A server that never stalls.
@@ -91,26 +55,19 @@ impl ShapeServer {
         Self::start(proto, Duration::ZERO, Duration::ZERO).await
     }
 
-    pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-
-    pub fn requests(&self) -> u64 {
-        self.seen.requests.load(SeqCst)
-    }
-
-    pub fn connections(&self) -> u64 {
-        self.seen.connections.load(SeqCst)
-    }
-
     /// Requests to `path`.
     pub fn count(&self, path: &str) -> u64 {
-        self.seen.paths.lock().unwrap().get(path).map_or(0, |p| p.0)
+        self.stats
+            .paths
+            .lock()
+            .unwrap()
+            .get(path)
+            .map_or(0, |p| p.0)
     }
 
     /// When `path` was last requested.
     pub fn last(&self, path: &str) -> Option<Instant> {
-        self.seen.paths.lock().unwrap().get(path).map(|p| p.1)
+        self.stats.paths.lock().unwrap().get(path).map(|p| p.1)
     }
 }
 
@@ -120,7 +77,6 @@ async fn handle(
     stall: Stall,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let now = Instant::now();
-    seen.requests.fetch_add(1, SeqCst);
     let path = req.uri().path().to_owned();
     {
         let mut paths = seen.paths.lock().unwrap();

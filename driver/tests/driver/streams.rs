@@ -4,7 +4,7 @@
 use herd_driver::{RunReport, Scenario, report::StreamStats};
 
 use crate::{
-    support::{self, Proto},
+    support::{Proto, run},
     support_stream::StreamServer,
 };
 
@@ -35,10 +35,6 @@ arrival = "burst"
         proto = proto.name(),
     );
     Scenario::parse("streams.toml", &src, &[]).unwrap_or_else(|e| panic!("{e}"))
-}
-
-async fn run(s: Scenario) -> RunReport {
-    herd_driver::run(s, support::options()).await.unwrap()
 }
 
 fn stream<'a>(r: &'a RunReport, op: &str) -> &'a StreamStats {

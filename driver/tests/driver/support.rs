@@ -20,9 +20,14 @@ use std::{
 use bytes::Bytes;
 use herd_driver::{RunOptions, RunReport, Scenario};
 use http_body_util::{BodyExt as _, Full};
-use hyper::{Request, Response, server::conn, service::service_fn};
+use hyper::{Request, Response, body::Incoming, server::conn, service::service_fn};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use tokio::{net::TcpListener, sync::Notify, task::JoinHandle};
+use tokio::{
+    io::{AsyncRead, AsyncWrite},
+    net::{TcpListener, TcpStream},
+    sync::Notify,
+    task::JoinHandle,
+};
 
 /// The protocol the server speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,11 +77,9 @@ impl Bucket {
     }
 }
 
-/// What the server counted.
+/// What the server counted besides [`Counts`].
 #[derive(Default)]
 pub struct Stats {
-    pub requests: AtomicU64,
-    pub connections: AtomicU64,
     pub granted: AtomicU64,
     pub limited: AtomicU64,
     games: AtomicU64,
@@ -86,25 +89,15 @@ pub struct Stats {
     pub accepted: Mutex<Vec<Instant>>,
 }
 
-pub struct TestServer {
-    pub addr: SocketAddr,
-    pub stats: Arc<Stats>,
-    task: JoinHandle<()>,
-    _load: Option<tokio::sync::RwLockReadGuard<'static, ()>>,
-}
-
-impl Drop for TestServer {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
+/// The server of this file, with the routes above.
+pub type TestServer = Server<Stats>;
 
 struct State {
     stats: Arc<Stats>,
     bucket: Bucket,
 }
 
-impl TestServer {
+impl Server<Stats> {
     pub async fn start(proto: Proto) -> Self {
         Self::with_bucket(proto, Bucket::new(1e9, 0.0)).await
     }
@@ -112,7 +105,7 @@ impl TestServer {
     pub async fn with_bucket(proto: Proto, bucket: Bucket) -> Self {
         let load = QUIET.read().await;
         let mut server = Self::unlocked(proto, bucket).await;
-        server._load = Some(load);
+        server.load = Some(load);
         server
     }
 
@@ -127,66 +120,134 @@ impl TestServer {
 
     /// A server that does not hold [`QUIET`].
     pub async fn unlocked(proto: Proto, bucket: Bucket) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
         let stats = Arc::new(Stats::default());
         let state = Arc::new(State {
             stats: stats.clone(),
             bucket,
         });
+        Server::listen("http", stats, None, move |stream, counts| {
+            state.stats.accepted.lock().unwrap().push(Instant::now());
+            serve_droppable(stream, proto, counts.clone(), state.clone())
+        })
+        .await
+    }
+}
+
+/// What every test server counts, in one place.
+#[derive(Default)]
+pub struct Counts {
+    /// TCP connections accepted (before any TLS handshake).
+    pub connections: AtomicU64,
+    /// Requests, each counted as it arrives, before its route runs.
+    pub requests: AtomicU64,
+}
+
+/// A test server: its accept loop on 127.0.0.1:0, its [`Counts`], what its routes count
+/// besides (`S`) and, for most, a hold on [`QUIET`] for reading. Dropping it aborts the
+/// loop and, with it, every connection it serves.
+pub struct Server<S> {
+    pub stats: Arc<S>,
+    pub counts: Arc<Counts>,
+    scheme: &'static str,
+    addr: SocketAddr,
+    task: JoinHandle<()>,
+    load: Option<tokio::sync::RwLockReadGuard<'static, ()>>,
+}
+
+impl<S> Drop for Server<S> {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl<S> Server<S> {
+    /// Binds 127.0.0.1:0 and hands each accepted connection (TCP_NODELAY set, counted) to
+    /// `conn`, whose future is served on a task of its own. `conn` runs in the accept loop,
+    /// so what it records is recorded before the connection is served.
+    pub async fn listen<C, F>(
+        scheme: &'static str,
+        stats: Arc<S>,
+        load: Option<tokio::sync::RwLockReadGuard<'static, ()>>,
+        mut conn: C,
+    ) -> Self
+    where
+        C: FnMut(TcpStream, &Arc<Counts>) -> F + Send + 'static,
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let counts = Arc::new(Counts::default());
+        let c = counts.clone();
         let task = tokio::spawn(async move {
             let mut conns = tokio::task::JoinSet::new();
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     return;
                 };
-                state.stats.connections.fetch_add(1, SeqCst);
-                state.stats.accepted.lock().unwrap().push(Instant::now());
+                c.connections.fetch_add(1, SeqCst);
                 stream.set_nodelay(true).unwrap();
-                conns.spawn(serve(stream, proto, state.clone()));
+                conns.spawn(conn(stream, &c));
             }
         });
         Self {
-            addr,
             stats,
+            counts,
+            scheme,
+            addr,
             task,
-            _load: None,
+            load,
         }
     }
 
+    /// `http://127.0.0.1:port` (`https://` for TLS).
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("{}://{}", self.scheme, self.addr)
     }
 
     pub fn requests(&self) -> u64 {
-        self.stats.requests.load(SeqCst)
+        self.counts.requests.load(SeqCst)
     }
 
     pub fn connections(&self) -> u64 {
-        self.stats.connections.load(SeqCst)
+        self.counts.connections.load(SeqCst)
     }
 }
 
-async fn serve(stream: tokio::net::TcpStream, proto: Proto, state: Arc<State>) {
+/// Serves one connection with `handler` until it ends, counting each request in `counts`:
+/// HTTP/1.1, or HTTP/2 with prior knowledge for [`Proto::H2c`] (on a TLS stream: h2 as ALPN
+/// chose it).
+pub async fn serve<I, H, F, B>(io: I, proto: Proto, counts: Arc<Counts>, handler: H)
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    H: Fn(Request<Incoming>) -> F + Send + 'static,
+    F: Future<Output = Result<Response<B>, Infallible>> + Send + 'static,
+    B: hyper::body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let svc = service_fn(move |req| {
+        counts.requests.fetch_add(1, SeqCst);
+        handler(req)
+    });
+    let io = TokioIo::new(io);
+    let _ = match proto {
+        Proto::H1 => conn::http1::Builder::new().serve_connection(io, svc).await,
+        Proto::H2c => {
+            conn::http2::Builder::new(TokioExecutor::new())
+                .serve_connection(io, svc)
+                .await
+        }
+    };
+}
+
+/// [`serve`] with this server's routes, until the connection ends or `/drop` drops it.
+async fn serve_droppable(stream: TcpStream, proto: Proto, counts: Arc<Counts>, state: Arc<State>) {
     let drop_now = Arc::new(Notify::new());
     let d = drop_now.clone();
-    let svc = service_fn(move |req| handle(req, state.clone(), d.clone()));
     let fd = std::os::fd::AsRawFd::as_raw_fd(&stream);
-    let io = TokioIo::new(stream);
-    match proto {
-        Proto::H1 => {
-            until_dropped(
-                conn::http1::Builder::new().serve_connection(io, svc),
-                &drop_now,
-                fd,
-            )
-            .await
-        }
-        Proto::H2c => {
-            let c = conn::http2::Builder::new(TokioExecutor::new()).serve_connection(io, svc);
-            until_dropped(c, &drop_now, fd).await
-        }
-    }
+    let c = serve(stream, proto, counts, move |req| {
+        handle(req, state.clone(), d.clone())
+    });
+    until_dropped(c, &drop_now, fd).await
 }
 
 /// Serves the connection until it ends or a handler asks to drop it; a dropped connection
@@ -227,12 +288,11 @@ pub fn blob(name: &str) -> Vec<u8> {
 }
 
 async fn handle(
-    req: Request<hyper::body::Incoming>,
+    req: Request<Incoming>,
     state: Arc<State>,
     drop_now: Arc<Notify>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let stats = &state.stats;
-    stats.requests.fetch_add(1, SeqCst);
     let path = req.uri().path().to_owned();
     let full_path = req
         .uri()
@@ -314,8 +374,12 @@ pub fn options() -> RunOptions {
 
 /// Parses `src` with `{url}` replaced by the server's URL.
 pub fn scenario(src: &str, server: &TestServer) -> Scenario {
-    Scenario::parse("test.toml", &src.replace("{url}", &server.url()), &[])
-        .unwrap_or_else(|e| panic!("{e}"))
+    scenario_at(src, &server.url())
+}
+
+/// Parses `src` with `{url}` replaced by `url`.
+pub fn scenario_at(src: &str, url: &str) -> Scenario {
+    Scenario::parse("test.toml", &src.replace("{url}", url), &[]).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Runs the file's players.

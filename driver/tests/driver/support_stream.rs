@@ -23,7 +23,6 @@
 use std::{
     collections::BTreeMap,
     convert::Infallible,
-    net::SocketAddr,
     pin::Pin,
     sync::{
         Arc, Mutex,
@@ -38,13 +37,11 @@ use http_body_util::BodyExt as _;
 use hyper::{
     Request, Response,
     body::{Body, Frame},
-    server::conn,
-    service::service_fn,
 };
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use tokio::{net::TcpListener, sync::mpsc, task::JoinHandle};
+use tokio::sync::mpsc;
 
 pub use crate::support::Proto;
+use crate::support::{Counts, Server, serve};
 
 /// A response body fed through a channel; an `Err` item breaks it.
 pub struct ChanBody(mpsc::Receiver<Result<Bytes, std::io::Error>>);
@@ -61,11 +58,9 @@ impl Body for ChanBody {
     }
 }
 
-/// What the server counted.
+/// What the server counted besides [`Counts`].
 #[derive(Default)]
 pub struct Stats {
-    pub requests: AtomicU64,
-    pub connections: AtomicU64,
     /// Events sent, by type.
     pub sent: Mutex<BTreeMap<String, u64>>,
     /// Stream openings per route kind and player, e.g. `sse/3`.
@@ -85,69 +80,21 @@ impl Stats {
     }
 }
 
-pub struct StreamServer {
-    pub addr: SocketAddr,
-    pub stats: Arc<Stats>,
-    task: JoinHandle<()>,
-    _load: tokio::sync::RwLockReadGuard<'static, ()>,
-}
+/// The server of this file, with the routes above.
+pub type StreamServer = Server<Stats>;
 
-impl Drop for StreamServer {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-impl StreamServer {
+impl Server<Stats> {
     pub async fn start(proto: Proto) -> Self {
         let load = crate::support::QUIET.read().await;
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
         let stats = Arc::new(Stats::default());
         let st = stats.clone();
-        let task = tokio::spawn(async move {
-            let mut conns = tokio::task::JoinSet::new();
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    return;
-                };
-                st.connections.fetch_add(1, SeqCst);
-                stream.set_nodelay(true).unwrap();
-                let st = st.clone();
-                conns.spawn(async move {
-                    let svc = service_fn(move |req| handle(req, st.clone()));
-                    let io = TokioIo::new(stream);
-                    match proto {
-                        Proto::H1 => {
-                            let _ = conn::http1::Builder::new().serve_connection(io, svc).await;
-                        }
-                        Proto::H2c => {
-                            let _ = conn::http2::Builder::new(TokioExecutor::new())
-                                .serve_connection(io, svc)
-                                .await;
-                        }
-                    }
-                });
-            }
-        });
-        Self {
-            addr,
-            stats,
-            task,
-            _load: load,
-        }
-    }
-
-    pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-
-    pub fn requests(&self) -> u64 {
-        self.stats.requests.load(SeqCst)
-    }
-
-    pub fn connections(&self) -> u64 {
-        self.stats.connections.load(SeqCst)
+        Server::listen("http", stats, Some(load), move |stream, counts| {
+            let (st, c) = (st.clone(), counts.clone());
+            serve(stream, proto, counts.clone(), move |req| {
+                handle(req, st.clone(), c.clone())
+            })
+        })
+        .await
     }
 
     pub fn opens(&self, key: &str) -> u64 {
@@ -232,11 +179,12 @@ fn stream(
     r
 }
 
+/// `counts` is only read: [`serve`] counted this request before it got here.
 async fn handle(
     req: Request<hyper::body::Incoming>,
     st: Arc<Stats>,
+    counts: Arc<Counts>,
 ) -> Result<Response<ChanBody>, Infallible> {
-    st.requests.fetch_add(1, SeqCst);
     let path = req.uri().path().to_owned();
     let _ = req.into_body().collect().await;
     let segs: Vec<&str> = path.trim_start_matches('/').split('/').collect();
@@ -310,7 +258,7 @@ async fn handle(
             }
         }
         ["v1", "session"] => {
-            let c = st.requests.load(SeqCst);
+            let c = counts.requests.load(SeqCst);
             json(serde_json::json!({"session": {"token": format!("t-{c}")}}))
         }
         ["v1", "games"] => {

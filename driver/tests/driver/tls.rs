@@ -2,10 +2,10 @@
 //! over h2 and HTTP/1.1 over TLS, trust by `ca` and `insecure`, and TLS or ALPN failures as
 //! classified outcomes of a run that still ends with results.
 
-use herd_driver::{RunReport, Scenario, transport};
+use herd_driver::{Scenario, transport};
 
 use crate::{
-    support::{Proto, TestServer, options},
+    support::{Proto, TestServer, run},
     tls_support::{Pki, TempFile, TlsServer, TlsStats},
 };
 
@@ -34,10 +34,6 @@ arrival = "burst"
     Scenario::parse("test.toml", &src, &[]).unwrap_or_else(|e| panic!("{e}"))
 }
 
-async fn run(s: Scenario) -> RunReport {
-    herd_driver::run(s, options()).await.unwrap()
-}
-
 fn ca_line(ca: &TempFile) -> String {
     format!("ca = {:?}", ca.0.display().to_string())
 }
@@ -56,7 +52,7 @@ async fn counts(transport: &str, trust: &str, pool: Option<usize>) {
         extra.push_str(&format!("\nconnections = \"pool\"\npool_size = {n}"));
     }
     let report = run(scenario(&server.url(), transport, &extra, 5)).await;
-    let served = server.count(|s: &TlsStats| &s.requests);
+    let served = server.requests();
     assert_eq!(report.requests, served, "driver vs server request count");
     assert!(
         report.requests >= 5 * 20,
@@ -71,7 +67,7 @@ async fn counts(transport: &str, trust: &str, pool: Option<usize>) {
         "h2 requests"
     );
     let want = pool.unwrap_or(5) as u64;
-    assert_eq!(server.count(|s: &TlsStats| &s.connections), want);
+    assert_eq!(server.connections(), want);
     assert_eq!(server.count(|s: &TlsStats| &s.handshakes), want);
     // Players are distinct clients: none resumes a session another player's connect got.
     assert_eq!(
@@ -141,7 +137,7 @@ async fn an_untrusted_certificate_is_a_tls_outcome_for_every_op() {
         );
     }
     assert_eq!(server.count(|s: &TlsStats| &s.handshakes), 0);
-    assert_eq!(server.count(|s: &TlsStats| &s.requests), 0);
+    assert_eq!(server.requests(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -205,7 +201,7 @@ async fn h2_against_an_http1_only_server_is_a_protocol_error_naming_its_choice()
         report.outcome_count("ok", "transport_error.protocol"),
         report.requests
     );
-    assert_eq!(server.count(|s: &TlsStats| &s.requests), 0);
+    assert_eq!(server.requests(), 0);
 
     // A server without ALPN at all gets the same verdict, worded for it.
     let plain = TlsServer::start(&pki, &[]).await;
@@ -215,7 +211,7 @@ async fn h2_against_an_http1_only_server_is_a_protocol_error_naming_its_choice()
     // ... while HTTP/1.1 over TLS needs no ALPN.
     let report = run(scenario(&plain.url(), "h1", "insecure = true", 1)).await;
     assert_eq!(report.outcome_count("ok", "ok"), report.requests);
-    assert_eq!(report.requests, plain.count(|s: &TlsStats| &s.requests));
+    assert_eq!(report.requests, plain.requests());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -300,7 +296,7 @@ async fn the_insecure_flag_accepts_what_the_file_alone_refuses() {
     let report = run(s).await;
     assert!(report.requests >= 2);
     assert_eq!(report.outcome_count("ok", "ok"), report.requests);
-    assert_eq!(report.requests, server.count(|s: &TlsStats| &s.requests));
+    assert_eq!(report.requests, server.requests());
     let mut plain = scenario("http://127.0.0.1:1", "h1", "", 1);
     assert!(
         !plain.target.accept_any_certificate(),

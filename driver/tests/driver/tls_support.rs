@@ -4,7 +4,6 @@
 
 use std::{
     convert::Infallible,
-    net::SocketAddr,
     path::PathBuf,
     sync::{
         Arc,
@@ -14,18 +13,16 @@ use std::{
 
 use bytes::Bytes;
 use http_body_util::Full;
-use hyper::{Request, Response, server::conn, service::service_fn};
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper::{Request, Response};
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 use rustls::{
     ServerConfig,
     crypto::ring,
     pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer},
 };
-use tokio::{net::TcpListener, task::JoinHandle};
 use tokio_rustls::TlsAcceptor;
 
-use crate::support::QUIET;
+use crate::support::{Proto, QUIET, Server, serve};
 
 /// A CA and one server certificate it signed.
 pub struct Pki {
@@ -81,35 +78,22 @@ impl Drop for TempFile {
     }
 }
 
-/// What the server counted.
+/// What the server counted besides [`Counts`](crate::support::Counts) (TCP connections
+/// accepted, requests answered in all protocols).
 #[derive(Default)]
 pub struct TlsStats {
-    /// TCP connections accepted.
-    pub connections: AtomicU64,
     /// TLS handshakes that completed.
     pub handshakes: AtomicU64,
     /// Of those, abbreviated ones that resumed an earlier session.
     pub resumed: AtomicU64,
-    /// Requests answered, all protocols.
-    pub requests: AtomicU64,
     /// Of those, requests that came as HTTP/2.
     pub h2_requests: AtomicU64,
 }
 
-pub struct TlsServer {
-    pub addr: SocketAddr,
-    pub stats: Arc<TlsStats>,
-    task: JoinHandle<()>,
-    _load: tokio::sync::RwLockReadGuard<'static, ()>,
-}
+/// The server of this file: every path answers `{"ok":true}`.
+pub type TlsServer = Server<TlsStats>;
 
-impl Drop for TlsServer {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-impl TlsServer {
+impl Server<TlsStats> {
     /// Serves TLS with `pki`'s certificate, selecting from `alpn` (empty: no ALPN at all).
     pub async fn start(pki: &Pki, alpn: &[&[u8]]) -> Self {
         let load = QUIET.read().await;
@@ -121,52 +105,28 @@ impl TlsServer {
             .unwrap();
         config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
         let acceptor = TlsAcceptor::from(Arc::new(config));
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
         let stats = Arc::new(TlsStats::default());
         let s = stats.clone();
-        let task = tokio::spawn(async move {
-            let mut conns = tokio::task::JoinSet::new();
-            loop {
-                let Ok((tcp, _)) = listener.accept().await else {
+        Server::listen("https", stats, Some(load), move |tcp, counts| {
+            let (acceptor, s, counts) = (acceptor.clone(), s.clone(), counts.clone());
+            async move {
+                // A client that refuses the certificate aborts the handshake here.
+                let Ok(tls) = acceptor.accept(tcp).await else {
                     return;
                 };
-                s.connections.fetch_add(1, SeqCst);
-                tcp.set_nodelay(true).unwrap();
-                let (acceptor, s) = (acceptor.clone(), s.clone());
-                conns.spawn(async move {
-                    // A client that refuses the certificate aborts the handshake here.
-                    let Ok(tls) = acceptor.accept(tcp).await else {
-                        return;
-                    };
-                    s.handshakes.fetch_add(1, SeqCst);
-                    if tls.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed) {
-                        s.resumed.fetch_add(1, SeqCst);
-                    }
-                    let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
-                    let svc = service_fn(move |req| answer(req, s.clone()));
-                    let io = TokioIo::new(tls);
-                    let _ = if h2 {
-                        conn::http2::Builder::new(TokioExecutor::new())
-                            .serve_connection(io, svc)
-                            .await
-                    } else {
-                        conn::http1::Builder::new().serve_connection(io, svc).await
-                    };
-                });
+                s.handshakes.fetch_add(1, SeqCst);
+                if tls.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed) {
+                    s.resumed.fetch_add(1, SeqCst);
+                }
+                let proto = if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
+                    Proto::H2c
+                } else {
+                    Proto::H1
+                };
+                serve(tls, proto, counts, move |req| answer(req, s.clone())).await;
             }
-        });
-        Self {
-            addr,
-            stats,
-            task,
-            _load: load,
-        }
-    }
-
-    /// `https://127.0.0.1:port`.
-    pub fn url(&self) -> String {
-        format!("https://{}", self.addr)
+        })
+        .await
     }
 
     pub fn count(&self, what: fn(&TlsStats) -> &AtomicU64) -> u64 {
@@ -178,7 +138,6 @@ async fn answer(
     req: Request<hyper::body::Incoming>,
     stats: Arc<TlsStats>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
-    stats.requests.fetch_add(1, SeqCst);
     if req.version() == hyper::Version::HTTP_2 {
         stats.h2_requests.fetch_add(1, SeqCst);
     }
