@@ -1,10 +1,10 @@
-//! Plain-text rendering of the result stream: one progress line per interval and the
-//! per-step × op table at the end.
+//! Plain-text rendering of a run's result: the per-step × op table at the end (the live
+//! view of each interval is herd's, in `herd/src/live.rs`).
 
 use std::fmt::Write as _;
 
 use crate::{
-    report::{IntervalReport, OpStats, RunReport, StepReport},
+    report::{OpStats, RunReport, StepReport},
     scenario::PhaseKind,
 };
 
@@ -31,61 +31,6 @@ pub fn count(n: u64) -> String {
         out.push(c);
     }
     out
-}
-
-/// One progress line for an interval: time, step, players, req/s and per op its rate, p99
-/// and every outcome other than `ok`; `SATURATED` when the driver was the limit.
-pub fn progress_line(iv: &IntervalReport, steps: usize) -> String {
-    let mut line = format!("{:>7.1}s", iv.end_ms as f64 / 1e3);
-    match (iv.step, &iv.phase) {
-        // A plan of steps alone reads `step 2/3`; other plans name the phase.
-        (Some(k), Some(name)) if *name != format!("step {}", k + 1) => {
-            let _ = write!(line, "  {name} ({}/{steps})", k + 1);
-        }
-        (Some(k), _) => {
-            let _ = write!(line, "  step {}/{steps}", k + 1);
-        }
-        (None, _) => line.push_str("  --"),
-    }
-    let _ = write!(line, "  players {}", iv.players);
-    if iv.in_flight > 0 {
-        let _ = write!(line, " +{} in flight", iv.in_flight);
-    }
-    if iv.hammer_workers > 0 {
-        let _ = write!(line, " +{} hammer", iv.hammer_workers);
-    }
-    // An empty f64 sum is -0.0, which would print as `-0`.
-    let total: f64 = iv.ops.iter().map(|o| o.rate).sum::<f64>() + 0.0;
-    let _ = write!(line, "  {total:.0} req/s");
-    if iv.late_starts + iv.dropped_starts > 0 {
-        let _ = write!(
-            line,
-            " (late starts {}, dropped starts {})",
-            iv.late_starts, iv.dropped_starts
-        );
-    }
-    for op in &iv.ops {
-        let _ = write!(
-            line,
-            " | {} {:.0}/s p99 {}",
-            op.op,
-            op.rate,
-            duration_us(op.latency.p99_us)
-        );
-        for (outcome, n) in op.outcomes.iter().filter(|(o, _)| o.as_str() != "ok") {
-            let _ = write!(line, " {outcome} {n}");
-        }
-    }
-    line.push_str(&play::progress(&iv.play, iv.duration_ms as f64 / 1e3));
-    if iv.driver.saturated {
-        let _ = write!(
-            line,
-            " | SATURATED driver cpu {:.0}% lag p99 {}",
-            iv.driver.cpu_percent,
-            duration_us(iv.driver.lag_p99_us)
-        );
-    }
-    line
 }
 
 /// Outcomes as `ok 1 200, timeout 3 (0.2 %)`: counts, most frequent first, with the share
@@ -211,10 +156,9 @@ pub fn table(report: &RunReport) -> String {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
 
     use super::*;
-    use crate::report::{DriverHealth, IntervalOp, Latency, OutcomeStats};
+    use crate::report::{Latency, OutcomeStats};
 
     fn lat(p50: u64, p99: u64, max: u64) -> Latency {
         Latency {
@@ -329,44 +273,5 @@ hammer: 20 workers, 1.0s, 0 connects, 0 reconnects, 0 connect errors
   games.list    600  600.0  900µs  2.0ms  53ms  rate_limited 590 (98.33 %), ok 10
 ";
         assert_eq!(table(&report), want);
-    }
-
-    #[test]
-    fn progress_line_shows_errors_per_op() {
-        let iv = IntervalReport {
-            index: 2,
-            end_ms: 3_000,
-            duration_ms: 1_000,
-            step: Some(1),
-            phase: Some("step 2".into()),
-            late_starts: 0,
-            dropped_starts: 0,
-            in_flight: 0,
-            players: 200,
-            hammer_workers: 20,
-            ops: vec![IntervalOp {
-                op: "game.state".into(),
-                count: 400,
-                rate: 400.0,
-                latency: lat(1_000, 12_300, 20_000),
-                outcomes: BTreeMap::from([("ok".into(), 397), ("timeout".into(), 3)]),
-            }],
-            connects: 0,
-            reconnects: 0,
-            connect_errors: 0,
-            play: Default::default(),
-            driver: DriverHealth {
-                cpu_percent: 195.0,
-                cores: 2,
-                rss_bytes: 0,
-                lag_p99_us: 900,
-                lag_max_us: 900,
-                saturated: true,
-            },
-        };
-        assert_eq!(
-            progress_line(&iv, 3),
-            "    3.0s  step 2/3  players 200 +20 hammer  400 req/s | game.state 400/s p99 12ms timeout 3 | SATURATED driver cpu 195% lag p99 900µs"
-        );
     }
 }

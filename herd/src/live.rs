@@ -270,6 +270,27 @@ pub fn plain_line(iv: &IntervalReport, steps: usize) -> String {
             let _ = write!(line, " {outcome}={n}");
         }
     }
+    let secs = iv.duration_ms.max(1) as f64 / 1e3;
+    for st in &iv.play.streams {
+        let errors: u64 = st.errors.values().sum();
+        let _ = write!(
+            line,
+            " | {} events={} ev/s={} opened={} reconnects={} errors={errors}",
+            st.op,
+            st.events,
+            rate(st.events as f64 / secs),
+            st.opened,
+            st.reconnects
+        );
+    }
+    let g = &iv.play.groups;
+    if !g.is_zero() {
+        let _ = write!(
+            line,
+            " | groups formed={} finished={} failed={} abandoned={}",
+            g.formed, g.finished, g.failed, g.abandoned
+        );
+    }
     let _ = write!(line, " | driver_cpu={:.0}%", iv.driver.cpu_percent);
     if iv.driver.saturated {
         let _ = write!(line, " SATURATED lag_p99={}", ms(iv.driver.lag_p99_us));
@@ -334,6 +355,31 @@ pub fn block(iv: &IntervalReport, steps: usize) -> Vec<String> {
     }
     if iv.ops.is_empty() {
         lines.push("  (no op finished in this interval)".to_owned());
+    }
+    let secs = iv.duration_ms.max(1) as f64 / 1e3;
+    for st in &iv.play.streams {
+        let mut l = format!(
+            "  stream {}: {} ev/s, {} opened, {} reconnects",
+            st.op,
+            rate(st.events as f64 / secs),
+            st.opened,
+            st.reconnects
+        );
+        if let Some((class, n)) = st.errors.iter().max_by_key(|(_, n)| **n) {
+            let _ = write!(
+                l,
+                ", errors {} (top: {class} {n})",
+                st.errors.values().sum::<u64>()
+            );
+        }
+        lines.push(l);
+    }
+    let g = &iv.play.groups;
+    if !g.is_zero() {
+        lines.push(format!(
+            "  groups: {} formed, {} finished, {} failed, {} abandoned",
+            g.formed, g.finished, g.failed, g.abandoned
+        ));
     }
     let d = &iv.driver;
     let mut driver = format!(
@@ -488,6 +534,40 @@ mod tests {
         assert!(
             head.contains("step 1/3  players 0 (catalog-game.state)"),
             "{head}"
+        );
+    }
+
+    #[test]
+    fn streams_and_groups_show_per_interval() {
+        let mut iv = sequence().remove(0);
+        iv.play.streams.push(herd_driver::report::StreamStats {
+            op: "events".into(),
+            kind: "ndjson".into(),
+            opened: 50,
+            reconnects: 2,
+            events: 400,
+            by_type: Default::default(),
+            errors: [("ended".to_owned(), 2)].into_iter().collect(),
+            first_event: None,
+        });
+        iv.play.groups.formed = 25;
+        let line = Live::new(Style::Lines, 2).interval(&iv);
+        assert!(
+            line.contains(
+                " | events events=400 ev/s=400 opened=50 reconnects=2 errors=2 | groups formed=25 finished=0 failed=0 abandoned=0 | driver_cpu="
+            ),
+            "{line}"
+        );
+        let b = block(&iv, 2);
+        assert!(
+            b.iter().any(|l| l
+                == "  stream events: 400 ev/s, 50 opened, 2 reconnects, errors 2 (top: ended 2)"),
+            "{b:?}"
+        );
+        assert!(
+            b.iter()
+                .any(|l| l == "  groups: 25 formed, 0 finished, 0 failed, 0 abandoned"),
+            "{b:?}"
         );
     }
 

@@ -201,43 +201,4 @@ rate 1: 200 req/s open model, 2.0s: 390 of 400 arrivals sent (195.0/s), 3 late s
 ";
         assert_eq!(table(&report), want);
     }
-
-    #[test]
-    fn a_rate_phase_progress_line_names_it_and_its_starts() {
-        let iv = crate::report::IntervalReport {
-            play: Default::default(),
-            index: 0,
-            end_ms: 1_000,
-            duration_ms: 1_000,
-            step: Some(3),
-            phase: Some("rate 1".into()),
-            late_starts: 2,
-            dropped_starts: 7,
-            in_flight: 40,
-            players: 0,
-            hammer_workers: 0,
-            ops: vec![],
-            connects: 0,
-            reconnects: 0,
-            connect_errors: 0,
-            driver: crate::report::DriverHealth::default(),
-        };
-        assert_eq!(
-            crate::text::progress_line(&iv, 5),
-            "    1.0s  rate 1 (4/5)  players 0 +40 in flight  0 req/s (late starts 2, dropped starts 7)"
-        );
-        // A step after the catalog's routes is named, not numbered by its plan index.
-        let step = crate::report::IntervalReport {
-            phase: Some("step 1".into()),
-            late_starts: 0,
-            dropped_starts: 0,
-            in_flight: 0,
-            players: 3,
-            ..iv
-        };
-        assert_eq!(
-            crate::text::progress_line(&step, 5),
-            "    1.0s  step 1 (4/5)  players 3  0 req/s"
-        );
-    }
 }

@@ -69,33 +69,6 @@ fn stream_line(s: &StreamStats) -> String {
     l
 }
 
-/// ` | events.subscribe 120 ev/s errors 2 | groups formed 3 finished 2 failed 0 abandoned 0`
-/// for a progress line (empty without streams or groups).
-pub fn progress(p: &PlayStats, secs: f64) -> String {
-    let mut l = String::new();
-    for s in &p.streams {
-        let _ = write!(
-            l,
-            " | {} {:.0} ev/s",
-            s.op,
-            s.events as f64 / secs.max(1e-3)
-        );
-        let errors: u64 = s.errors.values().sum();
-        if errors > 0 {
-            let _ = write!(l, " errors {errors}");
-        }
-    }
-    let g = &p.groups;
-    if !g.is_zero() {
-        let _ = write!(
-            l,
-            " | groups formed {} finished {} failed {} abandoned {}",
-            g.formed, g.finished, g.failed, g.abandoned
-        );
-    }
-    l
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -128,10 +101,6 @@ mod tests {
         assert_eq!(
             lines(&p),
             "  stream sub (sse): 1 204 events (move 1 000, chat 204), first event p50 1.2ms p99 4.0ms, 4 opened, 2 reconnects, errors: ended 2\n  groups: 12 formed, 10 finished, 1 failed, 1 abandoned\n"
-        );
-        assert_eq!(
-            progress(&p, 2.0),
-            " | sub 602 ev/s errors 2 | groups formed 12 finished 10 failed 1 abandoned 1"
         );
     }
 }
