@@ -8,7 +8,7 @@
 //! its own `Transfer-Encoding` hand the connection to hyper for the rest of its life
 //! ([`super::h1`]); so does nothing else.
 
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Waker};
 
 use bytes::{Buf as _, Bytes, BytesMut};
 use http::{
@@ -149,10 +149,9 @@ impl Raw {
         let mut cx = Context::from_waker(Waker::noop());
         let mut byte = [0u8; 1];
         let mut buf = ReadBuf::new(&mut byte);
-        match self.io.poll_peek(&mut cx, &mut buf) {
-            Poll::Pending => false,
-            Poll::Ready(_) => true,
-        }
+        // Any answer (end of stream, stray bytes, an error) means the connection cannot
+        // carry the next request; nothing to read yet is the healthy case.
+        self.io.poll_peek(&mut cx, &mut buf).is_ready()
     }
 
     async fn exchange(
@@ -517,10 +516,10 @@ mod tests {
 
     #[tokio::test]
     async fn connection_close_and_an_idle_hang_up_mark_the_connection_closed() {
-        let (dial, server) = server(vec![b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"]).await;
+        let (dial, served) = server(vec![b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"]).await;
         let mut c = connection(&dial, dial.tcp().await.unwrap()).unwrap();
         c.send(get("/")).await.unwrap();
-        server.await.unwrap(); // the server hangs up, idle
+        served.await.unwrap(); // the server hangs up, idle
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         // The reactor learns of the hang-up on its next turn.
         while !c.is_closed() {
