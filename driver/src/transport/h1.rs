@@ -1,4 +1,5 @@
-//! HTTP/1.1: one request at a time per connection.
+//! HTTP/1.1: one request at a time per connection. Over plain TCP a player's calls take
+//! [`super::h1_raw`]'s hand-written path; over TLS, and for streams, hyper's client here.
 
 use bytes::Bytes;
 use http::{HeaderValue, header::HOST};
@@ -14,7 +15,7 @@ pub(crate) struct H1(pub Dial);
 
 impl Transport for H1 {
     fn connect(&self) -> BoxFuture<'_, Result<Box<dyn Connection>, TransportError>> {
-        Box::pin(async move { handshake(&self.0, self.0.tcp().await?).await })
+        Box::pin(async move { super::h1_raw::connection(&self.0, self.0.tcp().await?) })
     }
 
     fn multiplexed(&self) -> bool {
@@ -30,18 +31,31 @@ pub(super) async fn handshake<S>(
 where
     S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
+    let host = HeaderValue::from_str(&dial.authority).map_err(|e| dial.failed(e.to_string()))?;
+    let h = hyper_handshake(stream, host).await?;
+    Ok(Box::new(h) as Box<dyn Connection>)
+}
+
+/// hyper's client connection on `stream`, driven by a task of its own.
+pub(super) async fn hyper_handshake<S>(
+    stream: S,
+    host: HeaderValue,
+) -> Result<Hyper, TransportError>
+where
+    S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
     let (sender, conn) = http1::handshake(TokioIo::new(stream))
         .await
-        .map_err(|e| dial.failed(e.to_string()))?;
+        .map_err(from_hyper)?;
     tokio::spawn(async move {
         // The connection's own errors reach the request that was in flight.
         let _ = conn.await;
     });
-    let host = HeaderValue::from_str(&dial.authority).map_err(|e| dial.failed(e.to_string()))?;
-    Ok(Box::new(H1Connection { sender, host }) as Box<dyn Connection>)
+    Ok(Hyper { sender, host })
 }
 
-struct H1Connection {
+/// An HTTP/1.1 connection run by hyper.
+pub(super) struct Hyper {
     sender: http1::SendRequest<Full<Bytes>>,
     host: HeaderValue,
 }
@@ -51,7 +65,7 @@ fn from_hyper(e: hyper::Error) -> TransportError {
     super::from_hyper(e).0
 }
 
-impl H1Connection {
+impl Hyper {
     async fn head(
         &mut self,
         req: Request,
@@ -67,35 +81,43 @@ impl H1Connection {
         r.headers_mut().insert(HOST, self.host.clone());
         self.sender.send_request(r).await.map_err(from_hyper)
     }
+
+    pub(super) async fn open_stream(&mut self, req: Request) -> Result<Streaming, TransportError> {
+        let (parts, body) = self.head(req).await?.into_parts();
+        Ok(Streaming {
+            status: parts.status.as_u16(),
+            headers: parts.headers,
+            body,
+        })
+    }
+
+    pub(super) async fn send_whole(&mut self, req: Request) -> Result<Response, TransportError> {
+        let resp = self.head(req).await?;
+        let (parts, body) = resp.into_parts();
+        let body = body.collect().await.map_err(from_hyper)?.to_bytes();
+        Ok(Response {
+            status: parts.status.as_u16(),
+            headers: parts.headers,
+            body,
+        })
+    }
+
+    pub(super) fn gone(&self) -> bool {
+        self.sender.is_closed()
+    }
 }
 
-impl Connection for H1Connection {
+impl Connection for Hyper {
     fn open(&mut self, req: Request) -> BoxFuture<'_, Result<Streaming, TransportError>> {
-        Box::pin(async move {
-            let (parts, body) = self.head(req).await?.into_parts();
-            Ok(Streaming {
-                status: parts.status.as_u16(),
-                headers: parts.headers,
-                body,
-            })
-        })
+        Box::pin(self.open_stream(req))
     }
 
     fn send(&mut self, req: Request) -> BoxFuture<'_, Result<Response, TransportError>> {
-        Box::pin(async move {
-            let resp = self.head(req).await?;
-            let (parts, body) = resp.into_parts();
-            let body = body.collect().await.map_err(from_hyper)?.to_bytes();
-            Ok(Response {
-                status: parts.status.as_u16(),
-                headers: parts.headers,
-                body,
-            })
-        })
+        Box::pin(self.send_whole(req))
     }
 
     fn is_closed(&self) -> bool {
-        self.sender.is_closed()
+        self.gone()
     }
 
     fn share(&self) -> Option<Box<dyn Connection>> {

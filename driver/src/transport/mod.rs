@@ -4,6 +4,7 @@
 //! TLS (h2 by ALPN) and is picked in [`for_target`] for `https://` targets.
 
 pub mod h1;
+mod h1_raw;
 pub mod h2c;
 pub mod tls;
 

@@ -76,8 +76,16 @@ pub fn run(args: &DriveArgs) -> Result<()> {
         })
         .transpose()?;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(cores)
+    // On one core, one thread: the multi-threaded scheduler's cross-thread bookkeeping buys
+    // nothing there (like `wrk -t1`).
+    let mut builder = if cores == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(cores);
+        b
+    };
+    let runtime = builder
         .enable_all()
         .build()
         .context("starting the driver's runtime")?;
