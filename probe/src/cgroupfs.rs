@@ -46,6 +46,9 @@ impl<T: CgroupFiles + ?Sized> CgroupFiles for &T {
     }
 }
 
+/// Where the root cgroup's memory is read from (see [`MemorySource::Host`]).
+pub const MEMINFO: &str = "/proc/meminfo";
+
 /// The host's cgroupfs.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct HostFiles;
@@ -76,6 +79,8 @@ pub struct CgroupDirs {
     pub cpuacct_v1: Option<PathBuf>,
     /// The v1 memory directory, on hybrid hosts.
     pub memory_v1: Option<PathBuf>,
+    /// True for the root cgroup (the `host` pseudo-container).
+    pub root: bool,
 }
 
 fn under(root: &Path, rel: &Path) -> PathBuf {
@@ -107,6 +112,7 @@ impl CgroupDirs {
             cpu_v1: layout.cpu_v1.as_deref().map(|r| under(r, rel)),
             cpuacct_v1: v1_root.map(|r| under(&r.join("cpuacct"), rel)),
             memory_v1: v1_root.map(|r| under(&r.join("memory"), rel)),
+            root: rel.as_os_str().is_empty(),
         }
     }
 }
@@ -180,6 +186,14 @@ pub enum MemorySource {
         current: PathBuf,
         /// `<v1 memory>/memory.max_usage_in_bytes`.
         peak: PathBuf,
+    },
+    /// The root cgroup: the host's memory in use from `/proc/meminfo`, `MemTotal −
+    /// MemAvailable` (what `free` calls used), because the root's own counters
+    /// (`memory.usage_in_bytes` on v1; v2 has none) count every page of the page cache too
+    /// and would show a busy host's RAM as all but full.
+    Host {
+        /// `/proc/meminfo`.
+        meminfo: PathBuf,
     },
     /// The container has no memory cgroup of its own.
     Unavailable {
@@ -434,11 +448,14 @@ impl CgroupSources {
         };
 
         let current = cgroup.join("memory.current");
+        let meminfo = PathBuf::from(MEMINFO);
         let v1_usage = dirs
             .memory_v1
             .as_ref()
             .map(|d| d.join("memory.usage_in_bytes"));
-        let memory = if r.maybe(&current)?.is_some() {
+        let memory = if dirs.root && r.maybe(&meminfo)?.is_some() {
+            MemorySource::Host { meminfo }
+        } else if r.maybe(&current)?.is_some() {
             let peak = cgroup.join("memory.peak");
             MemorySource::V2 {
                 peak: r.maybe(&peak)?.map(|_| peak),
@@ -570,6 +587,26 @@ impl CgroupSources {
                 current_bytes: r.number(current)?,
                 peak_bytes: Some(r.number(peak)?),
             }),
+            MemorySource::Host { meminfo } => {
+                let text = r.text(meminfo)?;
+                // `MemTotal:       24592880 kB`
+                let kib = |key: &str| {
+                    let line = text
+                        .lines()
+                        .find_map(|l| l.strip_prefix(key))
+                        .ok_or_else(|| r.format(meminfo, format!("no `{key}` line")))?;
+                    line.trim()
+                        .trim_end_matches("kB")
+                        .trim()
+                        .parse::<u64>()
+                        .map(|v| v.saturating_mul(1024))
+                        .map_err(|e| r.format(meminfo, format!("`{key}` is {line:?}: {e}")))
+                };
+                Some(MemoryCounters {
+                    current_bytes: kib("MemTotal:")?.saturating_sub(kib("MemAvailable:")?),
+                    peak_bytes: None,
+                })
+            }
             MemorySource::Unavailable { .. } => None,
         };
 
@@ -1172,6 +1209,71 @@ mod tests {
                 current: "/cg/memory/c/memory.usage_in_bytes".into(),
                 peak: "/cg/memory/c/memory.max_usage_in_bytes".into(),
             }
+        );
+    }
+
+    #[test]
+    fn the_root_cgroup_reads_host_memory_from_meminfo_not_its_page_cache_counters() {
+        let fs = FakeFiles::default();
+        fs.set("/cg/unified/cgroup.controllers", "cpu memory\n");
+        fs.set(
+            "/cg/unified/cpu.stat",
+            "usage_usec 5000\nuser_usec 3000\nsystem_usec 2000\nnice_usec 0\n",
+        );
+        fs.set(
+            "/cg/cpu/cpu.stat",
+            "nr_periods 0\nnr_throttled 0\nthrottled_time 0\n",
+        );
+        fs.set("/cg/cpu/cpu.cfs_quota_us", "-1\n");
+        fs.set("/cg/cpu/cpu.cfs_period_us", "100000\n");
+        // The v1 root counts the page cache: 23 GiB on a host using 2.
+        fs.set(
+            "/cg/memory/memory.usage_in_bytes",
+            format!("{}\n", 23u64 << 30),
+        );
+        fs.set(
+            "/cg/memory/memory.max_usage_in_bytes",
+            format!("{}\n", 24u64 << 30),
+        );
+        let dirs = CgroupDirs::of(&hybrid_layout(), Path::new("/"));
+        assert!(dirs.root);
+        // Without /proc/meminfo (never on Linux) the root falls back to its own counters.
+        let s = CgroupSources::resolve(&fs, &dirs).unwrap();
+        assert!(
+            matches!(s.memory, MemorySource::V1 { .. }),
+            "{:?}",
+            s.memory
+        );
+        fs.set(
+            MEMINFO,
+            "MemTotal:       24592880 kB\nMemFree:          300000 kB\n\
+             MemAvailable:   22495728 kB\nBuffers:           1024 kB\n",
+        );
+        let s = CgroupSources::resolve(&fs, &dirs).unwrap();
+        assert_eq!(
+            s.memory,
+            MemorySource::Host {
+                meminfo: MEMINFO.into()
+            }
+        );
+        let Reading::Live(r) = s.read(&fs).unwrap() else {
+            panic!("the root exists");
+        };
+        assert_eq!(
+            r.memory,
+            Some(MemoryCounters {
+                current_bytes: (24_592_880 - 22_495_728) * 1024,
+                peak_bytes: None,
+            })
+        );
+        // A container is never read from meminfo.
+        assert!(!CgroupDirs::of(&hybrid_layout(), Path::new("c")).root);
+        // A meminfo without MemAvailable is a format error naming the file.
+        fs.set(MEMINFO, "MemTotal:       24592880 kB\n");
+        let e = s.read(&fs).unwrap_err().to_string();
+        assert!(
+            e.contains("/proc/meminfo") && e.contains("MemAvailable"),
+            "{e}"
         );
     }
 
