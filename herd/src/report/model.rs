@@ -785,7 +785,7 @@ fn container_row(step: &str, name: &str, rows: &[(&Interval, usize)]) -> Contain
         cpu_avg: or((span > 0.0).then(|| used / span), &cpu_reason, "CPU"),
         cpu_cap: match cap {
             Some(c) => Cell::Value(c),
-            None if has_throttle => Cell::Missing("no quota (unlimited)".into()),
+            None if has_throttle => Cell::Missing("unlimited: no CPU quota".into()),
             None => or(None, &thr_reason.clone().or(cpu_reason.clone()), "quota"),
         },
         throttled_share: if has_throttle {
