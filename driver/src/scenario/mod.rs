@@ -781,6 +781,17 @@ pub(crate) fn op_reads(op: &Op) -> impl Iterator<Item = usize> {
     reads(op).into_iter()
 }
 
+/// The index of the op named `name`, or an error at `path` that lists the ops there are.
+fn find_op(ops: &[Op], name: &str, path: &[Seg]) -> Result<usize, Invalid> {
+    ops.iter().position(|o| o.name == name).ok_or_else(|| {
+        let names: Vec<&str> = ops.iter().map(|o| o.name.as_str()).collect();
+        at(
+            path,
+            format!("no op named `{name}`; ops are: {}", names.join(", ")),
+        )
+    })
+}
+
 /// The variable slots an op reads.
 fn reads(op: &Op) -> Vec<usize> {
     let mut v: Vec<usize> = op.path.slots().collect();
@@ -834,20 +845,7 @@ fn compile(file: &str, raw: RawScenario) -> Result<Scenario, Invalid> {
         ops.push(op);
     }
     defaults.resize(names.len(), None);
-    let op_names = || {
-        ops.iter()
-            .map(|o| o.name.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let find = |name: &str, path: &[Seg]| {
-        ops.iter().position(|o| o.name == name).ok_or_else(|| {
-            at(
-                path,
-                format!("no op named `{name}`; ops are: {}", op_names()),
-            )
-        })
-    };
+    let find = |name: &str, path: &[Seg]| find_op(&ops, name, path);
 
     let p = &raw.player;
     let pace = match (p.think, p.tick) {
@@ -1045,13 +1043,7 @@ fn compile(file: &str, raw: RawScenario) -> Result<Scenario, Invalid> {
     let mut slo = Vec::new();
     for (op, spec) in raw.slo {
         let path = [key("slo"), key(&op)];
-        if !ops.iter().any(|o: &Op| o.name == op) {
-            let names: Vec<&str> = ops.iter().map(|o| o.name.as_str()).collect();
-            return Err(at(
-                &path,
-                format!("no op named `{op}`; ops are: {}", names.join(", ")),
-            ));
-        }
+        find_op(&ops, &op, &path)?;
         let texts = match spec {
             RawSlo::One(t) => vec![t],
             RawSlo::Many(v) => v,

@@ -10,7 +10,7 @@ use std::{fmt, time::Duration};
 
 use serde::Deserialize;
 
-use super::{Dur, Invalid, Op, OpKind, Seg, Step, at, key, reads};
+use super::{Dur, Invalid, Op, OpKind, Seg, Step, at, find_op, key, reads};
 use crate::template::VarNames;
 
 /// What kind of phase a step report (and a plan phase) is.
@@ -281,20 +281,7 @@ pub(super) fn compile(
     names: &VarNames,
     steps: &mut Vec<Step>,
 ) -> Result<Shapes, Invalid> {
-    let op_list = || {
-        ops.iter()
-            .map(|o| o.name.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let find = |name: &str, path: &[Seg]| {
-        ops.iter().position(|o| o.name == name).ok_or_else(|| {
-            at(
-                path,
-                format!("no op named `{name}`; ops are: {}", op_list()),
-            )
-        })
-    };
+    let find = |name: &str, path: &[Seg]| find_op(ops, name, path);
     // What an op may read without setup, and after the players' setup has run.
     let bare: Vec<bool> = defaults.iter().map(Option::is_some).collect();
     let mut set_up = bare.clone();
