@@ -71,19 +71,9 @@ pub struct Store {
     url: String,
 }
 
-/// The URL without its password, for messages.
-pub fn redact(url: &str) -> String {
-    match url.split_once("://") {
-        Some((scheme, rest)) => match rest.split_once('@') {
-            Some((cred, host)) => {
-                let user = cred.split(':').next().unwrap_or("");
-                format!("{scheme}://{user}:***@{host}")
-            }
-            None => url.to_owned(),
-        },
-        None => url.to_owned(),
-    }
-}
+/// The URL without its password, for messages (one scrubber for every URL herd shows: the
+/// run store's, the seed database's, the contour's).
+pub use herd_driver::scenario::seed::redact;
 
 /// The default store: `runs.db` (SQLite) inside `dir`.
 pub fn default_url(dir: &Path) -> String {

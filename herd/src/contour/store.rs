@@ -4,6 +4,8 @@
 
 use std::{str::FromStr as _, time::Duration};
 
+use herd_driver::scenario::seed::redact;
+
 use sha2::{Digest as _, Sha256};
 use sqlx::{
     PgPool, SqlitePool,
@@ -282,20 +284,6 @@ pub struct Store {
     max_moves: i64,
 }
 
-/// `url` with the password of `scheme://user:password@host` replaced by `***`.
-pub fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let Some((userinfo, host)) = rest.split_once('@') else {
-        return url.to_owned();
-    };
-    match userinfo.split_once(':') {
-        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
-        None => url.to_owned(),
-    }
-}
-
 /// Milliseconds since the Unix epoch.
 fn now_ms() -> i64 {
     std::time::SystemTime::now()
@@ -307,7 +295,7 @@ impl Store {
     /// Opens the database at `url` (`sqlite:PATH`, created if missing, or
     /// `postgres://...`) and creates the schema if it is absent.
     pub async fn open(url: &str, opts: StoreOptions) -> Result<Store, StoreError> {
-        let shown = redact_url(url);
+        let shown = redact(url);
         let db = if url.starts_with("sqlite:") {
             let connect = SqliteConnectOptions::from_str(url)
                 .map_err(|source| StoreError::BadUrl {
@@ -727,14 +715,11 @@ mod tests {
     #[test]
     fn redact_url_hides_only_the_password() {
         assert_eq!(
-            redact_url("postgres://herd:s3cret@db:5432/game"),
+            redact("postgres://herd:s3cret@db:5432/game"),
             "postgres://herd:***@db:5432/game"
         );
-        assert_eq!(
-            redact_url("postgres://herd@db/game"),
-            "postgres://herd@db/game"
-        );
-        assert_eq!(redact_url("sqlite:/tmp/x.db"), "sqlite:/tmp/x.db");
+        assert_eq!(redact("postgres://herd@db/game"), "postgres://herd@db/game");
+        assert_eq!(redact("sqlite:/tmp/x.db"), "sqlite:/tmp/x.db");
     }
 
     #[test]
