@@ -5,7 +5,7 @@ use std::{fmt, time::Duration};
 use bytes::Bytes;
 use sha2::{Digest as _, Sha256};
 
-use crate::{scenario::Op, template::Vars};
+use crate::{scenario::Op, template::Vars, transport::Headers};
 
 /// Which part of a connection failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -112,7 +112,7 @@ const MAX_CODE_LEN: usize = 64;
 pub(crate) fn classify(
     op: &Op,
     status: u16,
-    headers: &http::HeaderMap,
+    headers: &Headers,
     body: &Bytes,
     vars: &mut Vars,
 ) -> (Outcome, Option<Duration>) {
@@ -208,8 +208,8 @@ fn digest_matches(body: &[u8], want: &str) -> bool {
 
 /// `Retry-After` as delta-seconds. An HTTP-date is not honoured: a limiter answers in
 /// seconds, and a date would tie the pause to the two hosts' clocks agreeing.
-fn retry_after(headers: &http::HeaderMap) -> Option<Duration> {
-    let v = headers.get(http::header::RETRY_AFTER)?.to_str().ok()?;
+fn retry_after(headers: &Headers) -> Option<Duration> {
+    let v = std::str::from_utf8(headers.get("retry-after")?).ok()?;
     v.trim().parse::<u64>().ok().map(Duration::from_secs)
 }
 
@@ -244,7 +244,7 @@ mod tests {
         let (o, ra) = classify(
             &s.ops[0],
             status,
-            &h,
+            &h.into(),
             &Bytes::from(body.to_owned()),
             &mut vars,
         );
@@ -342,7 +342,7 @@ mod tests {
         let (o, _) = classify(
             &s.ops[0],
             200,
-            &http::HeaderMap::new(),
+            &Headers::default(),
             &Bytes::from_static(b"blob"),
             &mut vars,
         );

@@ -346,7 +346,8 @@ impl Task {
             self.answered("no_news", latency);
             return End::Again;
         }
-        let (outcome, _) = classify(op, head.status, &head.headers, &body, &mut self.vars);
+        let headers = head.headers.into();
+        let (outcome, _) = classify(op, head.status, &headers, &body, &mut self.vars);
         match outcome {
             Outcome::Ok | Outcome::Domain(_) => {
                 let kind = match (&outcome, event_type) {

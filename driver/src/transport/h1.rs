@@ -97,7 +97,7 @@ impl Hyper {
         let body = body.collect().await.map_err(from_hyper)?.to_bytes();
         Ok(Response {
             status: parts.status.as_u16(),
-            headers: parts.headers,
+            headers: parts.headers.into(),
             body,
         })
     }

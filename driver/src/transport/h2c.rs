@@ -208,7 +208,7 @@ impl Connection for H2cConnection {
             };
             Ok(Response {
                 status: parts.status.as_u16(),
-                headers: parts.headers,
+                headers: parts.headers.into(),
                 body,
             })
         })

@@ -6,6 +6,7 @@
 pub mod h1;
 mod h1_raw;
 pub mod h2c;
+mod headers;
 pub mod tls;
 
 use std::{error::Error as _, future::Future, pin::Pin, sync::Arc, time::Duration};
@@ -13,6 +14,8 @@ use std::{error::Error as _, future::Future, pin::Pin, sync::Arc, time::Duration
 use bytes::Bytes;
 use http::{HeaderMap, Method};
 use tokio::net::TcpStream;
+
+pub use headers::Headers;
 
 use crate::{
     outcome::{TlsProblem, TransportErrorKind},
@@ -41,7 +44,7 @@ pub struct Response {
     /// Status code.
     pub status: u16,
     /// Headers.
-    pub headers: HeaderMap,
+    pub headers: Headers,
     /// Body, read to its end.
     pub body: Bytes,
 }
