@@ -340,7 +340,9 @@ impl FileTurns {
             }
             session.close_streams(true);
             self.streams_opened = false;
-            if !session.join_group().await? {
+            // Boxed: joining is rare and its future large; inline, it would size every
+            // turn's future (allocated per turn) for it.
+            if !Box::pin(session.join_group()).await? {
                 return Ok(false);
             }
         }

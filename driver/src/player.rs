@@ -2,14 +2,16 @@
 //! [`Session`] through which a player sends ops, and the file's own player.
 
 use std::{
-    future::Future,
+    future::{Future, poll_fn},
+    pin::Pin,
     sync::Arc,
+    task::{Context, Poll},
     time::{Duration, Instant},
 };
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue};
-use tokio::sync::watch;
+use tokio::{sync::watch, time::Sleep};
 
 use crate::{
     conns::Conns,
@@ -102,6 +104,8 @@ pub struct Session {
     pub(crate) bg: crate::stream::Backgrounds,
     /// The player's group (`groups.rs`).
     pub(crate) group: crate::groups::Membership,
+    /// Ends calls at their timeout or the run's abort; made by the first call.
+    watchdog: Option<Watchdog>,
 }
 
 impl Session {
@@ -127,6 +131,7 @@ impl Session {
             retire,
             bg: Default::default(),
             group: Default::default(),
+            watchdog: None,
         }
     }
 
@@ -235,22 +240,32 @@ impl Session {
         let Some(req) = self.request(o, &shared.scenario.target.base_path) else {
             return Ok(self.record(row, Outcome::VarMissing, None, Bytes::new(), Duration::ZERO));
         };
-        let start = intended.unwrap_or_else(Instant::now);
-        let mut abort = shared.abort.clone();
-        let exchange = tokio::time::timeout(
-            o.timeout,
-            self.conns.send(&*shared.transport, &shared.counters, req),
-        );
-        let result = tokio::select! {
-            r = exchange => Some(r),
-            _ = until_true(&mut abort) => None,
+        let sent = Instant::now();
+        let start = intended.unwrap_or(sent);
+        let deadline = sent + o.timeout;
+        let result = {
+            let watchdog = self
+                .watchdog
+                .get_or_insert_with(|| Watchdog::new(shared.abort.clone()));
+            watchdog.arm(deadline);
+            // Boxed: inline, it would take the turn's future (boxed per turn in `run.rs`)
+            // past the 1 KiB that glibc's per-thread cache serves; two cached allocations
+            // cost less than one from the main heap (which showed in the profile).
+            let mut exchange = Box::pin(self.conns.send(&*shared.transport, &shared.counters, req));
+            // Dropped at the end of this block, before the outcome is recorded: a timed out
+            // or aborted exchange retires its connection then (`conns.rs`).
+            poll_fn(|cx| match exchange.as_mut().poll(cx) {
+                Poll::Ready(r) => Poll::Ready(Ok(r)),
+                Poll::Pending => watchdog.poll(cx, deadline).map(Err),
+            })
+            .await
         };
         let latency = start.elapsed();
         let (outcome, status, body, pause) = match result {
-            None => (Outcome::Cancelled, None, Bytes::new(), None),
-            Some(Err(_)) => (Outcome::Timeout, None, Bytes::new(), None),
-            Some(Ok(Err(e))) => (Outcome::TransportError(e.kind()), None, Bytes::new(), None),
-            Some(Ok(Ok(r))) => {
+            Err(Ended::Aborted) => (Outcome::Cancelled, None, Bytes::new(), None),
+            Err(Ended::TimedOut) => (Outcome::Timeout, None, Bytes::new(), None),
+            Ok(Err(e)) => (Outcome::TransportError(e.kind()), None, Bytes::new(), None),
+            Ok(Ok(r)) => {
                 let (outcome, pause) = classify(o, r.status, &r.headers, &r.body, &mut self.vars);
                 (outcome, Some(r.status), r.body, pause)
             }
@@ -260,7 +275,9 @@ impl Session {
             && self.role.honour_retry_after
         {
             // The reply is recorded; a stop during the pause shows at the next call.
-            let _ = self.sleep(d).await;
+            // Boxed, as is the exchange above: it is rare, and inline it would take every
+            // call's future past glibc's per-thread cache.
+            let _ = Box::pin(self.sleep(d)).await;
         }
         Ok(reply)
     }
@@ -308,6 +325,71 @@ impl Session {
             headers,
             body,
         })
+    }
+}
+
+/// What ends a call before its response: the op's timeout, or the run aborting the calls
+/// still in flight once its grace is over. One per session, kept between calls: a timer
+/// armed and an abort waiter registered per call (`tokio::time::timeout` and a `select!`
+/// on a watch channel) cost a timer-wheel insert and removal and two waiter-list locks per
+/// request, a tenth of the driver's own CPU per HTTP/1.1 request. This timer is re-armed
+/// only when it fires before the current call's deadline.
+struct Watchdog {
+    timer: Pin<Box<Sleep>>,
+    /// When `timer` fires.
+    armed: Instant,
+    /// Resolves when the run aborts; `None` once it has.
+    abort: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+}
+
+/// Why [`Watchdog::poll`] ended a call.
+enum Ended {
+    TimedOut,
+    Aborted,
+}
+
+impl Watchdog {
+    fn new(abort: watch::Receiver<bool>) -> Self {
+        // Armed by the first call; until then, later than any deadline.
+        let armed = Instant::now() + Duration::from_secs(365 * 24 * 3600);
+        Self {
+            timer: Box::pin(tokio::time::sleep_until(armed.into())),
+            armed,
+            abort: Some(Box::pin(async move {
+                let mut abort = abort;
+                until_true(&mut abort).await;
+            })),
+        }
+    }
+
+    /// Makes sure the timer fires no later than `deadline`.
+    fn arm(&mut self, deadline: Instant) {
+        if self.armed > deadline {
+            self.timer.as_mut().reset(deadline.into());
+            self.armed = deadline;
+        }
+    }
+
+    /// Ready once the run aborted or `deadline` passed; an earlier firing (armed by an
+    /// earlier call) re-arms the timer for `deadline`.
+    fn poll(&mut self, cx: &mut Context<'_>, deadline: Instant) -> Poll<Ended> {
+        match &mut self.abort {
+            None => return Poll::Ready(Ended::Aborted),
+            Some(a) => {
+                if a.as_mut().poll(cx).is_ready() {
+                    self.abort = None;
+                    return Poll::Ready(Ended::Aborted);
+                }
+            }
+        }
+        while self.timer.as_mut().poll(cx).is_ready() {
+            if Instant::now() >= deadline {
+                return Poll::Ready(Ended::TimedOut);
+            }
+            self.timer.as_mut().reset(deadline.into());
+            self.armed = deadline;
+        }
+        Poll::Pending
     }
 }
 
