@@ -58,27 +58,50 @@ impl Slot {
     }
 }
 
-/// A player's own connection. Behind a lock only so the player's streams can take a
-/// handle on it (h2c); the player's own calls never wait on it.
-#[derive(Default)]
-pub(crate) struct Own {
-    slot: Arc<tokio::sync::Mutex<Slot>>,
+/// A player's own connection. On a multiplexed transport (h2c) it sits behind a lock so
+/// the player's streams can take a handle on it (the player's own calls never wait on it);
+/// otherwise (HTTP/1.1, whose streams open connections of their own) it is the player's
+/// alone, and a call pays for no lock.
+pub(crate) enum Own {
+    Alone(Slot),
+    Shared(Arc<tokio::sync::Mutex<Slot>>),
 }
 
 impl Own {
+    /// An unopened connection, for a multiplexed transport or not.
+    pub fn new(multiplexed: bool) -> Self {
+        if multiplexed {
+            Self::Shared(Arc::default())
+        } else {
+            Self::Alone(Slot::default())
+        }
+    }
+
     pub async fn send(
         &mut self,
         transport: &dyn Transport,
         counters: &Counters,
         req: Request,
     ) -> Result<Response, TransportError> {
-        let mut slot = self.slot.lock().await;
-        let mut guard = FailGuard(&mut slot, true);
-        let conn = guard.0.ready(transport, counters).await?;
-        let r = conn.send(req).await;
-        guard.1 = r.is_err();
-        r
+        match self {
+            Self::Alone(slot) => send_on(slot, transport, counters, req).await,
+            Self::Shared(slot) => send_on(&mut *slot.lock().await, transport, counters, req).await,
+        }
     }
+}
+
+/// Sends `req` on `slot`'s connection, (re)opening it first if need be.
+async fn send_on(
+    slot: &mut Slot,
+    transport: &dyn Transport,
+    counters: &Counters,
+    req: Request,
+) -> Result<Response, TransportError> {
+    let mut guard = FailGuard(slot, true);
+    let conn = guard.0.ready(transport, counters).await?;
+    let r = conn.send(req).await;
+    guard.1 = r.is_err();
+    r
 }
 
 /// Runs [`Slot::after_failure`] unless the exchange completed, so a timeout that drops the
@@ -205,9 +228,9 @@ impl Conns {
     /// is multiplexed (h2c: one more stream beside its calls), on the pool's connections
     /// (h2c pool), else (HTTP/1.1, where a response in progress holds the connection) on
     /// a connection of their own.
-    pub fn side(&self, transport: &dyn Transport) -> SideConn {
+    pub fn side(&self) -> SideConn {
         match self {
-            Self::Own(o) if transport.multiplexed() => SideConn::Shared(o.slot.clone()),
+            Self::Own(Own::Shared(slot)) => SideConn::Shared(slot.clone()),
             Self::Pool(p) if p.multiplexed => SideConn::Pool(p.clone()),
             _ => SideConn::Own(Slot::default()),
         }

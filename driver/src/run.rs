@@ -163,9 +163,10 @@ where
         lobby: Lobby::new(&scenario, play.clone()).map(Arc::new),
         play,
     });
-    let conns = |pool: &Option<Arc<Pool>>| match pool {
+    let multiplexed = shared.transport.multiplexed();
+    let conns = move |pool: &Option<Arc<Pool>>| match pool {
         Some(p) => Conns::Pool(p.clone()),
-        None => Conns::Own(Own::default()),
+        None => Conns::Own(Own::new(multiplexed)),
     };
 
     let mut tasks: Vec<JoinHandle<()>> = Vec::new();

@@ -85,7 +85,7 @@ impl Session {
                     op: i,
                     req,
                     vars: self.vars.clone(),
-                    conn: self.conns.side(&*shared.transport),
+                    conn: self.conns.side(),
                     halt: self.halt.clone(),
                     retire: self.retire.clone(),
                     stop: stop_rx,

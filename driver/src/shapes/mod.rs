@@ -62,7 +62,7 @@ impl Ctx {
     fn session(&self, id: u64) -> Session {
         let conns = match &self.pool {
             Some(p) => Conns::Pool(p.clone()),
-            None => Conns::Own(Own::default()),
+            None => Conns::Own(Own::new(self.shared.transport.multiplexed())),
         };
         let account = self.shared.scenario.player.accounts.map_or(id, |a| id % a);
         Session::new(
