@@ -10,7 +10,7 @@ use std::{
 };
 
 use hdrhistogram::Histogram;
-use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, error::TryRecvError};
 
 use super::{
     health,
@@ -261,11 +261,11 @@ impl Aggregator {
         let stopped_early = loop {
             tokio::select! {
                 biased;
-                m = rx.recv() => match m {
-                    Some(Msg::Finish { stopped_early }) => break stopped_early,
-                    Some(m) => self.handle(m),
-                    None => break true,
-                },
+                m = rx.recv() => {
+                    if let Some(stopped_early) = self.drain(m, &mut rx) {
+                        break stopped_early;
+                    }
+                }
                 Some(l) = lag_rx.recv() => record(&mut self.lag, l),
                 _ = ticker.tick() => self.tick(),
             }
@@ -281,6 +281,30 @@ impl Aggregator {
         let report = self.report(stopped_early);
         self.emit(DriverEvent::Done(Box::new(report.clone())));
         report
+    }
+
+    /// Handles `first` and whatever else is already queued (up to a bound, so the ticker
+    /// is not starved): one wake-up per batch rather than a `select!` and a phase check per
+    /// sample. `Some(stopped_early)` once the run finished (or every sender is gone).
+    fn drain(&mut self, first: Option<Msg>, rx: &mut UnboundedReceiver<Msg>) -> Option<bool> {
+        let mut next = first;
+        let mut budget = 1024;
+        loop {
+            match next {
+                Some(Msg::Finish { stopped_early }) => return Some(stopped_early),
+                Some(m) => self.handle(m),
+                None => return Some(true),
+            }
+            budget -= 1;
+            if budget == 0 {
+                return None;
+            }
+            next = match rx.try_recv() {
+                Ok(m) => Some(m),
+                Err(TryRecvError::Empty) => return None,
+                Err(TryRecvError::Disconnected) => None,
+            };
+        }
     }
 
     fn emit(&self, e: DriverEvent) {
