@@ -1427,6 +1427,9 @@ impl Inner {
     }
 }
 
+#[cfg(test)]
+mod tests;
+
 /// A connection error of the server's making, and the code our GOAWAY gives it.
 struct ConnectionError {
     code: u32,
