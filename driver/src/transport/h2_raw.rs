@@ -89,6 +89,9 @@ const WRITE_AHEAD: usize = 64 * 1024;
 /// A write buffer grown past this by a large body is given back once empty: 10 000 idle
 /// connections must not each keep one.
 const KEEP_WRITE_BUFFER: usize = 16 * 1024;
+/// Streams opened at once before the server's SETTINGS say how many it takes: h2's
+/// default, and the least RFC 9113 §6.5.2 asks a server to allow.
+const STREAMS_BEFORE_SETTINGS: usize = 100;
 const MAX_STREAM_ID: u32 = (1 << 31) - 1;
 const MAX_WINDOW: i64 = (1 << 31) - 1;
 
@@ -134,7 +137,7 @@ pub(super) async fn handshake(
         open: 0,
         queued: VecDeque::new(),
         next_ticket: 0,
-        max_streams: usize::MAX,
+        max_streams: STREAMS_BEFORE_SETTINGS,
         max_frame: MAX_FRAME,
         initial_window: 65_535,
         send_window: 65_535,
@@ -1256,6 +1259,10 @@ impl Inner {
         }
         if !frame.len().is_multiple_of(6) {
             return Err(ConnectionError::size("SETTINGS", frame.len()));
+        }
+        if !self.settled {
+            // Unlimited unless these SETTINGS say otherwise.
+            self.max_streams = usize::MAX;
         }
         for p in frame.chunks_exact(6) {
             let value = u32::from_be_bytes([p[2], p[3], p[4], p[5]]);
