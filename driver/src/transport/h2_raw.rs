@@ -828,10 +828,12 @@ impl Inner {
                 && self.send_window > 0
                 && self.wbuf.len() - self.wpos < WRITE_AHEAD
             {
+                // A server's larger SETTINGS_MAX_FRAME_SIZE is no reason to copy more than
+                // the write-ahead at once.
                 let n = s
                     .body
                     .len()
-                    .min(self.max_frame)
+                    .min(self.max_frame.min(WRITE_AHEAD))
                     .min(s.send_window as usize)
                     .min(self.send_window as usize);
                 let last = n == s.body.len();
