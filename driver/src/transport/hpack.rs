@@ -71,13 +71,11 @@ impl Decoder {
     }
 
     /// Sets the largest table the encoder may ask for: ours, once the server has
-    /// acknowledged our SETTINGS_HEADER_TABLE_SIZE.
+    /// acknowledged our SETTINGS_HEADER_TABLE_SIZE. The table itself shrinks when the
+    /// encoder says so, with a size update; a server that never does keeps using (and we
+    /// keep) the table it has, as h2's decoder allows.
     pub fn set_limit(&mut self, limit: usize) {
         self.limit = limit;
-        if self.max > limit {
-            self.max = limit;
-            self.evict(0);
-        }
     }
 
     /// Decodes one whole header block into `out`. Every value's bytes are either static, a

@@ -668,3 +668,79 @@ async fn huffman_headers_and_many_streams_against_hyper() {
     }
     assert!(!c.is_closed());
 }
+
+fn hex(s: &str) -> Vec<u8> {
+    let s: String = s.split_whitespace().collect();
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+/// RFC 7541 C.6's three responses (Huffman-coded, through the dynamic table) as the heads of
+/// three streams; then a table size update above our SETTINGS_HEADER_TABLE_SIZE, which the
+/// server has acknowledged: a compression error, fatal to the connection.
+#[tokio::test]
+async fn the_dynamic_table_and_huffman_over_the_wire() {
+    let (mut c, server) = pair(|l| async move {
+        let mut p = Peer::accept(&l, &[]).await;
+        for block in [
+            "4882 6402 5885 aec3 771a 4b61 96d0 7abe 9410 54d4 44a8 2005 9504 0b81 66e0 82a6 2d1b ff6e 919d 29ad 1718 63c7 8f0b 97c8 e9ae 82ae 43d3",
+            "4883 640e ffc1 c0bf",
+            "88c1 6196 d07a be94 1054 d444 a820 0595 040b 8166 e084 a62d 1bff c05a 839b d9ab 77ad 94e7 821d d7f2 e6c7 b335 dfdf cd5b 3960 d5af 2708 7f36 72c1 ab27 0fb5 291f 9587 3160 65c0 03ed 4ee5 b106 3d50 07",
+            "3fe1 1f 88",
+        ] {
+            let (id, ..) = p.request().await;
+            p.send(HEADERS, END_HEADERS | END_STREAM, id, &hex(block)).await;
+        }
+        let goaway = p.next().await.unwrap();
+        assert_eq!(&goaway.payload[4..8], COMPRESSION_ERROR.to_be_bytes());
+    })
+    .await;
+    let r = within(c.send(get("1"))).await.unwrap();
+    assert_eq!(r.status, 302);
+    assert_eq!(r.headers["location"], "https://www.example.com");
+    let r = within(c.send(get("2"))).await.unwrap();
+    assert_eq!(r.status, 307);
+    assert_eq!(r.headers["date"], "Mon, 21 Oct 2013 20:13:21 GMT");
+    let r = within(c.send(get("3"))).await.unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.headers["set-cookie"],
+        "foo=ASDJKHQKBZXOQWEOPIUAXQWEOIU; max-age=3600; version=1"
+    );
+    assert_eq!(r.headers["content-encoding"], "gzip");
+    assert_eq!(r.headers["cache-control"], "private");
+    let e = within(c.send(get("4"))).await.unwrap_err();
+    assert_eq!(e.kind(), TransportErrorKind::Protocol, "{e}");
+    assert!(e.to_string().contains("HPACK"), "{e}");
+    assert!(c.is_closed());
+    within(server).await.unwrap();
+}
+
+/// A GOAWAY that arrives while nobody uses the connection is seen by `is_closed`, so the
+/// owner reconnects instead of sending into a closing connection.
+#[tokio::test]
+async fn an_idle_connection_notices_a_goaway() {
+    let (mut c, server) = pair(|l| async move {
+        let mut p = Peer::accept(&l, &[]).await;
+        let (id, ..) = p.request().await;
+        p.answer(id, "", b"ok").await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let mut goaway = id.to_be_bytes().to_vec();
+        goaway.extend_from_slice(&NO_ERROR.to_be_bytes());
+        p.send(GOAWAY, 0, 0, &goaway).await;
+        let _ = p.next().await;
+    })
+    .await;
+    within(c.send(get("1"))).await.unwrap();
+    assert!(!c.is_closed());
+    within(async {
+        while !c.is_closed() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    drop(c);
+    within(server).await.unwrap();
+}
