@@ -619,34 +619,8 @@ async fn a_server_that_closes_after_speaking_http2_is_a_reset() {
 /// many streams at once on shared handles all get their own answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn huffman_headers_and_many_streams_against_hyper() {
-    use hyper::{server::conn::http2, service::service_fn};
-    use hyper_util::rt::{TokioExecutor, TokioIo};
-
     let printable: String = (0x20u8..0x7f).map(char::from).collect();
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let d = dial(&l);
-    let value = printable.clone();
-    tokio::spawn(async move {
-        let (s, _) = l.accept().await.unwrap();
-        let value = value.clone();
-        let svc = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-            let value = value.clone();
-            async move {
-                let n = req.headers()["x-test"].to_str().unwrap().to_owned();
-                let mut r = hyper::Response::new(http_body_util::Full::new(Bytes::from(n)));
-                r.headers_mut()
-                    .insert("x-printable", value.parse().unwrap());
-                r.headers_mut().insert(
-                    "x-utf8",
-                    http::HeaderValue::from_bytes(&[0xc3, 0xa9]).unwrap(),
-                );
-                Ok::<_, Infallible>(r)
-            }
-        });
-        let _ = http2::Builder::new(TokioExecutor::new())
-            .serve_connection(TokioIo::new(s), svc)
-            .await;
-    });
+    let (d, _server) = hyper_server(printable.clone()).await;
     let c = handshake(&d, d.tcp().await.unwrap(), false).await.unwrap();
     let tasks: Vec<_> = (0..32)
         .map(|t| {
@@ -667,6 +641,79 @@ async fn huffman_headers_and_many_streams_against_hyper() {
         t.await.unwrap();
     }
     assert!(!c.is_closed());
+}
+
+/// Many tasks on one connection, some of whose requests time out (their futures dropped
+/// mid-flight, whichever task was reading at the time): nobody is left waiting, every
+/// answer reaches its own request, and the connection stays usable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn timeouts_in_a_crowd_leave_nobody_hanging() {
+    let (d, _server) = hyper_server(String::new()).await;
+    let c = handshake(&d, d.tcp().await.unwrap(), false).await.unwrap();
+    let tasks: Vec<_> = (0..16)
+        .map(|t| {
+            let mut h = c.share().unwrap();
+            tokio::spawn(async move {
+                let mut answered = 0;
+                for i in 0..40 {
+                    // `x-test: ms/tag`: the server waits `ms` before answering `tag`.
+                    let n = format!("{}/{t}-{i}", (t + i) % 4);
+                    let call = tokio::time::timeout(Duration::from_millis(2), h.send(get(&n)));
+                    if let Ok(r) = within(call).await {
+                        assert_eq!(r.unwrap().body, n.as_bytes());
+                        answered += 1;
+                    }
+                }
+                answered
+            })
+        })
+        .collect();
+    let mut answered = 0;
+    for t in tasks {
+        answered += t.await.unwrap();
+    }
+    assert!(answered > 0, "some calls beat their timeout");
+    assert!(!c.is_closed());
+    let r = within(c.share().unwrap().send(get("0/last")))
+        .await
+        .unwrap();
+    assert_eq!(&r.body[..], b"0/last");
+}
+
+/// hyper's HTTP/2 server on loopback: answers the request's `x-test` value (after waiting
+/// the milliseconds before a `/` in it, if any), with `x-printable: printable` and a
+/// non-ASCII `x-utf8`.
+async fn hyper_server(printable: String) -> (Dial, JoinHandle<()>) {
+    use hyper::{server::conn::http2, service::service_fn};
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let d = dial(&l);
+    let server = tokio::spawn(async move {
+        let (s, _) = l.accept().await.unwrap();
+        let value = printable;
+        let svc = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+            let value = value.clone();
+            async move {
+                let n = req.headers()["x-test"].to_str().unwrap().to_owned();
+                if let Some((ms, _)) = n.split_once('/') {
+                    tokio::time::sleep(Duration::from_millis(ms.parse().unwrap())).await;
+                }
+                let mut r = hyper::Response::new(http_body_util::Full::new(Bytes::from(n)));
+                r.headers_mut()
+                    .insert("x-printable", value.parse().unwrap());
+                r.headers_mut().insert(
+                    "x-utf8",
+                    http::HeaderValue::from_bytes(&[0xc3, 0xa9]).unwrap(),
+                );
+                Ok::<_, Infallible>(r)
+            }
+        });
+        let _ = http2::Builder::new(TokioExecutor::new())
+            .serve_connection(TokioIo::new(s), svc)
+            .await;
+    });
+    (d, server)
 }
 
 fn hex(s: &str) -> Vec<u8> {
