@@ -12,7 +12,6 @@ use std::{
 };
 
 use bytes::{Bytes, BytesMut};
-use http_body_util::BodyExt as _;
 use tokio::{sync::watch, task::JoinHandle};
 
 use crate::{
@@ -22,7 +21,7 @@ use crate::{
     player::{Session, Shared},
     scenario::{Backoff, OpKind, StreamFormat},
     template::{GROUP_PREFIX, Vars},
-    transport::{Request, Streaming, body_error},
+    transport::{Request, Streaming},
 };
 
 /// Longest partial line (or SSE event) kept while waiting for its end; a stream that sends
@@ -286,16 +285,13 @@ impl Task {
         tokio::pin!(stopped);
         loop {
             let frame = tokio::select! {
-                f = head.body.frame() => f,
+                f = head.body.chunk() => f,
                 _ = &mut stopped => return End::Stopped,
             };
             let class = match frame {
                 None => "ended".to_owned(),
-                Some(Err(e)) => Outcome::TransportError(body_error(e).kind()).to_string(),
-                Some(Ok(frame)) => {
-                    let Ok(data) = frame.into_data() else {
-                        continue; // trailers
-                    };
+                Some(Err(e)) => Outcome::TransportError(e.kind()).to_string(),
+                Some(Ok(data)) => {
                     let play = &self.shared.play;
                     let op = self.op;
                     parser.push(&data, &mut |ev| match ev {
@@ -331,13 +327,8 @@ impl Task {
         };
         let body = match body {
             Err(_) => return self.failed(Outcome::Timeout, sent.elapsed()),
-            Ok(Err(e)) => {
-                return self.failed(
-                    Outcome::TransportError(body_error(e).kind()),
-                    sent.elapsed(),
-                );
-            }
-            Ok(Ok(b)) => b.to_bytes(),
+            Ok(Err(e)) => return self.failed(Outcome::TransportError(e.kind()), sent.elapsed()),
+            Ok(Ok(b)) => b,
         };
         let latency = sent.elapsed();
         let op = &self.shared.scenario.ops[self.op];

@@ -8,7 +8,10 @@ use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use super::{BoxFuture, Connection, Dial, Request, Response, Streaming, Transport, TransportError};
+use super::{
+    Body, BoxFuture, Connection, Dial, Request, Response, Streaming, Transport, TransportError,
+    from_hyper,
+};
 
 /// The HTTP/1.1 transport.
 pub(crate) struct H1(pub Dial);
@@ -60,11 +63,6 @@ pub(super) struct Hyper {
     host: HeaderValue,
 }
 
-/// Any failure ends an HTTP/1.1 connection's usefulness: the owner drops it.
-fn from_hyper(e: hyper::Error) -> TransportError {
-    super::from_hyper(e).0
-}
-
 impl Hyper {
     async fn head(
         &mut self,
@@ -87,7 +85,7 @@ impl Hyper {
         Ok(Streaming {
             status: parts.status.as_u16(),
             headers: parts.headers,
-            body,
+            body: Body::Hyper(body),
         })
     }
 

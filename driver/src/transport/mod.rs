@@ -1,12 +1,16 @@
 //! How a player's requests reach the target: a [`Transport`] opens [`Connection`]s.
 //!
 //! One file per protocol ([`h1`], [`h2c`]); [`tls`] puts either HTTP/1.1 or HTTP/2 over
-//! TLS (h2 by ALPN) and is picked in [`for_target`] for `https://` targets.
+//! TLS (h2 by ALPN) and is picked in [`for_target`] for `https://` targets. HTTP/2, over
+//! TCP or TLS, is the hand-written client of `h2_raw` (with `hpack`); so are plain
+//! HTTP/1.1 calls (`h1_raw`).
 
 pub mod h1;
 mod h1_raw;
+mod h2_raw;
 pub mod h2c;
 mod headers;
+mod hpack;
 pub mod tls;
 
 use std::{error::Error as _, future::Future, pin::Pin, sync::Arc, time::Duration};
@@ -56,17 +60,49 @@ pub struct Streaming {
     pub status: u16,
     /// Headers.
     pub headers: HeaderMap,
-    /// The body, read frame by frame; its errors classify with [`body_error`].
-    pub body: hyper::body::Incoming,
+    /// The body, read as it arrives.
+    pub body: Body,
 }
 
-/// A body read error as a [`TransportError`].
-pub fn body_error(e: hyper::Error) -> TransportError {
-    from_hyper(e).0
+/// A response body still arriving: hyper's (HTTP/1.1) or an HTTP/2 stream's.
+#[derive(Debug)]
+pub enum Body {
+    /// HTTP/1.1, run by hyper.
+    Hyper(hyper::body::Incoming),
+    /// HTTP/2.
+    H2(h2_raw::RecvBody),
+}
+
+impl Body {
+    /// The next piece of the body as it arrived, `None` at its end; trailers are skipped.
+    pub async fn chunk(&mut self) -> Option<Result<Bytes, TransportError>> {
+        match self {
+            Self::Hyper(body) => loop {
+                match http_body_util::BodyExt::frame(body).await? {
+                    Ok(frame) => {
+                        if let Ok(data) = frame.into_data() {
+                            return Some(Ok(data));
+                        }
+                    }
+                    Err(e) => return Some(Err(from_hyper(e))),
+                }
+            },
+            Self::H2(body) => body.chunk().await,
+        }
+    }
+
+    /// The rest of the body, to its end.
+    pub async fn collect(mut self) -> Result<Bytes, TransportError> {
+        let mut whole = bytes::BytesMut::new();
+        while let Some(chunk) = self.chunk().await {
+            whole.extend_from_slice(&chunk?);
+        }
+        Ok(whole.freeze())
+    }
 }
 
 /// A connection failure, by the part of the exchange that failed.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum TransportError {
     /// The TCP connect or handshake failed.
     #[error("connecting to {addr}: {reason}")]
@@ -182,42 +218,21 @@ impl Dial {
     }
 }
 
-/// Sorts a hyper error into reset or protocol by what its source chain says, and tells
-/// whether it ended the whole connection (true) or, in HTTP/2, only its stream (false).
-pub(crate) fn from_hyper(e: hyper::Error) -> (TransportError, bool) {
+/// Sorts a hyper error (HTTP/1.1: every failure ends the connection) into reset or
+/// protocol by what it says.
+pub(crate) fn from_hyper(e: hyper::Error) -> TransportError {
     let text = error_text(&e);
     let mut source = e.source();
     while let Some(s) = source {
-        if let Some(h2) = s.downcast_ref::<h2::Error>() {
-            if h2.is_io() {
-                return (TransportError::Reset(text), true);
-            }
-            // A RST_STREAM from the peer ends one stream; everything else here is a
-            // connection error (GOAWAY, or h2 failing the connection itself).
-            let fatal = h2.is_go_away() || !h2.is_reset();
-            // These reasons say the peer broke HTTP/2 (or refuses to speak it); the rest
-            // (CANCEL, REFUSED_STREAM, a plain GOAWAY) end a healthy exchange early.
-            let e = match h2.reason() {
-                Some(
-                    h2::Reason::PROTOCOL_ERROR
-                    | h2::Reason::FRAME_SIZE_ERROR
-                    | h2::Reason::COMPRESSION_ERROR
-                    | h2::Reason::FLOW_CONTROL_ERROR
-                    | h2::Reason::HTTP_1_1_REQUIRED,
-                ) => TransportError::Protocol(text),
-                _ => TransportError::Reset(text),
-            };
-            return (e, fatal);
-        }
         if s.downcast_ref::<std::io::Error>().is_some() {
-            return (TransportError::Reset(text), true);
+            return TransportError::Reset(text);
         }
         source = s.source();
     }
     if e.is_incomplete_message() || e.is_closed() || e.is_canceled() || e.is_body_write_aborted() {
-        (TransportError::Reset(text), true)
+        TransportError::Reset(text)
     } else {
-        (TransportError::Protocol(text), true)
+        TransportError::Protocol(text)
     }
 }
 

@@ -9,7 +9,6 @@
 
 use std::{io, sync::Arc, time::Instant};
 
-use http::uri::Scheme;
 use rustls::{
     AlertDescription, CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore,
     SignatureScheme,
@@ -22,7 +21,7 @@ use rustls::{
 };
 use tokio_rustls::TlsConnector;
 
-use super::{BoxFuture, Connection, Dial, Transport, TransportError, h1, h2c};
+use super::{BoxFuture, Connection, Dial, Transport, TransportError, h1, h2_raw};
 use crate::{
     outcome::{Outcome, TlsProblem, TransportErrorKind},
     report::RunReport,
@@ -243,7 +242,7 @@ impl Transport for Tls {
                 return h1::handshake(&self.dial, stream).await;
             }
             if alpn.as_deref() == Some(b"h2") {
-                return h2c::handshake(&self.dial, stream, Scheme::HTTPS).await;
+                return h2_raw::handshake(&self.dial, stream, true).await;
             }
             let selected = match alpn {
                 Some(p) => format!("selected `{}`", String::from_utf8_lossy(&p)),
