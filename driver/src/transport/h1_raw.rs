@@ -104,9 +104,14 @@ impl Connection for RawConnection {
             let State::Raw(raw) = &mut self.state else {
                 unreachable!("matched above")
             };
-            let host = &self.host;
+            // Written before the future is made, so the request takes no room in it (the
+            // future held two copies of it: 352 of its 856 bytes, copied into every box).
+            let head_only = req.method == Method::HEAD;
+            if let Err(e) = raw.write_request(req, &self.host) {
+                return Box::pin(std::future::ready(Err(e)));
+            }
             return Box::pin(async move {
-                let r = raw.exchange(req, host).await;
+                let r = raw.exchange(head_only).await;
                 if r.is_err() {
                     raw.closed = true;
                 }
@@ -162,20 +167,8 @@ impl Raw {
         self.io.poll_peek(&mut cx, &mut buf).is_ready()
     }
 
-    async fn exchange(
-        &mut self,
-        req: Request,
-        host: &HeaderValue,
-    ) -> Result<Response, TransportError> {
-        // The same check hyper makes of the path, with its message.
-        if let Err(e) = req.path.parse::<http::Uri>() {
-            return Err(TransportError::Protocol(format!(
-                "path `{}`: {e}",
-                req.path
-            )));
-        }
-        let head_only = req.method == Method::HEAD;
-        self.write_request(req, host);
+    /// Sends the request [`Raw::write_request`] wrote and reads its response.
+    async fn exchange(&mut self, head_only: bool) -> Result<Response, TransportError> {
         self.io.write_all(&self.wbuf).await.map_err(reset)?;
         loop {
             let (status, headers, framing, keep_alive) = self.read_head(head_only).await?;
@@ -197,7 +190,15 @@ impl Raw {
         }
     }
 
-    fn write_request(&mut self, req: Request, host: &HeaderValue) {
+    /// Writes `req` into the write buffer; a path that is not a valid request target is
+    /// refused (the check and message hyper has).
+    fn write_request(&mut self, req: Request, host: &HeaderValue) -> Result<(), TransportError> {
+        if let Err(e) = req.path.parse::<http::Uri>() {
+            return Err(TransportError::Protocol(format!(
+                "path `{}`: {e}",
+                req.path
+            )));
+        }
         let w = &mut self.wbuf;
         w.clear();
         w.extend_from_slice(req.method.as_str().as_bytes());
@@ -225,6 +226,7 @@ impl Raw {
         }
         w.extend_from_slice(b"\r\n");
         w.extend_from_slice(&req.body);
+        Ok(())
     }
 
     /// Reads more bytes; an end of stream here cuts a response short.
