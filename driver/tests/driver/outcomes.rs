@@ -3,7 +3,7 @@
 
 use herd_driver::{Player, Session, Stopped, outcome::sha256_hex};
 
-use crate::support::{Proto, TestServer, blob, options, scenario};
+use crate::support::{Bucket, Proto, TestServer, blob, options, scenario};
 
 /// Calls the named ops once each, in order, then leaves.
 struct Script {
@@ -207,4 +207,79 @@ async fn h2c_to_an_h1_server_is_a_protocol_error() {
     assert_eq!(server.requests(), 0);
     // The first failure retires the connection: the second op dials again.
     assert_eq!((report.connects, report.reconnects), (2, 1));
+}
+
+/// Calls its ops in order, once each, and keeps what each call returned.
+struct Timed {
+    ops: Vec<&'static str>,
+    seen: Seen,
+}
+
+type Seen = std::sync::Arc<std::sync::Mutex<Vec<(&'static str, String, std::time::Duration)>>>;
+
+impl Player for Timed {
+    async fn turn(&mut self, session: &mut Session) -> Result<(), Stopped> {
+        let name = *self
+            .ops
+            .get(self.seen.lock().unwrap().len())
+            .ok_or(Stopped)?;
+        let reply = session.call(session.op(name).expect("scripted op")).await?;
+        let kept = (name, reply.outcome.to_string(), reply.latency);
+        self.seen.lock().unwrap().push(kept);
+        Ok(())
+    }
+}
+
+/// A session keeps one timer between calls and re-arms it lazily: ops with a long and a
+/// short timeout, alternated, must each time out at their own deadline, never earlier, and
+/// not at the other op's.
+async fn alternating_timeouts(proto: Proto) {
+    // Timing: no flood beside it.
+    let (server, _quiet) = TestServer::exclusive(proto, Bucket::new(1e9, 0.0)).await;
+    let src = format!(
+        "[target]\nurl = \"{{url}}\"\ntransport = \"{}\"\n[[op]]\nname = \"patient\"\npath = \"/delay/250\"\ntimeout = \"5s\"\n[[op]]\nname = \"hasty\"\npath = \"/delay/1000\"\ntimeout = \"120ms\"\n[[step]]\nplayers = 1\nduration = \"3s\"\n",
+        proto.name()
+    );
+    let seen = Seen::default();
+    let ops = vec!["hasty", "patient", "hasty", "patient", "patient", "hasty"];
+    let report = herd_driver::run_with(
+        scenario(&src, &server),
+        {
+            let (ops, seen) = (ops.clone(), std::sync::Arc::clone(&seen));
+            move |_| Timed {
+                ops: ops.clone(),
+                seen: seen.clone(),
+            }
+        },
+        options(),
+    )
+    .await
+    .unwrap();
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), ops.len(), "{seen:?}");
+    for (name, outcome, latency) in &seen {
+        let ms = latency.as_millis();
+        match *name {
+            "hasty" => assert!(
+                outcome == "timeout" && (120..400).contains(&ms),
+                "hasty: {outcome} after {ms} ms: {seen:?}"
+            ),
+            _ => assert!(
+                outcome == "ok" && (250..1000).contains(&ms),
+                "patient: {outcome} after {ms} ms: {seen:?}"
+            ),
+        }
+    }
+    assert_eq!(report.outcome_count("hasty", "timeout"), 3);
+    assert_eq!(report.outcome_count("patient", "ok"), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alternating_timeouts_fire_at_their_own_deadlines_h1() {
+    alternating_timeouts(Proto::H1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alternating_timeouts_fire_at_their_own_deadlines_h2c() {
+    alternating_timeouts(Proto::H2c).await;
 }
