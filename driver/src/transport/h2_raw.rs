@@ -6,7 +6,8 @@
 //! drives the socket: it writes the frames queued, reads what arrived and files each
 //! frame under its stream, waking the task that waits on it. The one task that last met
 //! an empty socket holds its read registration; a task leaving while others wait wakes
-//! one of them to take over, so nobody sleeps on a socket nobody watches.
+//! one of them to take over, so nobody sleeps on a socket nobody watches. Every way out
+//! of a poll goes through [`Inner::leave`], which keeps that rule.
 //!
 //! Covers what a demanding client needs: SETTINGS both ways, MAX_CONCURRENT_STREAMS
 //! (requests wait for a free stream), flow control both ways (bodies of any size out,
@@ -417,6 +418,7 @@ impl Shared {
             loop {
                 if let Some(e) = inner.refusal() {
                     inner.unqueue(ticket);
+                    inner.leave(QUEUED, wakes);
                     return Poll::Ready(Err(e));
                 }
                 if inner.open < inner.max_streams {
@@ -435,7 +437,12 @@ impl Shared {
             let req = req
                 .take()
                 .expect("poll_start is not polled after it is ready");
-            Poll::Ready(inner.start(req, self.https, &self.authority, collect))
+            let r = inner.start(req, self.https, &self.authority, collect);
+            if r.is_err() {
+                inner.leave(QUEUED, wakes);
+            }
+            // A stream opened: the same poll goes on to wait on it, and drives there.
+            Poll::Ready(r)
         })
     }
 
@@ -486,6 +493,7 @@ impl Shared {
                     return Poll::Ready(Err(e));
                 }
                 if let Some(head) = s.head.take() {
+                    inner.leave(id, wakes);
                     return Poll::Ready(Ok(head));
                 }
                 if driven {
@@ -518,6 +526,7 @@ impl Shared {
                         inner.window_update(id, n);
                         inner.flush_or_fail(cx, wakes);
                     }
+                    inner.leave(id, wakes);
                     return Poll::Ready(Some(Ok(chunk)));
                 }
                 if let Some(e) = s.error.take() {
@@ -548,6 +557,7 @@ impl Shared {
                 inner.release(id, wakes);
             }
             let before = wakes.len();
+            inner.leave(if id != 0 { id } else { QUEUED }, wakes);
             inner.wake_waiters(true, wakes);
             if wakes.len() == before && inner.wpos < inner.wbuf.len() {
                 // Nobody else waits, so nobody's write registration is lost by trying the
@@ -682,14 +692,26 @@ impl Inner {
         Ok(id)
     }
 
-    /// Releases a finished stream and, if this task was the one the socket would wake,
-    /// hands that on to another waiting task.
+    /// Releases a finished stream and leaves the connection.
     fn finish(&mut self, id: u32, wakes: &mut Vec<Waker>) {
         self.release(id, wakes);
-        if matches!(self.reader, NOBODY | QUEUED) || self.reader == id {
+        self.leave(id, wakes);
+    }
+
+    /// The rule for every way out of a poll that may have driven the connection: its
+    /// return with a result (an error too), a dropped call, an idle peek. The task waiting
+    /// on `me` (a stream, or [`QUEUED`] for a stream) may be the one the socket would wake,
+    /// and the others sleep trusting it to read for them; if it is, or might be
+    /// ([`NOBODY`], [`QUEUED`]: not known), it wakes one waiting task, which drives and so
+    /// takes the read registration over. Frames it queued and could not write are handed on
+    /// the same way. A way out that skips this can leave every other call on the
+    /// connection asleep until its timeout.
+    fn leave(&mut self, me: u32, wakes: &mut Vec<Waker>) {
+        let reading = matches!(self.reader, NOBODY | QUEUED) || self.reader == me;
+        if reading {
             self.reader = NOBODY;
-            self.wake_waiters(false, wakes);
-        } else if self.wpos < self.wbuf.len() {
+        }
+        if reading || self.wpos < self.wbuf.len() {
             self.wake_waiters(false, wakes);
         }
     }
@@ -775,6 +797,7 @@ impl Inner {
         if !waiting {
             let mut cx = Context::from_waker(Waker::noop());
             self.drive(&mut cx, NOBODY, wakes);
+            self.leave(NOBODY, wakes);
         }
     }
 

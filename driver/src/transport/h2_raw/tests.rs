@@ -791,3 +791,43 @@ async fn an_idle_connection_notices_a_goaway() {
     drop(c);
     within(server).await.unwrap();
 }
+
+/// MAX_CONCURRENT_STREAMS 1: one call in flight, one queued for a stream and reading for
+/// both when the GOAWAY arrives. The queued call fails, refused; the one in flight still
+/// gets its answer when it comes, not at its timeout: the leaver hands the socket on.
+#[tokio::test]
+async fn after_a_goaway_the_queued_call_fails_and_the_one_in_flight_is_answered() {
+    let (c, server) = pair(|l| async move {
+        let mut p = Peer::accept(&l, &[(0x3, 1)]).await;
+        let (id, ..) = p.request().await;
+        p.answer(id, "", b"").await;
+        let (a, ..) = p.request().await;
+        // By now the second call waits for a stream, and reads for both.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut goaway = a.to_be_bytes().to_vec();
+        goaway.extend_from_slice(&NO_ERROR.to_be_bytes());
+        p.send(GOAWAY, 0, 0, &goaway).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        p.answer(a, "a", b"a").await;
+        let _ = p.next().await;
+    })
+    .await;
+    // One call first: the client has the server's SETTINGS from then on.
+    within(c.share().unwrap().send(get("first"))).await.unwrap();
+    let mut h = c.share().unwrap();
+    let a = tokio::spawn(async move { h.send(get("a")).await });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let mut h = c.share().unwrap();
+    let b = tokio::spawn(async move { h.send(get("b")).await });
+    let e = within(b).await.unwrap().unwrap_err();
+    assert_eq!(e.kind(), TransportErrorKind::Reset, "{e}");
+    assert!(e.to_string().contains("GOAWAY"), "{e}");
+    let r = tokio::time::timeout(Duration::from_secs(2), a)
+        .await
+        .expect("the call in flight was answered, not left asleep")
+        .unwrap()
+        .unwrap();
+    assert_eq!(&r.body[..], b"a");
+    drop(c);
+    within(server).await.unwrap();
+}
