@@ -348,6 +348,11 @@ impl Drop for Op<'_> {
 }
 
 /// A response body arriving on an HTTP/2 stream, for [`Connection::open`].
+///
+/// Its holder need not keep polling it: between chunks, or with a [`RecvBody::chunk`]
+/// given up half-way (a timeout around it), the other calls on the connection read for
+/// themselves. An unread body holds at most its stream's window of data, and none of the
+/// connection's.
 pub struct RecvBody {
     shared: Arc<Shared>,
     /// 0 once the body has ended (or failed) and the stream is released.
@@ -368,11 +373,30 @@ impl RecvBody {
         if self.id == 0 {
             return None;
         }
+        let waiting = Waiting {
+            shared: &self.shared,
+            id: self.id,
+        };
         let r = poll_fn(|cx| self.shared.poll_data(cx, self.id)).await;
+        // poll_data left the connection itself as it returned.
+        std::mem::forget(waiting);
         if !matches!(r, Some(Ok(_))) {
             self.id = 0; // released by poll_data
         }
         r
+    }
+}
+
+/// A [`RecvBody::chunk`] under way: dropped before it returns, it leaves the connection as
+/// a return would, so the socket is not left registered to a task that polls elsewhere.
+struct Waiting<'a> {
+    shared: &'a Shared,
+    id: u32,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.shared.with(|inner, wakes| inner.leave(self.id, wakes));
     }
 }
 
@@ -700,13 +724,18 @@ impl Inner {
 
     /// The rule for every way out of a poll that may have driven the connection: its
     /// return with a result (an error too), a dropped call, an idle peek. The task waiting
-    /// on `me` (a stream, or [`QUEUED`] for a stream) may be the one the socket would wake,
-    /// and the others sleep trusting it to read for them; if it is, or might be
-    /// ([`NOBODY`], [`QUEUED`]: not known), it wakes one waiting task, which drives and so
-    /// takes the read registration over. Frames it queued and could not write are handed on
-    /// the same way. A way out that skips this can leave every other call on the
-    /// connection asleep until its timeout.
+    /// on `me` (a stream, or [`QUEUED`] for a stream) waits no more, so its waker goes: a
+    /// waker left behind would be the one woken to take over, and its task may never poll
+    /// here again. It may also be the one the socket would wake, and the others sleep
+    /// trusting it to read for them; if it is, or might be ([`NOBODY`], [`QUEUED`]: not
+    /// known), it wakes one waiting task, which drives and so takes the read registration
+    /// over. Frames it queued and could not write are handed on the same way. A way out
+    /// that skips this can leave every other call on the connection asleep until its
+    /// timeout.
     fn leave(&mut self, me: u32, wakes: &mut Vec<Waker>) {
+        if let Some(i) = self.index(me) {
+            self.streams[i].waker = None;
+        }
         let reading = matches!(self.reader, NOBODY | QUEUED) || self.reader == me;
         if reading {
             self.reader = NOBODY;
@@ -738,7 +767,9 @@ impl Inner {
         }
     }
 
-    /// Wakes one waiting task (a stream's, else one waiting for a stream), or all.
+    /// Wakes one waiting task (a stream's, else one waiting for a stream), or all. A stream
+    /// has a waker only while its task waits in a poll here ([`Inner::leave`] takes it), so
+    /// the task woken will poll and drive.
     fn wake_waiters(&mut self, all: bool, wakes: &mut Vec<Waker>) {
         for s in &mut self.streams {
             if let Some(w) = s.waker.take() {

@@ -831,3 +831,34 @@ async fn after_a_goaway_the_queued_call_fails_and_the_one_in_flight_is_answered(
     drop(c);
     within(server).await.unwrap();
 }
+
+/// A body's holder waits for a chunk last (so the socket would wake it), then gives up
+/// (a timeout) and keeps the body: the call waiting beside it still gets its answer.
+#[tokio::test]
+async fn a_chunk_given_up_mid_wait_hands_the_socket_on() {
+    let (mut c, server) = pair(|l| async move {
+        let mut p = Peer::accept(&l, &[]).await;
+        let (events, ..) = p.request().await;
+        p.send(HEADERS, END_HEADERS, events, &head_block(200, &[]))
+            .await;
+        let (call, ..) = p.request().await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        p.answer(call, "call", b"call").await;
+        while p.next().await.is_some() {}
+    })
+    .await;
+    let mut s = within(c.open(get("events"))).await.unwrap();
+    let mut h = c.share().unwrap();
+    let call = tokio::spawn(async move { h.send(get("call")).await });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let gave_up = tokio::time::timeout(Duration::from_millis(30), s.body.chunk()).await;
+    assert!(gave_up.is_err(), "no chunk came");
+    let r = tokio::time::timeout(Duration::from_secs(2), call)
+        .await
+        .expect("the other call was answered, not left asleep")
+        .unwrap()
+        .unwrap();
+    assert_eq!(&r.body[..], b"call");
+    drop((s, c));
+    within(server).await.unwrap();
+}
