@@ -1316,6 +1316,7 @@ impl Inner {
         if !frame.len().is_multiple_of(6) {
             return Err(ConnectionError::size("SETTINGS", frame.len()));
         }
+        let max_streams = self.max_streams;
         if !self.settled {
             // Unlimited unless these SETTINGS say otherwise.
             self.max_streams = usize::MAX;
@@ -1323,11 +1324,7 @@ impl Inner {
         for p in frame.chunks_exact(6) {
             let value = u32::from_be_bytes([p[2], p[3], p[4], p[5]]);
             match u16::from_be_bytes([p[0], p[1]]) {
-                0x3 => {
-                    self.max_streams = value as usize;
-                    // More room: every waiting task looks again.
-                    wakes.extend(self.queued.iter().map(|(_, w)| w.clone()));
-                }
+                0x3 => self.max_streams = value as usize,
                 0x4 => {
                     let value = i64::from(value);
                     if value > MAX_WINDOW {
@@ -1361,6 +1358,12 @@ impl Inner {
                 // MAX_HEADER_LIST_SIZE and unknown settings change nothing for us.
                 _ => {}
             }
+        }
+        if self.max_streams > max_streams {
+            // More room (the first SETTINGS may lift the limit we kept until then without
+            // naming MAX_CONCURRENT_STREAMS): every waiting task looks again, not one per
+            // stream that ends.
+            wakes.extend(self.queued.iter().map(|(_, w)| w.clone()));
         }
         frame_head(&mut self.wbuf, 0, SETTINGS, ACK, 0);
         self.settled = true;

@@ -40,6 +40,13 @@ struct Peer {
 impl Peer {
     /// Accepts a connection, checks the preface and sends our SETTINGS.
     async fn accept(l: &TcpListener, settings: &[(u16, u32)]) -> Self {
+        let mut p = Self::preface(l).await;
+        p.settings(settings).await;
+        p
+    }
+
+    /// Accepts a connection and checks the preface; our SETTINGS are still to send.
+    async fn preface(l: &TcpListener) -> Self {
         let (io, _) = l.accept().await.unwrap();
         let mut p = Self {
             io,
@@ -54,12 +61,15 @@ impl Peer {
         }
         assert_eq!(&p.buf[..PREFACE.len()], PREFACE);
         p.buf.advance(PREFACE.len());
+        p
+    }
+
+    async fn settings(&mut self, settings: &[(u16, u32)]) {
         let payload: Vec<u8> = settings
             .iter()
             .flat_map(|(k, v)| k.to_be_bytes().into_iter().chain(v.to_be_bytes()))
             .collect();
-        p.send(SETTINGS, 0, 0, &payload).await;
-        p
+        self.send(SETTINGS, 0, 0, &payload).await;
     }
 
     async fn send(&mut self, kind: u8, flags: u8, id: u32, payload: &[u8]) {
@@ -860,5 +870,43 @@ async fn a_chunk_given_up_mid_wait_hands_the_socket_on() {
         .unwrap();
     assert_eq!(&r.body[..], b"call");
     drop((s, c));
+    within(server).await.unwrap();
+}
+
+/// Requests past the 100 streams allowed before the server's SETTINGS wait; SETTINGS that
+/// set no MAX_CONCURRENT_STREAMS lift the limit, and every one of them goes at once, not
+/// one per stream that ends.
+#[tokio::test]
+async fn settings_without_a_stream_limit_release_every_queued_request() {
+    const CALLS: usize = STREAMS_BEFORE_SETTINGS + 3;
+    let (c, server) = pair(|l| async move {
+        let mut p = Peer::preface(&l).await;
+        let mut ids = Vec::new();
+        for _ in 0..STREAMS_BEFORE_SETTINGS {
+            ids.push(p.request().await);
+        }
+        let early = tokio::time::timeout(Duration::from_millis(50), p.next()).await;
+        assert!(early.is_err(), "a stream past the limit before SETTINGS");
+        p.settings(&[]).await;
+        for _ in 0..CALLS - STREAMS_BEFORE_SETTINGS {
+            let next = tokio::time::timeout(Duration::from_secs(2), p.request()).await;
+            ids.push(next.expect("the queued requests go once the limit is lifted"));
+        }
+        for (id, test, _) in ids {
+            p.answer(id, &test, test.as_bytes()).await;
+        }
+        while p.next().await.is_some() {}
+    })
+    .await;
+    let tasks: Vec<_> = (0..CALLS)
+        .map(|i| {
+            let mut h = c.share().unwrap();
+            tokio::spawn(async move { within(h.send(get(&i.to_string()))).await.unwrap() })
+        })
+        .collect();
+    for (i, t) in tasks.into_iter().enumerate() {
+        assert_eq!(t.await.unwrap().body, i.to_string().as_bytes());
+    }
+    drop(c);
     within(server).await.unwrap();
 }
