@@ -82,8 +82,12 @@ const STREAM_WINDOW: u32 = 4 << 20;
 const CONNECTION_WINDOW: u32 = 16 << 20;
 /// The largest frame we accept: the protocol's default, which we do not raise.
 const MAX_FRAME: usize = 16_384;
-/// The largest response header block (HEADERS and its CONTINUATIONs) we assemble.
+/// The largest response header block (HEADERS and its CONTINUATIONs) we assemble. Larger
+/// than any list within [`hpack::MAX_LIST_SIZE`] codes to (Huffman codes take up to 30
+/// bits a byte); a larger block fails the connection, as its HPACK state cannot be kept.
 const MAX_HEADER_BLOCK: usize = 1 << 20;
+/// Decoded fields grown past this by a large header list are given back.
+const KEEP_FIELDS: usize = 64;
 /// Request body bytes queued ahead of the socket, at most: a large body is framed as the
 /// socket takes it, not copied whole.
 const WRITE_AHEAD: usize = 64 * 1024;
@@ -112,13 +116,14 @@ pub(super) async fn handshake(
         .authority
         .parse()
         .map_err(|e: http::uri::InvalidUri| dial.failed(e.to_string()))?;
-    let mut preface = Vec::with_capacity(64);
+    let mut preface = Vec::with_capacity(80);
     preface.extend_from_slice(PREFACE);
-    frame_head(&mut preface, 18, SETTINGS, 0, 0);
+    frame_head(&mut preface, 24, SETTINGS, 0, 0);
     for (id, value) in [
-        (0x1, HEADER_TABLE_SIZE as u32), // SETTINGS_HEADER_TABLE_SIZE
-        (0x2, 0),                        // SETTINGS_ENABLE_PUSH
-        (0x4, STREAM_WINDOW),            // SETTINGS_INITIAL_WINDOW_SIZE
+        (0x1, HEADER_TABLE_SIZE as u32),    // SETTINGS_HEADER_TABLE_SIZE
+        (0x2, 0),                           // SETTINGS_ENABLE_PUSH
+        (0x4, STREAM_WINDOW),               // SETTINGS_INITIAL_WINDOW_SIZE
+        (0x6, hpack::MAX_LIST_SIZE as u32), // SETTINGS_MAX_HEADER_LIST_SIZE
     ] {
         preface.extend_from_slice(&u16::to_be_bytes(id));
         preface.extend_from_slice(&value.to_be_bytes());
@@ -1207,9 +1212,27 @@ impl Inner {
         wakes: &mut Vec<Waker>,
     ) -> Result<(), ConnectionError> {
         self.fields.clear();
-        self.decoder
+        let decoded = self
+            .decoder
             .decode(block, &mut self.fields)
             .map_err(|e| ConnectionError::new(COMPRESSION_ERROR, format!("HPACK: {}", e.0)))?;
+        let r = self.file_block(id, end, decoded, me, wakes);
+        self.fields.clear();
+        if self.fields.capacity() > KEEP_FIELDS {
+            self.fields = Vec::with_capacity(16);
+        }
+        r
+    }
+
+    /// A decoded header block (in [`Inner::fields`]) filed under its stream.
+    fn file_block(
+        &mut self,
+        id: u32,
+        end: bool,
+        decoded: hpack::Decoded,
+        me: u32,
+        wakes: &mut Vec<Waker>,
+    ) -> Result<(), ConnectionError> {
         let Some(i) = self.index(id) else {
             return self.unknown_stream(id, "HEADERS");
         };
@@ -1219,6 +1242,17 @@ impl Inner {
         }
         if s.ended {
             self.malformed(i, "HEADERS after the stream's end".into(), wakes);
+            return Ok(());
+        }
+        if decoded == hpack::Decoded::TooLarge {
+            // Only this stream fails: the block was decoded through, so the connection's
+            // HPACK state still matches the server's.
+            let what = format!(
+                "a header list over {} fields or {} KiB (our SETTINGS_MAX_HEADER_LIST_SIZE)",
+                hpack::MAX_LIST_FIELDS,
+                hpack::MAX_LIST_SIZE / 1024
+            );
+            self.malformed(i, what, wakes);
             return Ok(());
         }
         if !s.got_head {

@@ -35,6 +35,8 @@ struct Peer {
     window: i64,
     windows: HashMap<u32, i64>,
     initial_window: i64,
+    /// The client's settings, as it last sent them.
+    settings: HashMap<u16, u32>,
 }
 
 impl Peer {
@@ -55,6 +57,7 @@ impl Peer {
             window: 65_535,
             windows: HashMap::new(),
             initial_window: 65_535,
+            settings: HashMap::new(),
         };
         while p.buf.len() < PREFACE.len() {
             assert!(p.io.read_buf(&mut p.buf).await.unwrap() > 0, "no preface");
@@ -110,8 +113,13 @@ impl Peer {
         match f.kind {
             SETTINGS if f.flags & ACK == 0 => {
                 for p in f.payload.chunks(6) {
-                    if u16::from_be_bytes([p[0], p[1]]) == 4 {
-                        let v = i64::from(u32::from_be_bytes([p[2], p[3], p[4], p[5]]));
+                    let (k, v) = (
+                        u16::from_be_bytes([p[0], p[1]]),
+                        u32::from_be_bytes([p[2], p[3], p[4], p[5]]),
+                    );
+                    self.settings.insert(k, v);
+                    if k == 4 {
+                        let v = i64::from(v);
                         for w in self.windows.values_mut() {
                             *w += v - self.initial_window;
                         }
@@ -907,6 +915,51 @@ async fn settings_without_a_stream_limit_release_every_queued_request() {
     for (i, t) in tasks.into_iter().enumerate() {
         assert_eq!(t.await.unwrap().body, i.to_string().as_bytes());
     }
+    drop(c);
+    within(server).await.unwrap();
+}
+
+/// A head of 30 000 one-byte indexed fields (then one added to the dynamic table): that
+/// stream fails as a protocol error, with no panic and no 30 000-entry map, and the
+/// connection goes on: the block was read through, so the next response's reference to
+/// the entry it added still decodes. The client states its limit in its SETTINGS.
+#[tokio::test]
+async fn a_header_list_past_our_limit_fails_its_stream_only() {
+    let (mut c, server) = pair(|l| async move {
+        let mut p = Peer::accept(&l, &[]).await;
+        let (id, ..) = p.request().await;
+        let limit = p.settings.get(&0x6).copied();
+        assert_eq!(limit, Some(hpack::MAX_LIST_SIZE as u32));
+        let mut block = vec![0x88]; // :status 200
+        block.resize(1 + 30_000, 0x90); // accept-encoding: gzip, deflate
+        block.extend_from_slice(b"\x40\x06x-kept\x03yes"); // indexed
+        let mut pieces = block.chunks(MAX_FRAME).peekable();
+        let (mut kind, mut flags) = (HEADERS, END_STREAM);
+        while let Some(piece) = pieces.next() {
+            if pieces.peek().is_none() {
+                flags |= END_HEADERS;
+            }
+            p.send(kind, flags, id, piece).await;
+            (kind, flags) = (CONTINUATION, 0);
+        }
+        let rst = p.next().await.unwrap();
+        assert_eq!((rst.kind, rst.id), (RST_STREAM, id));
+        assert_eq!(&rst.payload[..], PROTOCOL_ERROR.to_be_bytes());
+        let (id, ..) = p.request().await;
+        p.send(HEADERS, END_HEADERS | END_STREAM, id, &[0x88, 0xbe])
+            .await;
+        let _ = p.next().await;
+    })
+    .await;
+    let e = within(c.send(get("huge"))).await.unwrap_err();
+    assert_eq!(e.kind(), TransportErrorKind::Protocol, "{e}");
+    assert!(
+        e.to_string().contains("SETTINGS_MAX_HEADER_LIST_SIZE"),
+        "{e}"
+    );
+    let r = within(c.send(get("next"))).await.unwrap();
+    assert_eq!(r.headers.to_map()["x-kept"], "yes");
+    assert!(!c.is_closed());
     drop(c);
     within(server).await.unwrap();
 }
