@@ -154,6 +154,7 @@ pub(super) async fn handshake(
         block: Vec::new(),
         continuing: None,
         heard: false,
+        prior_knowledge: !https,
         settled: false,
         goaway: None,
         dead: None,
@@ -217,6 +218,9 @@ struct Inner {
     continuing: Option<(u32, bool)>,
     /// The server has sent a byte: a connection that breaks before is not HTTP/2's.
     heard: bool,
+    /// h2c, HTTP/2 by prior knowledge: the server may not speak it. Over TLS, ALPN has
+    /// already chosen h2.
+    prior_knowledge: bool,
     /// The server's first SETTINGS has arrived.
     settled: bool,
     /// The server's GOAWAY: its last stream id and error code.
@@ -935,9 +939,9 @@ impl Inner {
     }
 
     /// The error for a connection that broke under its streams: a reset, or a protocol
-    /// error if the server never spoke HTTP/2 or said why in its GOAWAY.
+    /// error if an h2c server never spoke HTTP/2 or the server said why in its GOAWAY.
     fn broken(&self, what: String) -> TransportError {
-        if !self.heard {
+        if !self.heard && self.prior_knowledge {
             return TransportError::Protocol(format!(
                 "{what} (the server sent nothing back to the HTTP/2 preface: is it an \
                  HTTP/1.1 server?)"

@@ -621,6 +621,22 @@ async fn an_http_1_server_is_a_protocol_error_whether_it_answers_or_hangs_up() {
     }
 }
 
+/// Over TLS, ALPN has already chosen h2: a server that hangs up unheard is a reset, not a
+/// suspected HTTP/1.1 server. (The socket is plain TCP here: TLS changes nothing else.)
+#[tokio::test]
+async fn over_tls_a_server_that_hangs_up_unheard_is_a_reset() {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let d = dial(&l);
+    let mut c = handshake(&d, d.tcp().await.unwrap(), true).await.unwrap();
+    let (mut s, _) = l.accept().await.unwrap();
+    s.read_exact(&mut [0; PREFACE.len()]).await.unwrap();
+    drop(s);
+    let e = within(c.send(get("h2"))).await.unwrap_err();
+    assert_eq!(e.kind(), TransportErrorKind::Reset, "{e}");
+    assert!(!e.to_string().contains("HTTP/1.1"), "{e}");
+    assert!(c.is_closed());
+}
+
 #[tokio::test]
 async fn a_server_that_closes_after_speaking_http2_is_a_reset() {
     let (mut c, server) = pair(|l| async move {
