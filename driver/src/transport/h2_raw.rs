@@ -985,8 +985,10 @@ impl Inner {
         self.wbuf.extend_from_slice(&0u32.to_be_bytes());
         self.wbuf.extend_from_slice(&e.code.to_be_bytes());
         self.wbuf.extend_from_slice(debug);
-        let _ = self.flush(cx);
+        // Failed first: that drops the request bodies, so the flush frames no DATA after
+        // the GOAWAY.
         self.fail(TransportError::Protocol(e.what), wakes);
+        let _ = self.flush(cx);
     }
 
     /// Files every whole frame in the read buffer.
@@ -1052,7 +1054,13 @@ impl Inner {
                     ));
                 }
                 PING => {
-                    if len != 8 || id != 0 {
+                    if id != 0 {
+                        return Err(ConnectionError::new(
+                            PROTOCOL_ERROR,
+                            format!("PING on stream {id}"),
+                        ));
+                    }
+                    if len != 8 {
                         return Err(ConnectionError::size("PING", len));
                     }
                     if flags & ACK == 0 {
@@ -1289,16 +1297,27 @@ impl Inner {
     /// A response that breaks HTTP/2's rules for one stream: that stream fails as a
     /// protocol error and is reset; the connection goes on.
     fn malformed(&mut self, i: usize, what: String, wakes: &mut Vec<Waker>) {
+        let id = self.streams[i].id;
+        let what = format!("malformed response on stream {id}: {what}");
+        self.stream_error(i, PROTOCOL_ERROR, what, wakes);
+    }
+
+    /// An error of the server's on one stream (RFC 9113 §5.4.2): the stream is reset with
+    /// `code` and fails, unless its response is already whole, which stands (as with the
+    /// server's own RST_STREAM); a stream that already failed keeps its first error.
+    fn stream_error(&mut self, i: usize, code: u32, what: String, wakes: &mut Vec<Waker>) {
         let s = &mut self.streams[i];
         let id = s.id;
-        s.error = Some(TransportError::Protocol(format!(
-            "malformed response on stream {id}: {what}"
-        )));
-        s.reset = true;
+        if !s.ended {
+            s.error.get_or_insert_with(|| coded(code, what));
+            s.data.clear();
+        }
         s.body.clear();
-        s.data.clear();
+        let reset = std::mem::replace(&mut s.reset, true);
         self.settle(i, 0, wakes);
-        self.rst_stream(id, PROTOCOL_ERROR);
+        if !reset {
+            self.rst_stream(id, code);
+        }
     }
 
     fn rst_received(
@@ -1489,14 +1508,13 @@ impl Inner {
             return Ok(()); // a released stream's, or one the server is being eager about
         };
         let s = &mut self.streams[i];
-        s.send_window += n;
-        if n == 0 || s.send_window > MAX_WINDOW {
-            let what = if n == 0 {
-                "a WINDOW_UPDATE of 0".to_owned()
-            } else {
-                "a window past 2^31-1".to_owned()
-            };
-            self.malformed(i, what, wakes);
+        if n == 0 {
+            self.malformed(i, "a WINDOW_UPDATE of 0".into(), wakes);
+        } else if s.send_window + n > MAX_WINDOW {
+            let what = format!("the server's WINDOW_UPDATE took stream {id}'s window past 2^31-1");
+            self.stream_error(i, FLOW_CONTROL_ERROR, what, wakes);
+        } else {
+            s.send_window += n;
         }
         Ok(())
     }

@@ -76,10 +76,27 @@ impl Peer {
     }
 
     async fn send(&mut self, kind: u8, flags: u8, id: u32, payload: &[u8]) {
+        self.send_all(&[(kind, flags, id, payload)]).await;
+    }
+
+    /// Frames in one write, so the client reads them together.
+    async fn send_all(&mut self, frames: &[(u8, u8, u32, &[u8])]) {
         let mut f = Vec::new();
-        frame_head(&mut f, payload.len(), kind, flags, id);
-        f.extend_from_slice(payload);
+        for &(kind, flags, id, payload) in frames {
+            frame_head(&mut f, payload.len(), kind, flags, id);
+            f.extend_from_slice(payload);
+        }
         self.io.write_all(&f).await.unwrap();
+    }
+
+    /// The client's next frame other than an RST_STREAM (and SETTINGS and WINDOW_UPDATE).
+    async fn next_but_rst(&mut self) -> Option<Frame> {
+        loop {
+            let f = self.next().await?;
+            if f.kind != RST_STREAM {
+                return Some(f);
+            }
+        }
     }
 
     /// The client's next frame other than SETTINGS and WINDOW_UPDATE (which it notes);
@@ -976,6 +993,85 @@ async fn a_header_list_past_our_limit_fails_its_stream_only() {
     let r = within(c.send(get("next"))).await.unwrap();
     assert_eq!(r.headers.to_map()["x-kept"], "yes");
     assert!(!c.is_closed());
+    drop(c);
+    within(server).await.unwrap();
+}
+
+/// Stream errors of the server's: DATA after a whole response leaves that response whole;
+/// a WINDOW_UPDATE past 2^31-1 resets its stream with FLOW_CONTROL_ERROR; PING on a stream
+/// is a connection error, PROTOCOL_ERROR.
+#[tokio::test]
+async fn stream_errors_keep_a_whole_response_and_carry_their_own_codes() {
+    let (mut c, server) = pair(|l| async move {
+        let mut p = Peer::accept(&l, &[]).await;
+        let (id, ..) = p.request().await;
+        let head = head_block(200, &[]);
+        p.send_all(&[
+            (HEADERS, END_HEADERS, id, &head),
+            (DATA, END_STREAM, id, b"whole"),
+            (DATA, 0, id, b"more"),
+        ])
+        .await;
+        let f = p.next_but_rst().await.unwrap();
+        assert_eq!(f.kind, HEADERS);
+        let id = f.id;
+        p.send(HEADERS, END_HEADERS, id, &head).await;
+        p.send(WINDOW_UPDATE, 0, id, &MAX_STREAM_ID.to_be_bytes())
+            .await;
+        let rst = p.next().await.unwrap();
+        assert_eq!((rst.kind, rst.id), (RST_STREAM, id));
+        assert_eq!(&rst.payload[..], FLOW_CONTROL_ERROR.to_be_bytes());
+        let (id, ..) = p.request().await;
+        p.send(PING, 0, id, b"12345678").await;
+        let goaway = p.next().await.unwrap();
+        assert_eq!(goaway.kind, GOAWAY);
+        assert_eq!(&goaway.payload[4..8], PROTOCOL_ERROR.to_be_bytes());
+    })
+    .await;
+    let r = within(c.send(get("whole"))).await.unwrap();
+    assert_eq!(&r.body[..], b"whole");
+    let e = within(c.send(get("window"))).await.unwrap_err();
+    assert_eq!(e.kind(), TransportErrorKind::Protocol, "{e}");
+    assert!(e.to_string().contains("past 2^31-1"), "{e}");
+    assert!(!c.is_closed());
+    let e = within(c.send(get("ping"))).await.unwrap_err();
+    assert_eq!(e.kind(), TransportErrorKind::Protocol, "{e}");
+    assert!(e.to_string().contains("PING on stream"), "{e}");
+    assert!(c.is_closed());
+    within(server).await.unwrap();
+}
+
+/// A connection error while a request body waits for window: the GOAWAY is the last
+/// thing the client sends, though the same read opened the window.
+#[tokio::test]
+async fn no_data_follows_our_goaway() {
+    let (mut c, server) = pair(|l| async move {
+        let mut p = Peer::accept(&l, &[]).await;
+        let f = p.next().await.unwrap();
+        assert_eq!((f.kind, f.flags & END_STREAM), (HEADERS, 0));
+        let mut sent = 0;
+        while sent < 65_535 {
+            let d = p.next().await.unwrap();
+            assert_eq!(d.kind, DATA);
+            sent += d.payload.len();
+        }
+        let more = 65_535u32.to_be_bytes();
+        p.send_all(&[
+            (WINDOW_UPDATE, 0, f.id, &more),
+            (WINDOW_UPDATE, 0, 0, &more),
+            (PING, 0, f.id, b"12345678"),
+        ])
+        .await;
+        let goaway = p.next().await.unwrap();
+        assert_eq!(goaway.kind, GOAWAY, "nothing before the GOAWAY");
+        assert!(p.next().await.is_none(), "nothing after the GOAWAY");
+    })
+    .await;
+    let mut req = get("big");
+    req.method = Method::POST;
+    req.body = vec![b'x'; 100_000].into();
+    let e = within(c.send(req)).await.unwrap_err();
+    assert_eq!(e.kind(), TransportErrorKind::Protocol, "{e}");
     drop(c);
     within(server).await.unwrap();
 }
