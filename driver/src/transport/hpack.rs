@@ -7,6 +7,8 @@ use std::collections::VecDeque;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, Method, header};
 
+use super::itoa;
+
 /// The dynamic table size every HPACK encoder starts with (SETTINGS_HEADER_TABLE_SIZE's
 /// default), which the server may use until it acknowledges ours.
 pub(super) const DEFAULT_TABLE_SIZE: usize = 4096;
@@ -398,19 +400,6 @@ fn put_integer(out: &mut Vec<u8>, prefix: u8, flags: u8, mut value: usize) {
         value >>= 7;
     }
     out.push(value as u8);
-}
-
-/// `n` in decimal, in `buf`.
-fn itoa(mut n: usize, buf: &mut [u8; 20]) -> &[u8] {
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            return &buf[i..];
-        }
-    }
 }
 
 /// The static table's first 14 entries (RFC 7541 Appendix A): pseudo-headers.
