@@ -26,6 +26,7 @@ use tokio::{
 use super::{
     BoxFuture, Connection, Dial, Headers, Request, Response, Streaming, TransportError,
     h1::{Hyper, hyper_handshake},
+    itoa,
 };
 
 /// The most response head bytes read before giving up on finding its end (hyper's default
@@ -403,19 +404,6 @@ impl Raw {
                     self.fill().await?;
                 }
             }
-        }
-    }
-}
-
-/// `n` in decimal, in `buf`.
-fn itoa(mut n: usize, buf: &mut [u8; 20]) -> &[u8] {
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            return &buf[i..];
         }
     }
 }

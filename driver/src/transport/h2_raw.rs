@@ -6,7 +6,8 @@
 //! drives the socket: it writes the frames queued, reads what arrived and files each
 //! frame under its stream, waking the task that waits on it. The one task that last met
 //! an empty socket holds its read registration; a task leaving while others wait wakes
-//! one of them to take over, so nobody sleeps on a socket nobody watches.
+//! one of them to take over, so nobody sleeps on a socket nobody watches. Every way out
+//! of a poll goes through [`Inner::leave`], which keeps that rule.
 //!
 //! Covers what a demanding client needs: SETTINGS both ways, MAX_CONCURRENT_STREAMS
 //! (requests wait for a free stream), flow control both ways (bodies of any size out,
@@ -81,8 +82,12 @@ const STREAM_WINDOW: u32 = 4 << 20;
 const CONNECTION_WINDOW: u32 = 16 << 20;
 /// The largest frame we accept: the protocol's default, which we do not raise.
 const MAX_FRAME: usize = 16_384;
-/// The largest response header block (HEADERS and its CONTINUATIONs) we assemble.
+/// The largest response header block (HEADERS and its CONTINUATIONs) we assemble. Larger
+/// than any list within [`hpack::MAX_LIST_SIZE`] codes to (Huffman codes take up to 30
+/// bits a byte); a larger block fails the connection, as its HPACK state cannot be kept.
 const MAX_HEADER_BLOCK: usize = 1 << 20;
+/// Decoded fields grown past this by a large header list are given back.
+const KEEP_FIELDS: usize = 64;
 /// Request body bytes queued ahead of the socket, at most: a large body is framed as the
 /// socket takes it, not copied whole.
 const WRITE_AHEAD: usize = 64 * 1024;
@@ -111,13 +116,14 @@ pub(super) async fn handshake(
         .authority
         .parse()
         .map_err(|e: http::uri::InvalidUri| dial.failed(e.to_string()))?;
-    let mut preface = Vec::with_capacity(64);
+    let mut preface = Vec::with_capacity(80);
     preface.extend_from_slice(PREFACE);
-    frame_head(&mut preface, 18, SETTINGS, 0, 0);
+    frame_head(&mut preface, 24, SETTINGS, 0, 0);
     for (id, value) in [
-        (0x1, HEADER_TABLE_SIZE as u32), // SETTINGS_HEADER_TABLE_SIZE
-        (0x2, 0),                        // SETTINGS_ENABLE_PUSH
-        (0x4, STREAM_WINDOW),            // SETTINGS_INITIAL_WINDOW_SIZE
+        (0x1, HEADER_TABLE_SIZE as u32),    // SETTINGS_HEADER_TABLE_SIZE
+        (0x2, 0),                           // SETTINGS_ENABLE_PUSH
+        (0x4, STREAM_WINDOW),               // SETTINGS_INITIAL_WINDOW_SIZE
+        (0x6, hpack::MAX_LIST_SIZE as u32), // SETTINGS_MAX_HEADER_LIST_SIZE
     ] {
         preface.extend_from_slice(&u16::to_be_bytes(id));
         preface.extend_from_slice(&value.to_be_bytes());
@@ -148,6 +154,7 @@ pub(super) async fn handshake(
         block: Vec::new(),
         continuing: None,
         heard: false,
+        prior_knowledge: !https,
         settled: false,
         goaway: None,
         dead: None,
@@ -211,6 +218,9 @@ struct Inner {
     continuing: Option<(u32, bool)>,
     /// The server has sent a byte: a connection that breaks before is not HTTP/2's.
     heard: bool,
+    /// h2c, HTTP/2 by prior knowledge: the server may not speak it. Over TLS, ALPN has
+    /// already chosen h2.
+    prior_knowledge: bool,
     /// The server's first SETTINGS has arrived.
     settled: bool,
     /// The server's GOAWAY: its last stream id and error code.
@@ -347,6 +357,11 @@ impl Drop for Op<'_> {
 }
 
 /// A response body arriving on an HTTP/2 stream, for [`Connection::open`].
+///
+/// Its holder need not keep polling it: between chunks, or with a [`RecvBody::chunk`]
+/// given up half-way (a timeout around it), the other calls on the connection read for
+/// themselves. An unread body holds at most its stream's window of data, and none of the
+/// connection's.
 pub struct RecvBody {
     shared: Arc<Shared>,
     /// 0 once the body has ended (or failed) and the stream is released.
@@ -367,11 +382,30 @@ impl RecvBody {
         if self.id == 0 {
             return None;
         }
+        let waiting = Waiting {
+            shared: &self.shared,
+            id: self.id,
+        };
         let r = poll_fn(|cx| self.shared.poll_data(cx, self.id)).await;
+        // poll_data left the connection itself as it returned.
+        std::mem::forget(waiting);
         if !matches!(r, Some(Ok(_))) {
             self.id = 0; // released by poll_data
         }
         r
+    }
+}
+
+/// A [`RecvBody::chunk`] under way: dropped before it returns, it leaves the connection as
+/// a return would, so the socket is not left registered to a task that polls elsewhere.
+struct Waiting<'a> {
+    shared: &'a Shared,
+    id: u32,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.shared.with(|inner, wakes| inner.leave(self.id, wakes));
     }
 }
 
@@ -417,6 +451,7 @@ impl Shared {
             loop {
                 if let Some(e) = inner.refusal() {
                     inner.unqueue(ticket);
+                    inner.leave(QUEUED, wakes);
                     return Poll::Ready(Err(e));
                 }
                 if inner.open < inner.max_streams {
@@ -435,7 +470,12 @@ impl Shared {
             let req = req
                 .take()
                 .expect("poll_start is not polled after it is ready");
-            Poll::Ready(inner.start(req, self.https, &self.authority, collect))
+            let r = inner.start(req, self.https, &self.authority, collect);
+            if r.is_err() {
+                inner.leave(QUEUED, wakes);
+            }
+            // A stream opened: the same poll goes on to wait on it, and drives there.
+            Poll::Ready(r)
         })
     }
 
@@ -486,6 +526,7 @@ impl Shared {
                     return Poll::Ready(Err(e));
                 }
                 if let Some(head) = s.head.take() {
+                    inner.leave(id, wakes);
                     return Poll::Ready(Ok(head));
                 }
                 if driven {
@@ -518,6 +559,7 @@ impl Shared {
                         inner.window_update(id, n);
                         inner.flush_or_fail(cx, wakes);
                     }
+                    inner.leave(id, wakes);
                     return Poll::Ready(Some(Ok(chunk)));
                 }
                 if let Some(e) = s.error.take() {
@@ -548,6 +590,7 @@ impl Shared {
                 inner.release(id, wakes);
             }
             let before = wakes.len();
+            inner.leave(if id != 0 { id } else { QUEUED }, wakes);
             inner.wake_waiters(true, wakes);
             if wakes.len() == before && inner.wpos < inner.wbuf.len() {
                 // Nobody else waits, so nobody's write registration is lost by trying the
@@ -682,14 +725,31 @@ impl Inner {
         Ok(id)
     }
 
-    /// Releases a finished stream and, if this task was the one the socket would wake,
-    /// hands that on to another waiting task.
+    /// Releases a finished stream and leaves the connection.
     fn finish(&mut self, id: u32, wakes: &mut Vec<Waker>) {
         self.release(id, wakes);
-        if matches!(self.reader, NOBODY | QUEUED) || self.reader == id {
+        self.leave(id, wakes);
+    }
+
+    /// The rule for every way out of a poll that may have driven the connection: its
+    /// return with a result (an error too), a dropped call, an idle peek. The task waiting
+    /// on `me` (a stream, or [`QUEUED`] for a stream) waits no more, so its waker goes: a
+    /// waker left behind would be the one woken to take over, and its task may never poll
+    /// here again. It may also be the one the socket would wake, and the others sleep
+    /// trusting it to read for them; if it is, or might be ([`NOBODY`], [`QUEUED`]: not
+    /// known), it wakes one waiting task, which drives and so takes the read registration
+    /// over. Frames it queued and could not write are handed on the same way. A way out
+    /// that skips this can leave every other call on the connection asleep until its
+    /// timeout.
+    fn leave(&mut self, me: u32, wakes: &mut Vec<Waker>) {
+        if let Some(i) = self.index(me) {
+            self.streams[i].waker = None;
+        }
+        let reading = matches!(self.reader, NOBODY | QUEUED) || self.reader == me;
+        if reading {
             self.reader = NOBODY;
-            self.wake_waiters(false, wakes);
-        } else if self.wpos < self.wbuf.len() {
+        }
+        if reading || self.wpos < self.wbuf.len() {
             self.wake_waiters(false, wakes);
         }
     }
@@ -716,7 +776,9 @@ impl Inner {
         }
     }
 
-    /// Wakes one waiting task (a stream's, else one waiting for a stream), or all.
+    /// Wakes one waiting task (a stream's, else one waiting for a stream), or all. A stream
+    /// has a waker only while its task waits in a poll here ([`Inner::leave`] takes it), so
+    /// the task woken will poll and drive.
     fn wake_waiters(&mut self, all: bool, wakes: &mut Vec<Waker>) {
         for s in &mut self.streams {
             if let Some(w) = s.waker.take() {
@@ -775,6 +837,7 @@ impl Inner {
         if !waiting {
             let mut cx = Context::from_waker(Waker::noop());
             self.drive(&mut cx, NOBODY, wakes);
+            self.leave(NOBODY, wakes);
         }
     }
 
@@ -876,9 +939,9 @@ impl Inner {
     }
 
     /// The error for a connection that broke under its streams: a reset, or a protocol
-    /// error if the server never spoke HTTP/2 or said why in its GOAWAY.
+    /// error if an h2c server never spoke HTTP/2 or the server said why in its GOAWAY.
     fn broken(&self, what: String) -> TransportError {
-        if !self.heard {
+        if !self.heard && self.prior_knowledge {
             return TransportError::Protocol(format!(
                 "{what} (the server sent nothing back to the HTTP/2 preface: is it an \
                  HTTP/1.1 server?)"
@@ -922,8 +985,10 @@ impl Inner {
         self.wbuf.extend_from_slice(&0u32.to_be_bytes());
         self.wbuf.extend_from_slice(&e.code.to_be_bytes());
         self.wbuf.extend_from_slice(debug);
-        let _ = self.flush(cx);
+        // Failed first: that drops the request bodies, so the flush frames no DATA after
+        // the GOAWAY.
         self.fail(TransportError::Protocol(e.what), wakes);
+        let _ = self.flush(cx);
     }
 
     /// Files every whole frame in the read buffer.
@@ -989,7 +1054,13 @@ impl Inner {
                     ));
                 }
                 PING => {
-                    if len != 8 || id != 0 {
+                    if id != 0 {
+                        return Err(ConnectionError::new(
+                            PROTOCOL_ERROR,
+                            format!("PING on stream {id}"),
+                        ));
+                    }
+                    if len != 8 {
                         return Err(ConnectionError::size("PING", len));
                     }
                     if flags & ACK == 0 {
@@ -1153,9 +1224,27 @@ impl Inner {
         wakes: &mut Vec<Waker>,
     ) -> Result<(), ConnectionError> {
         self.fields.clear();
-        self.decoder
+        let decoded = self
+            .decoder
             .decode(block, &mut self.fields)
             .map_err(|e| ConnectionError::new(COMPRESSION_ERROR, format!("HPACK: {}", e.0)))?;
+        let r = self.file_block(id, end, decoded, me, wakes);
+        self.fields.clear();
+        if self.fields.capacity() > KEEP_FIELDS {
+            self.fields = Vec::with_capacity(16);
+        }
+        r
+    }
+
+    /// A decoded header block (in [`Inner::fields`]) filed under its stream.
+    fn file_block(
+        &mut self,
+        id: u32,
+        end: bool,
+        decoded: hpack::Decoded,
+        me: u32,
+        wakes: &mut Vec<Waker>,
+    ) -> Result<(), ConnectionError> {
         let Some(i) = self.index(id) else {
             return self.unknown_stream(id, "HEADERS");
         };
@@ -1165,6 +1254,17 @@ impl Inner {
         }
         if s.ended {
             self.malformed(i, "HEADERS after the stream's end".into(), wakes);
+            return Ok(());
+        }
+        if decoded == hpack::Decoded::TooLarge {
+            // Only this stream fails: the block was decoded through, so the connection's
+            // HPACK state still matches the server's.
+            let what = format!(
+                "a header list over {} fields or {} KiB (our SETTINGS_MAX_HEADER_LIST_SIZE)",
+                hpack::MAX_LIST_FIELDS,
+                hpack::MAX_LIST_SIZE / 1024
+            );
+            self.malformed(i, what, wakes);
             return Ok(());
         }
         if !s.got_head {
@@ -1197,16 +1297,27 @@ impl Inner {
     /// A response that breaks HTTP/2's rules for one stream: that stream fails as a
     /// protocol error and is reset; the connection goes on.
     fn malformed(&mut self, i: usize, what: String, wakes: &mut Vec<Waker>) {
+        let id = self.streams[i].id;
+        let what = format!("malformed response on stream {id}: {what}");
+        self.stream_error(i, PROTOCOL_ERROR, what, wakes);
+    }
+
+    /// An error of the server's on one stream (RFC 9113 §5.4.2): the stream is reset with
+    /// `code` and fails, unless its response is already whole, which stands (as with the
+    /// server's own RST_STREAM); a stream that already failed keeps its first error.
+    fn stream_error(&mut self, i: usize, code: u32, what: String, wakes: &mut Vec<Waker>) {
         let s = &mut self.streams[i];
         let id = s.id;
-        s.error = Some(TransportError::Protocol(format!(
-            "malformed response on stream {id}: {what}"
-        )));
-        s.reset = true;
+        if !s.ended {
+            s.error.get_or_insert_with(|| coded(code, what));
+            s.data.clear();
+        }
         s.body.clear();
-        s.data.clear();
+        let reset = std::mem::replace(&mut s.reset, true);
         self.settle(i, 0, wakes);
-        self.rst_stream(id, PROTOCOL_ERROR);
+        if !reset {
+            self.rst_stream(id, code);
+        }
     }
 
     fn rst_received(
@@ -1262,6 +1373,7 @@ impl Inner {
         if !frame.len().is_multiple_of(6) {
             return Err(ConnectionError::size("SETTINGS", frame.len()));
         }
+        let max_streams = self.max_streams;
         if !self.settled {
             // Unlimited unless these SETTINGS say otherwise.
             self.max_streams = usize::MAX;
@@ -1269,11 +1381,7 @@ impl Inner {
         for p in frame.chunks_exact(6) {
             let value = u32::from_be_bytes([p[2], p[3], p[4], p[5]]);
             match u16::from_be_bytes([p[0], p[1]]) {
-                0x3 => {
-                    self.max_streams = value as usize;
-                    // More room: every waiting task looks again.
-                    wakes.extend(self.queued.iter().map(|(_, w)| w.clone()));
-                }
+                0x3 => self.max_streams = value as usize,
                 0x4 => {
                     let value = i64::from(value);
                     if value > MAX_WINDOW {
@@ -1307,6 +1415,12 @@ impl Inner {
                 // MAX_HEADER_LIST_SIZE and unknown settings change nothing for us.
                 _ => {}
             }
+        }
+        if self.max_streams > max_streams {
+            // More room (the first SETTINGS may lift the limit we kept until then without
+            // naming MAX_CONCURRENT_STREAMS): every waiting task looks again, not one per
+            // stream that ends.
+            wakes.extend(self.queued.iter().map(|(_, w)| w.clone()));
         }
         frame_head(&mut self.wbuf, 0, SETTINGS, ACK, 0);
         self.settled = true;
@@ -1394,14 +1508,13 @@ impl Inner {
             return Ok(()); // a released stream's, or one the server is being eager about
         };
         let s = &mut self.streams[i];
-        s.send_window += n;
-        if n == 0 || s.send_window > MAX_WINDOW {
-            let what = if n == 0 {
-                "a WINDOW_UPDATE of 0".to_owned()
-            } else {
-                "a window past 2^31-1".to_owned()
-            };
-            self.malformed(i, what, wakes);
+        if n == 0 {
+            self.malformed(i, "a WINDOW_UPDATE of 0".into(), wakes);
+        } else if s.send_window + n > MAX_WINDOW {
+            let what = format!("the server's WINDOW_UPDATE took stream {id}'s window past 2^31-1");
+            self.stream_error(i, FLOW_CONTROL_ERROR, what, wakes);
+        } else {
+            s.send_window += n;
         }
         Ok(())
     }

@@ -7,9 +7,23 @@ use std::collections::VecDeque;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, Method, header};
 
+use super::itoa;
+
 /// The dynamic table size every HPACK encoder starts with (SETTINGS_HEADER_TABLE_SIZE's
 /// default), which the server may use until it acknowledges ours.
 pub(super) const DEFAULT_TABLE_SIZE: usize = 4096;
+/// The largest header list we keep, as RFC 9113 §6.5.2 counts it for
+/// SETTINGS_MAX_HEADER_LIST_SIZE (which `h2_raw` advertises with it): every field's name
+/// and value lengths plus 32. Responses with more are rare and no load test's business.
+pub(super) const MAX_LIST_SIZE: usize = 64 * 1024;
+/// The most fields in a header list we keep: more than any real response carries (h1_raw
+/// takes 100), few enough that one-byte indexed fields cannot fill memory (nor the
+/// `HeaderMap`, which panics past 24 576).
+pub(super) const MAX_LIST_FIELDS: usize = 1000;
+/// Scratch room grown past these by a large block is given back after it: 10 000
+/// connections must not each keep one.
+const KEEP_SCRATCH: usize = 16 * 1024;
+const KEEP_FIELDS: usize = 64;
 
 /// A header field's name as the decoder resolves it.
 #[derive(Debug, Clone, PartialEq)]
@@ -27,6 +41,17 @@ pub(super) enum Name {
 /// this is a connection error (COMPRESSION_ERROR).
 #[derive(Debug, PartialEq)]
 pub(super) struct Error(pub &'static str);
+
+/// What became of a header block that was valid HPACK.
+#[derive(Debug, PartialEq)]
+pub(super) enum Decoded {
+    /// Its fields are in the output.
+    Whole,
+    /// Its header list is over [`MAX_LIST_FIELDS`] or [`MAX_LIST_SIZE`]: it was decoded to
+    /// its end all the same, so the dynamic table stays in step with the server's and the
+    /// connection goes on, but none of its fields were kept.
+    TooLarge,
+}
 
 /// A decoded value, before the block's literals are copied out in one piece.
 enum Value {
@@ -81,22 +106,27 @@ impl Decoder {
     /// Decodes one whole header block into `out`. Every value's bytes are either static, a
     /// table entry's, or a slice of one copy of the block's literals: one allocation per
     /// block, however many fields.
-    pub fn decode(&mut self, mut block: &[u8], out: &mut Vec<(Name, Bytes)>) -> Result<(), Error> {
+    pub fn decode(
+        &mut self,
+        mut block: &[u8],
+        out: &mut Vec<(Name, Bytes)>,
+    ) -> Result<Decoded, Error> {
         self.scratch.clear();
         self.fields.clear();
+        let (mut count, mut size) = (0, 0);
         while let Some(&first) = block.first() {
-            if first & 0x80 != 0 {
+            let (field, field_size) = if first & 0x80 != 0 {
                 let index = integer(&mut block, 7)?;
-                let field = self.field(index)?;
-                self.fields.push(field);
+                self.field(index)?
             } else if first & 0xc0 == 0x40 {
                 // Literal with incremental indexing.
                 let (name, name_len, start) = self.literal(&mut block, 6)?;
                 let end = self.scratch.len();
                 self.insert(name.clone(), name_len, start, end);
-                self.fields.push((name, Value::Scratch(start, end)));
+                let size = name_len + (end - start) + 32;
+                ((name, Value::Scratch(start, end)), size)
             } else if first & 0xe0 == 0x20 {
-                if !self.fields.is_empty() {
+                if count > 0 {
                     return Err(Error("a dynamic table size update after a header field"));
                 }
                 let size = integer(&mut block, 5)?;
@@ -107,12 +137,28 @@ impl Decoder {
                 }
                 self.max = size;
                 self.evict(0);
+                continue;
             } else {
                 // Literal without indexing (0000) or never indexed (0001).
-                let (name, _, start) = self.literal(&mut block, 4)?;
+                let (name, name_len, start) = self.literal(&mut block, 4)?;
                 let end = self.scratch.len();
-                self.fields.push((name, Value::Scratch(start, end)));
+                let size = name_len + (end - start) + 32;
+                ((name, Value::Scratch(start, end)), size)
+            };
+            count += 1;
+            size += field_size;
+            if count > MAX_LIST_FIELDS || size > MAX_LIST_SIZE {
+                // Past the limit nothing is kept, so the rest of the block holds at most
+                // one literal's room while it is read through.
+                self.fields.clear();
+                self.scratch.clear();
+            } else {
+                self.fields.push(field);
             }
+        }
+        if count > MAX_LIST_FIELDS || size > MAX_LIST_SIZE {
+            self.shrink();
+            return Ok(Decoded::TooLarge);
         }
         let literals = if self.scratch.is_empty() {
             Bytes::new()
@@ -127,32 +173,45 @@ impl Decoder {
             };
             (name, value)
         }));
-        Ok(())
+        self.shrink();
+        Ok(Decoded::Whole)
     }
 
-    /// The name and value at `index`.
-    fn field(&self, index: usize) -> Result<(Name, Value), Error> {
+    /// Gives back scratch room a large block grew.
+    fn shrink(&mut self) {
+        if self.scratch.capacity() > KEEP_SCRATCH {
+            self.scratch = Vec::with_capacity(256);
+        }
+        if self.fields.capacity() > KEEP_FIELDS {
+            self.fields = Vec::with_capacity(16);
+        }
+    }
+
+    /// The name and value at `index`, and their size as a header list counts it.
+    fn field(&self, index: usize) -> Result<((Name, Value), usize), Error> {
         match index {
             0 => Err(Error("index 0")),
             1..=14 => {
                 let (name, value) = PSEUDO[index - 1];
+                let size = name.len() + value.len() + 32;
                 let name = if name == ":status" {
                     Name::Status
                 } else {
                     Name::Pseudo
                 };
-                Ok((name, Value::Static(value)))
+                Ok(((name, Value::Static(value)), size))
             }
             15..=61 => {
                 let (name, value) = &HEADERS[index - 15];
-                Ok((Name::Header(name.clone()), Value::Static(value)))
+                let size = name.as_str().len() + value.len() + 32;
+                Ok(((Name::Header(name.clone()), Value::Static(value)), size))
             }
             _ => {
                 let e = self
                     .table
                     .get(index - 62)
                     .ok_or(Error("an index past the dynamic table"))?;
-                Ok((e.name.clone(), Value::Shared(e.value.clone())))
+                Ok(((e.name.clone(), Value::Shared(e.value.clone())), e.size))
             }
         }
     }
@@ -161,7 +220,7 @@ impl Decoder {
     fn name(&self, index: usize) -> Result<(Name, usize), Error> {
         match index {
             0 => Err(Error("index 0")),
-            1..=14 => Ok((self.field(index)?.0, PSEUDO[index - 1].0.len())),
+            1..=14 => Ok((self.field(index)?.0.0, PSEUDO[index - 1].0.len())),
             15..=61 => {
                 let name = &HEADERS[index - 15].0;
                 Ok((Name::Header(name.clone()), name.as_str().len()))
@@ -341,19 +400,6 @@ fn put_integer(out: &mut Vec<u8>, prefix: u8, flags: u8, mut value: usize) {
         value >>= 7;
     }
     out.push(value as u8);
-}
-
-/// `n` in decimal, in `buf`.
-fn itoa(mut n: usize, buf: &mut [u8; 20]) -> &[u8] {
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            return &buf[i..];
-        }
-    }
 }
 
 /// The static table's first 14 entries (RFC 7541 Appendix A): pseudo-headers.
@@ -944,6 +990,43 @@ mod tests {
         d.decode(&hex("00 81 1f 81 1f"), &mut out).unwrap();
         assert_eq!(out[0].0, Name::Header(HeaderName::from_static("a")));
         assert_eq!(&out[0].1[..], b"a");
+    }
+
+    /// Past the limits (30 000 one-byte indexed fields, then one to index): the block is
+    /// read to its end, so the table takes that last field, but nothing is kept, and the
+    /// room it took is given back. Right at the limits a list is whole.
+    #[test]
+    fn a_header_list_past_the_limits_is_read_through_and_dropped() {
+        let mut d = Decoder::new();
+        let mut out = Vec::new();
+        // 0x90: accept-encoding: gzip, deflate (60 bytes as a list counts it).
+        let mut block = vec![0x90; 30_000];
+        block.extend_from_slice(&hex("40 06 782d6b657074 03 796573")); // x-kept: yes
+        assert_eq!(d.decode(&block, &mut out), Ok(Decoded::TooLarge));
+        assert!(out.is_empty());
+        assert_eq!(table(&d).1, ["x-kept: yes"]);
+        assert!(d.fields.capacity() <= KEEP_FIELDS);
+        assert!(d.scratch.capacity() <= KEEP_SCRATCH);
+        assert_eq!(fields(&mut d, "be"), [("x-kept".into(), "yes".into())]);
+        for (n, want) in [
+            (MAX_LIST_FIELDS, Decoded::Whole),
+            (MAX_LIST_FIELDS + 1, Decoded::TooLarge),
+        ] {
+            out.clear();
+            assert_eq!(d.decode(&vec![0x90; n], &mut out), Ok(want), "{n} fields");
+        }
+        // `a: xxx…`, 1 + 32 + the value's length.
+        for (len, want) in [
+            (MAX_LIST_SIZE - 33, Decoded::Whole),
+            (MAX_LIST_SIZE - 32, Decoded::TooLarge),
+        ] {
+            let mut block = vec![0x00, 0x01, b'a'];
+            put_integer(&mut block, 7, 0, len);
+            block.resize(block.len() + len, b'x');
+            out.clear();
+            assert_eq!(d.decode(&block, &mut out), Ok(want), "a {len}-byte value");
+        }
+        assert!(d.scratch.capacity() <= KEEP_SCRATCH);
     }
 
     #[test]

@@ -247,3 +247,17 @@ fn error_text(e: &dyn std::error::Error) -> String {
     }
     text
 }
+
+/// `n` in decimal, in `buf`: a `content-length` without a `String`, for the hand-written
+/// HTTP/1.1 and HPACK encoders.
+fn itoa(mut n: usize, buf: &mut [u8; 20]) -> &[u8] {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[i..];
+        }
+    }
+}

@@ -35,11 +35,20 @@ struct Peer {
     window: i64,
     windows: HashMap<u32, i64>,
     initial_window: i64,
+    /// The client's settings, as it last sent them.
+    settings: HashMap<u16, u32>,
 }
 
 impl Peer {
     /// Accepts a connection, checks the preface and sends our SETTINGS.
     async fn accept(l: &TcpListener, settings: &[(u16, u32)]) -> Self {
+        let mut p = Self::preface(l).await;
+        p.settings(settings).await;
+        p
+    }
+
+    /// Accepts a connection and checks the preface; our SETTINGS are still to send.
+    async fn preface(l: &TcpListener) -> Self {
         let (io, _) = l.accept().await.unwrap();
         let mut p = Self {
             io,
@@ -48,25 +57,46 @@ impl Peer {
             window: 65_535,
             windows: HashMap::new(),
             initial_window: 65_535,
+            settings: HashMap::new(),
         };
         while p.buf.len() < PREFACE.len() {
             assert!(p.io.read_buf(&mut p.buf).await.unwrap() > 0, "no preface");
         }
         assert_eq!(&p.buf[..PREFACE.len()], PREFACE);
         p.buf.advance(PREFACE.len());
+        p
+    }
+
+    async fn settings(&mut self, settings: &[(u16, u32)]) {
         let payload: Vec<u8> = settings
             .iter()
             .flat_map(|(k, v)| k.to_be_bytes().into_iter().chain(v.to_be_bytes()))
             .collect();
-        p.send(SETTINGS, 0, 0, &payload).await;
-        p
+        self.send(SETTINGS, 0, 0, &payload).await;
     }
 
     async fn send(&mut self, kind: u8, flags: u8, id: u32, payload: &[u8]) {
+        self.send_all(&[(kind, flags, id, payload)]).await;
+    }
+
+    /// Frames in one write, so the client reads them together.
+    async fn send_all(&mut self, frames: &[(u8, u8, u32, &[u8])]) {
         let mut f = Vec::new();
-        frame_head(&mut f, payload.len(), kind, flags, id);
-        f.extend_from_slice(payload);
+        for &(kind, flags, id, payload) in frames {
+            frame_head(&mut f, payload.len(), kind, flags, id);
+            f.extend_from_slice(payload);
+        }
         self.io.write_all(&f).await.unwrap();
+    }
+
+    /// The client's next frame other than an RST_STREAM (and SETTINGS and WINDOW_UPDATE).
+    async fn next_but_rst(&mut self) -> Option<Frame> {
+        loop {
+            let f = self.next().await?;
+            if f.kind != RST_STREAM {
+                return Some(f);
+            }
+        }
     }
 
     /// The client's next frame other than SETTINGS and WINDOW_UPDATE (which it notes);
@@ -100,8 +130,13 @@ impl Peer {
         match f.kind {
             SETTINGS if f.flags & ACK == 0 => {
                 for p in f.payload.chunks(6) {
-                    if u16::from_be_bytes([p[0], p[1]]) == 4 {
-                        let v = i64::from(u32::from_be_bytes([p[2], p[3], p[4], p[5]]));
+                    let (k, v) = (
+                        u16::from_be_bytes([p[0], p[1]]),
+                        u32::from_be_bytes([p[2], p[3], p[4], p[5]]),
+                    );
+                    self.settings.insert(k, v);
+                    if k == 4 {
+                        let v = i64::from(v);
                         for w in self.windows.values_mut() {
                             *w += v - self.initial_window;
                         }
@@ -603,6 +638,22 @@ async fn an_http_1_server_is_a_protocol_error_whether_it_answers_or_hangs_up() {
     }
 }
 
+/// Over TLS, ALPN has already chosen h2: a server that hangs up unheard is a reset, not a
+/// suspected HTTP/1.1 server. (The socket is plain TCP here: TLS changes nothing else.)
+#[tokio::test]
+async fn over_tls_a_server_that_hangs_up_unheard_is_a_reset() {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let d = dial(&l);
+    let mut c = handshake(&d, d.tcp().await.unwrap(), true).await.unwrap();
+    let (mut s, _) = l.accept().await.unwrap();
+    s.read_exact(&mut [0; PREFACE.len()]).await.unwrap();
+    drop(s);
+    let e = within(c.send(get("h2"))).await.unwrap_err();
+    assert_eq!(e.kind(), TransportErrorKind::Reset, "{e}");
+    assert!(!e.to_string().contains("HTTP/1.1"), "{e}");
+    assert!(c.is_closed());
+}
+
 #[tokio::test]
 async fn a_server_that_closes_after_speaking_http2_is_a_reset() {
     let (mut c, server) = pair(|l| async move {
@@ -788,6 +839,239 @@ async fn an_idle_connection_notices_a_goaway() {
         }
     })
     .await;
+    drop(c);
+    within(server).await.unwrap();
+}
+
+/// MAX_CONCURRENT_STREAMS 1: one call in flight, one queued for a stream and reading for
+/// both when the GOAWAY arrives. The queued call fails, refused; the one in flight still
+/// gets its answer when it comes, not at its timeout: the leaver hands the socket on.
+#[tokio::test]
+async fn after_a_goaway_the_queued_call_fails_and_the_one_in_flight_is_answered() {
+    let (c, server) = pair(|l| async move {
+        let mut p = Peer::accept(&l, &[(0x3, 1)]).await;
+        let (id, ..) = p.request().await;
+        p.answer(id, "", b"").await;
+        let (a, ..) = p.request().await;
+        // By now the second call waits for a stream, and reads for both.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut goaway = a.to_be_bytes().to_vec();
+        goaway.extend_from_slice(&NO_ERROR.to_be_bytes());
+        p.send(GOAWAY, 0, 0, &goaway).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        p.answer(a, "a", b"a").await;
+        let _ = p.next().await;
+    })
+    .await;
+    // One call first: the client has the server's SETTINGS from then on.
+    within(c.share().unwrap().send(get("first"))).await.unwrap();
+    let mut h = c.share().unwrap();
+    let a = tokio::spawn(async move { h.send(get("a")).await });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let mut h = c.share().unwrap();
+    let b = tokio::spawn(async move { h.send(get("b")).await });
+    let e = within(b).await.unwrap().unwrap_err();
+    assert_eq!(e.kind(), TransportErrorKind::Reset, "{e}");
+    assert!(e.to_string().contains("GOAWAY"), "{e}");
+    let r = tokio::time::timeout(Duration::from_secs(2), a)
+        .await
+        .expect("the call in flight was answered, not left asleep")
+        .unwrap()
+        .unwrap();
+    assert_eq!(&r.body[..], b"a");
+    drop(c);
+    within(server).await.unwrap();
+}
+
+/// A body's holder waits for a chunk last (so the socket would wake it), then gives up
+/// (a timeout) and keeps the body: the call waiting beside it still gets its answer.
+#[tokio::test]
+async fn a_chunk_given_up_mid_wait_hands_the_socket_on() {
+    let (mut c, server) = pair(|l| async move {
+        let mut p = Peer::accept(&l, &[]).await;
+        let (events, ..) = p.request().await;
+        p.send(HEADERS, END_HEADERS, events, &head_block(200, &[]))
+            .await;
+        let (call, ..) = p.request().await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        p.answer(call, "call", b"call").await;
+        while p.next().await.is_some() {}
+    })
+    .await;
+    let mut s = within(c.open(get("events"))).await.unwrap();
+    let mut h = c.share().unwrap();
+    let call = tokio::spawn(async move { h.send(get("call")).await });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let gave_up = tokio::time::timeout(Duration::from_millis(30), s.body.chunk()).await;
+    assert!(gave_up.is_err(), "no chunk came");
+    let r = tokio::time::timeout(Duration::from_secs(2), call)
+        .await
+        .expect("the other call was answered, not left asleep")
+        .unwrap()
+        .unwrap();
+    assert_eq!(&r.body[..], b"call");
+    drop((s, c));
+    within(server).await.unwrap();
+}
+
+/// Requests past the 100 streams allowed before the server's SETTINGS wait; SETTINGS that
+/// set no MAX_CONCURRENT_STREAMS lift the limit, and every one of them goes at once, not
+/// one per stream that ends.
+#[tokio::test]
+async fn settings_without_a_stream_limit_release_every_queued_request() {
+    const CALLS: usize = STREAMS_BEFORE_SETTINGS + 3;
+    let (c, server) = pair(|l| async move {
+        let mut p = Peer::preface(&l).await;
+        let mut ids = Vec::new();
+        for _ in 0..STREAMS_BEFORE_SETTINGS {
+            ids.push(p.request().await);
+        }
+        let early = tokio::time::timeout(Duration::from_millis(50), p.next()).await;
+        assert!(early.is_err(), "a stream past the limit before SETTINGS");
+        p.settings(&[]).await;
+        for _ in 0..CALLS - STREAMS_BEFORE_SETTINGS {
+            let next = tokio::time::timeout(Duration::from_secs(2), p.request()).await;
+            ids.push(next.expect("the queued requests go once the limit is lifted"));
+        }
+        for (id, test, _) in ids {
+            p.answer(id, &test, test.as_bytes()).await;
+        }
+        while p.next().await.is_some() {}
+    })
+    .await;
+    let tasks: Vec<_> = (0..CALLS)
+        .map(|i| {
+            let mut h = c.share().unwrap();
+            tokio::spawn(async move { within(h.send(get(&i.to_string()))).await.unwrap() })
+        })
+        .collect();
+    for (i, t) in tasks.into_iter().enumerate() {
+        assert_eq!(t.await.unwrap().body, i.to_string().as_bytes());
+    }
+    drop(c);
+    within(server).await.unwrap();
+}
+
+/// A head of 30 000 one-byte indexed fields (then one added to the dynamic table): that
+/// stream fails as a protocol error, with no panic and no 30 000-entry map, and the
+/// connection goes on: the block was read through, so the next response's reference to
+/// the entry it added still decodes. The client states its limit in its SETTINGS.
+#[tokio::test]
+async fn a_header_list_past_our_limit_fails_its_stream_only() {
+    let (mut c, server) = pair(|l| async move {
+        let mut p = Peer::accept(&l, &[]).await;
+        let (id, ..) = p.request().await;
+        let limit = p.settings.get(&0x6).copied();
+        assert_eq!(limit, Some(hpack::MAX_LIST_SIZE as u32));
+        let mut block = vec![0x88]; // :status 200
+        block.resize(1 + 30_000, 0x90); // accept-encoding: gzip, deflate
+        block.extend_from_slice(b"\x40\x06x-kept\x03yes"); // indexed
+        let mut pieces = block.chunks(MAX_FRAME).peekable();
+        let (mut kind, mut flags) = (HEADERS, END_STREAM);
+        while let Some(piece) = pieces.next() {
+            if pieces.peek().is_none() {
+                flags |= END_HEADERS;
+            }
+            p.send(kind, flags, id, piece).await;
+            (kind, flags) = (CONTINUATION, 0);
+        }
+        let rst = p.next().await.unwrap();
+        assert_eq!((rst.kind, rst.id), (RST_STREAM, id));
+        assert_eq!(&rst.payload[..], PROTOCOL_ERROR.to_be_bytes());
+        let (id, ..) = p.request().await;
+        p.send(HEADERS, END_HEADERS | END_STREAM, id, &[0x88, 0xbe])
+            .await;
+        let _ = p.next().await;
+    })
+    .await;
+    let e = within(c.send(get("huge"))).await.unwrap_err();
+    assert_eq!(e.kind(), TransportErrorKind::Protocol, "{e}");
+    assert!(
+        e.to_string().contains("SETTINGS_MAX_HEADER_LIST_SIZE"),
+        "{e}"
+    );
+    let r = within(c.send(get("next"))).await.unwrap();
+    assert_eq!(r.headers.to_map()["x-kept"], "yes");
+    assert!(!c.is_closed());
+    drop(c);
+    within(server).await.unwrap();
+}
+
+/// Stream errors of the server's: DATA after a whole response leaves that response whole;
+/// a WINDOW_UPDATE past 2^31-1 resets its stream with FLOW_CONTROL_ERROR; PING on a stream
+/// is a connection error, PROTOCOL_ERROR.
+#[tokio::test]
+async fn stream_errors_keep_a_whole_response_and_carry_their_own_codes() {
+    let (mut c, server) = pair(|l| async move {
+        let mut p = Peer::accept(&l, &[]).await;
+        let (id, ..) = p.request().await;
+        let head = head_block(200, &[]);
+        p.send_all(&[
+            (HEADERS, END_HEADERS, id, &head),
+            (DATA, END_STREAM, id, b"whole"),
+            (DATA, 0, id, b"more"),
+        ])
+        .await;
+        let f = p.next_but_rst().await.unwrap();
+        assert_eq!(f.kind, HEADERS);
+        let id = f.id;
+        p.send(HEADERS, END_HEADERS, id, &head).await;
+        p.send(WINDOW_UPDATE, 0, id, &MAX_STREAM_ID.to_be_bytes())
+            .await;
+        let rst = p.next().await.unwrap();
+        assert_eq!((rst.kind, rst.id), (RST_STREAM, id));
+        assert_eq!(&rst.payload[..], FLOW_CONTROL_ERROR.to_be_bytes());
+        let (id, ..) = p.request().await;
+        p.send(PING, 0, id, b"12345678").await;
+        let goaway = p.next().await.unwrap();
+        assert_eq!(goaway.kind, GOAWAY);
+        assert_eq!(&goaway.payload[4..8], PROTOCOL_ERROR.to_be_bytes());
+    })
+    .await;
+    let r = within(c.send(get("whole"))).await.unwrap();
+    assert_eq!(&r.body[..], b"whole");
+    let e = within(c.send(get("window"))).await.unwrap_err();
+    assert_eq!(e.kind(), TransportErrorKind::Protocol, "{e}");
+    assert!(e.to_string().contains("past 2^31-1"), "{e}");
+    assert!(!c.is_closed());
+    let e = within(c.send(get("ping"))).await.unwrap_err();
+    assert_eq!(e.kind(), TransportErrorKind::Protocol, "{e}");
+    assert!(e.to_string().contains("PING on stream"), "{e}");
+    assert!(c.is_closed());
+    within(server).await.unwrap();
+}
+
+/// A connection error while a request body waits for window: the GOAWAY is the last
+/// thing the client sends, though the same read opened the window.
+#[tokio::test]
+async fn no_data_follows_our_goaway() {
+    let (mut c, server) = pair(|l| async move {
+        let mut p = Peer::accept(&l, &[]).await;
+        let f = p.next().await.unwrap();
+        assert_eq!((f.kind, f.flags & END_STREAM), (HEADERS, 0));
+        let mut sent = 0;
+        while sent < 65_535 {
+            let d = p.next().await.unwrap();
+            assert_eq!(d.kind, DATA);
+            sent += d.payload.len();
+        }
+        let more = 65_535u32.to_be_bytes();
+        p.send_all(&[
+            (WINDOW_UPDATE, 0, f.id, &more),
+            (WINDOW_UPDATE, 0, 0, &more),
+            (PING, 0, f.id, b"12345678"),
+        ])
+        .await;
+        let goaway = p.next().await.unwrap();
+        assert_eq!(goaway.kind, GOAWAY, "nothing before the GOAWAY");
+        assert!(p.next().await.is_none(), "nothing after the GOAWAY");
+    })
+    .await;
+    let mut req = get("big");
+    req.method = Method::POST;
+    req.body = vec![b'x'; 100_000].into();
+    let e = within(c.send(req)).await.unwrap_err();
+    assert_eq!(e.kind(), TransportErrorKind::Protocol, "{e}");
     drop(c);
     within(server).await.unwrap();
 }
