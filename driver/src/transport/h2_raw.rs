@@ -479,34 +479,48 @@ impl Shared {
         })
     }
 
+    /// Stream `id`'s answer, as `ready` finds it: asked once; if there is none yet, the
+    /// connection is driven (what arrived is read and filed under its streams) and `ready`
+    /// asked again; if there is still none, the task waits with the stream's waker set.
+    fn poll_stream<T>(
+        &self,
+        cx: &mut Context<'_>,
+        id: u32,
+        mut ready: impl FnMut(&mut Inner, &mut Vec<Waker>, &mut Context<'_>) -> Option<T>,
+    ) -> Poll<T> {
+        self.with(|inner, wakes| {
+            if let Some(r) = ready(inner, wakes, cx) {
+                return Poll::Ready(r);
+            }
+            inner.drive(cx, id, wakes);
+            if let Some(r) = ready(inner, wakes, cx) {
+                return Poll::Ready(r);
+            }
+            set_waker(&mut inner.stream(id).waker, cx.waker());
+            Poll::Pending
+        })
+    }
+
     /// The whole response on stream `id`; releases the stream when ready.
     fn poll_whole(&self, cx: &mut Context<'_>, id: u32) -> Poll<Result<Response, TransportError>> {
-        self.with(|inner, wakes| {
-            let mut driven = false;
-            loop {
-                let s = inner.stream(id);
-                if let Some(e) = s.error.take() {
-                    inner.finish(id, wakes);
-                    return Poll::Ready(Err(e));
-                }
-                if s.ended
-                    && let Some((status, headers)) = s.head.take()
-                {
-                    let body = concat(&mut s.data);
-                    inner.finish(id, wakes);
-                    return Poll::Ready(Ok(Response {
-                        status,
-                        headers: headers.into(),
-                        body,
-                    }));
-                }
-                if driven {
-                    set_waker(&mut s.waker, cx.waker());
-                    return Poll::Pending;
-                }
-                inner.drive(cx, id, wakes);
-                driven = true;
+        self.poll_stream(cx, id, |inner, wakes, _| {
+            let s = inner.stream(id);
+            if let Some(e) = s.error.take() {
+                inner.finish(id, wakes);
+                return Some(Err(e));
             }
+            if s.ended
+                && let Some((status, headers)) = s.head.take()
+            {
+                let body = concat(&mut s.data);
+                inner.finish(id, wakes);
+                return Some(Ok(Response {
+                    status,
+                    headers: headers.into(),
+                    body,
+                }));
+            }
+            None
         })
     }
 
@@ -517,25 +531,15 @@ impl Shared {
         cx: &mut Context<'_>,
         id: u32,
     ) -> Poll<Result<(u16, HeaderMap), TransportError>> {
-        self.with(|inner, wakes| {
-            let mut driven = false;
-            loop {
-                let s = inner.stream(id);
-                if let Some(e) = s.error.take() {
-                    inner.finish(id, wakes);
-                    return Poll::Ready(Err(e));
-                }
-                if let Some(head) = s.head.take() {
-                    inner.leave(id, wakes);
-                    return Poll::Ready(Ok(head));
-                }
-                if driven {
-                    set_waker(&mut s.waker, cx.waker());
-                    return Poll::Pending;
-                }
-                inner.drive(cx, id, wakes);
-                driven = true;
+        self.poll_stream(cx, id, |inner, wakes, _| {
+            let s = inner.stream(id);
+            if let Some(e) = s.error.take() {
+                inner.finish(id, wakes);
+                return Some(Err(e));
             }
+            let head = s.head.take()?;
+            inner.leave(id, wakes);
+            Some(Ok(head))
         })
     }
 
@@ -546,37 +550,29 @@ impl Shared {
         cx: &mut Context<'_>,
         id: u32,
     ) -> Poll<Option<Result<Bytes, TransportError>>> {
-        self.with(|inner, wakes| {
-            let mut driven = false;
-            loop {
-                let s = inner.stream(id);
-                if let Some(chunk) = s.data.pop_front() {
-                    // Read: the server may send that much more.
-                    s.unacked += chunk.len() as u32;
-                    if s.unacked >= STREAM_WINDOW / 2 && !s.ended {
-                        let n = std::mem::take(&mut s.unacked);
-                        s.recv_window += i64::from(n);
-                        inner.window_update(id, n);
-                        inner.flush_or_fail(cx, wakes);
-                    }
-                    inner.leave(id, wakes);
-                    return Poll::Ready(Some(Ok(chunk)));
+        self.poll_stream(cx, id, |inner, wakes, cx| {
+            let s = inner.stream(id);
+            if let Some(chunk) = s.data.pop_front() {
+                // Read: the server may send that much more.
+                s.unacked += chunk.len() as u32;
+                if s.unacked >= STREAM_WINDOW / 2 && !s.ended {
+                    let n = std::mem::take(&mut s.unacked);
+                    s.recv_window += i64::from(n);
+                    inner.window_update(id, n);
+                    inner.flush_or_fail(cx, wakes);
                 }
-                if let Some(e) = s.error.take() {
-                    inner.finish(id, wakes);
-                    return Poll::Ready(Some(Err(e)));
-                }
-                if s.ended {
-                    inner.finish(id, wakes);
-                    return Poll::Ready(None);
-                }
-                if driven {
-                    set_waker(&mut s.waker, cx.waker());
-                    return Poll::Pending;
-                }
-                inner.drive(cx, id, wakes);
-                driven = true;
+                inner.leave(id, wakes);
+                return Some(Some(Ok(chunk)));
             }
+            if let Some(e) = s.error.take() {
+                inner.finish(id, wakes);
+                return Some(Some(Err(e)));
+            }
+            if s.ended {
+                inner.finish(id, wakes);
+                return Some(None);
+            }
+            None
         })
     }
 

@@ -860,10 +860,11 @@ fn huffman_decode(src: &[u8], dst: &mut Vec<u8>) -> Result<(), Error> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn hex(s: &str) -> Vec<u8> {
+    /// Bytes from hex digits, whitespace ignored (the RFC's examples as printed).
+    pub(in crate::transport) fn hex(s: &str) -> Vec<u8> {
         let s: String = s.split_whitespace().collect();
         (0..s.len())
             .step_by(2)

@@ -13,7 +13,7 @@ use tokio::{
 };
 
 use super::*;
-use crate::outcome::TransportErrorKind;
+use crate::{outcome::TransportErrorKind, transport::hpack::tests::hex};
 
 /// Long enough for anything a test waits on here; a hang fails instead of stalling.
 const PATIENCE: Duration = Duration::from_secs(10);
@@ -765,14 +765,6 @@ async fn hyper_server(printable: String) -> (Dial, JoinHandle<()>) {
             .await;
     });
     (d, server)
-}
-
-fn hex(s: &str) -> Vec<u8> {
-    let s: String = s.split_whitespace().collect();
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-        .collect()
 }
 
 /// RFC 7541 C.6's three responses (Huffman-coded, through the dynamic table) as the heads of
