@@ -274,7 +274,15 @@ impl Aggregator {
         while let Ok(l) = lag_rx.try_recv() {
             record(&mut self.lag, l);
         }
-        if self.last_tick.elapsed() >= Duration::from_millis(1) {
+        // The last interval: skipped when empty and shorter than the timeline's millisecond
+        // resolution (its `t` would repeat the one before). Samples that arrived in that
+        // last millisecond wait it out instead, so every recorded op shows in an interval.
+        let since = self.last_tick.elapsed();
+        let resolution = Duration::from_millis(1);
+        if since < resolution && self.interval_rows.iter().any(|r| !r.all.is_empty()) {
+            tokio::time::sleep(resolution - since).await;
+        }
+        if self.last_tick.elapsed() >= resolution {
             self.tick();
         }
         self.finish_phases(true);
