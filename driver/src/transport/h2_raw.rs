@@ -1050,12 +1050,7 @@ impl Inner {
                     ));
                 }
                 PING => {
-                    if id != 0 {
-                        return Err(ConnectionError::new(
-                            PROTOCOL_ERROR,
-                            format!("PING on stream {id}"),
-                        ));
-                    }
+                    ConnectionError::on_connection_only("PING", id)?;
                     if len != 8 {
                         return Err(ConnectionError::size("PING", len));
                     }
@@ -1352,12 +1347,7 @@ impl Inner {
         frame: &[u8],
         wakes: &mut Vec<Waker>,
     ) -> Result<(), ConnectionError> {
-        if id != 0 {
-            return Err(ConnectionError::new(
-                PROTOCOL_ERROR,
-                format!("SETTINGS on stream {id}"),
-            ));
-        }
+        ConnectionError::on_connection_only("SETTINGS", id)?;
         if flags & ACK != 0 {
             if !frame.is_empty() {
                 return Err(ConnectionError::size("SETTINGS ACK", frame.len()));
@@ -1429,12 +1419,7 @@ impl Inner {
         frame: &[u8],
         wakes: &mut Vec<Waker>,
     ) -> Result<(), ConnectionError> {
-        if id != 0 {
-            return Err(ConnectionError::new(
-                PROTOCOL_ERROR,
-                format!("GOAWAY on stream {id}"),
-            ));
-        }
+        ConnectionError::on_connection_only("GOAWAY", id)?;
         if frame.len() < 8 {
             return Err(ConnectionError::size("GOAWAY", frame.len()));
         }
@@ -1561,6 +1546,14 @@ impl ConnectionError {
 
     fn size(kind: &str, len: usize) -> Self {
         Self::new(FRAME_SIZE_ERROR, format!("a {kind} frame of {len} bytes"))
+    }
+
+    /// A frame `kind` that belongs to the connection (stream 0) arrived on stream `id`.
+    fn on_connection_only(kind: &str, id: u32) -> Result<(), Self> {
+        if id == 0 {
+            return Ok(());
+        }
+        Err(Self::new(PROTOCOL_ERROR, format!("{kind} on stream {id}")))
     }
 }
 
