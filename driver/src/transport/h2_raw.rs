@@ -63,6 +63,7 @@ const PRIORITY_FLAG: u8 = 0x20;
 const NO_ERROR: u32 = 0x0;
 const PROTOCOL_ERROR: u32 = 0x1;
 const FLOW_CONTROL_ERROR: u32 = 0x3;
+const STREAM_CLOSED: u32 = 0x5;
 const FRAME_SIZE_ERROR: u32 = 0x6;
 const CANCEL: u32 = 0x8;
 const COMPRESSION_ERROR: u32 = 0x9;
@@ -1116,13 +1117,19 @@ impl Inner {
             ));
         }
         s.recv_window -= len as i64;
-        if !s.got_head || s.ended {
-            let what = if s.ended {
-                "after its end"
-            } else {
-                "before its head"
-            };
-            self.malformed(i, format!("DATA {what}"), wakes);
+        if s.ended {
+            // Half-closed by the server (RFC 9113 §5.1): a stream error, STREAM_CLOSED; the
+            // whole response stands.
+            self.stream_error(
+                i,
+                STREAM_CLOSED,
+                format!("DATA on stream {id} after its end"),
+                wakes,
+            );
+            return Ok(());
+        }
+        if !s.got_head {
+            self.malformed(i, "DATA before its head".into(), wakes);
             return Ok(());
         }
         // Padding is never read by the owner: give it back now; the data as the owner reads
@@ -1244,7 +1251,13 @@ impl Inner {
             return Ok(());
         }
         if s.ended {
-            self.malformed(i, "HEADERS after the stream's end".into(), wakes);
+            // As DATA after the end: STREAM_CLOSED (RFC 9113 §5.1).
+            self.stream_error(
+                i,
+                STREAM_CLOSED,
+                format!("HEADERS on stream {id} after its end"),
+                wakes,
+            );
             return Ok(());
         }
         if decoded == hpack::Decoded::TooLarge {
