@@ -1118,14 +1118,7 @@ impl Inner {
         }
         s.recv_window -= len as i64;
         if s.ended {
-            // Half-closed by the server (RFC 9113 §5.1): a stream error, STREAM_CLOSED; the
-            // whole response stands.
-            self.stream_error(
-                i,
-                STREAM_CLOSED,
-                format!("DATA on stream {id} after its end"),
-                wakes,
-            );
+            self.after_end(i, "DATA", wakes);
             return Ok(());
         }
         if !s.got_head {
@@ -1251,13 +1244,7 @@ impl Inner {
             return Ok(());
         }
         if s.ended {
-            // As DATA after the end: STREAM_CLOSED (RFC 9113 §5.1).
-            self.stream_error(
-                i,
-                STREAM_CLOSED,
-                format!("HEADERS on stream {id} after its end"),
-                wakes,
-            );
+            self.after_end(i, "HEADERS", wakes);
             return Ok(());
         }
         if decoded == hpack::Decoded::TooLarge {
@@ -1304,6 +1291,14 @@ impl Inner {
         let id = self.streams[i].id;
         let what = format!("malformed response on stream {id}: {what}");
         self.stream_error(i, PROTOCOL_ERROR, what, wakes);
+    }
+
+    /// A `kind` frame on a stream the server already ended (half-closed, RFC 9113 §5.1): a
+    /// stream error, STREAM_CLOSED; the whole response stands.
+    fn after_end(&mut self, i: usize, kind: &str, wakes: &mut Vec<Waker>) {
+        let id = self.streams[i].id;
+        let what = format!("{kind} on stream {id} after its end");
+        self.stream_error(i, STREAM_CLOSED, what, wakes);
     }
 
     /// An error of the server's on one stream (RFC 9113 §5.4.2): the stream is reset with
