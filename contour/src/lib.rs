@@ -7,6 +7,10 @@
 //! Both services print `ready ADDR` once listening, log nothing per request unless
 //! `--verbose`, take every limit from a flag, and exit on SIGTERM/SIGINT after a bounded
 //! grace. The API, the schema and the backend pool's semantics are in `docs/contour.md`.
+//!
+//! This crate is a workload herd drives, not part of the profiler: `herd demo` runs it from
+//! the herd binary as the hidden `herd contour` subcommand (cargo feature `demo`, on by
+//! default), and its tests run it as the `herd-contour` binary.
 
 pub mod backend;
 pub mod events;
@@ -18,7 +22,7 @@ pub mod store;
 pub use backend::{Backend, BackendArgs};
 pub use gateway::{Gateway, GatewayArgs};
 
-/// `herd contour`: the contour's services (hidden; herd runs them inside its containers).
+/// The contour's services (`herd contour …`, hidden; herd runs them inside its containers).
 #[derive(Debug, clap::Subcommand)]
 pub enum ContourCmd {
     /// The gateway: h2c for players (`/v1/subscribe` events, `/v1/call/<op>` calls), proxying

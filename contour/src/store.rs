@@ -4,9 +4,8 @@
 
 use std::{str::FromStr as _, time::Duration};
 
-use herd_driver::scenario::seed::redact;
+use herd_seed::{secret::redact, spec::TokenHash};
 
-use sha2::{Digest as _, Sha256};
 use sqlx::{
     PgPool, SqlitePool,
     postgres::{PgConnectOptions, PgPoolOptions},
@@ -101,14 +100,9 @@ const JOIN_ATTEMPTS: usize = 4;
 
 /// The hex SHA-256 of a session token: what `sessions.token_hash` holds, so a leaked
 /// database does not leak usable tokens.
+/// (The same hash herd's seeding writes with `token_hash = "sha256_hex"`.)
 pub fn token_hash(token: &str) -> String {
-    let digest = Sha256::digest(token.as_bytes());
-    let mut hex = String::with_capacity(64);
-    for b in digest {
-        use std::fmt::Write as _;
-        let _ = write!(hex, "{b:02x}");
-    }
-    hex
+    TokenHash::Sha256Hex.apply(token)
 }
 
 /// A storage failure. The URL in messages has its password removed.

@@ -11,7 +11,7 @@ use std::{
 
 use bytes::Bytes;
 use clap::Parser as _;
-use herd::contour::{Backend, ContourCmd, Gateway, store::token_hash};
+use herd_contour::{Backend, ContourCmd, Gateway, store::token_hash};
 use http::{Method, Request, StatusCode, header};
 use http_body_util::{BodyExt as _, Full};
 use hyper::body::Incoming;
@@ -789,8 +789,7 @@ struct Proc {
 impl Proc {
     fn spawn(args: &[&str]) -> Proc {
         use std::io::BufRead as _;
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_herd"))
-            .arg("contour")
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_herd-contour"))
             .args(args)
             .stdout(std::process::Stdio::piped())
             .spawn()

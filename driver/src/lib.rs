@@ -31,6 +31,7 @@ mod stream;
 pub mod template;
 pub mod text;
 pub mod transport;
+pub mod units;
 
 pub use outcome::{Outcome, TransportErrorKind};
 pub use player::{FilePlayer, Player, Reply, Session, Stopped};

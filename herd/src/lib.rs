@@ -1,18 +1,15 @@
 //! herd: a load driver and an eBPF host profiler in one binary.
 //!
-//! `main` parses [`Cli`] and calls [`run`]; everything else lives here so integration tests
-//! drive the same code in-process.
+//! `main` parses [`Cli`] and calls [`run`]; each [`cmd`] module parses its options, builds
+//! a config, calls the library and prints. A run is [`session::run`]; the probe, the
+//! driver, the store, the report and seeding are crates of their own (docs/architecture.md).
 
+mod attach;
 pub mod cmd;
-pub mod contour;
 pub mod live;
 pub mod metrics;
-pub mod report;
-pub mod sandbox;
-pub mod seed;
+pub mod session;
 pub mod signals;
-pub mod store;
-pub mod workload;
 
 use std::process::ExitCode;
 
@@ -48,6 +45,7 @@ pub enum Command {
     /// Run the embedded demo: a gateway and a backend in containers on this host, driven and
     /// probed twice (the seeds' 2-idle-connection pool, then the fix), reported and compared
     /// (needs root; about 3 minutes).
+    #[cfg(feature = "demo")]
     Demo(cmd::demo::DemoArgs),
     /// Drive virtual players against a service from a scenario file and print a per-step
     /// table (latency percentiles and outcomes per op).
@@ -64,12 +62,10 @@ pub enum Command {
     /// connects, accepts, failures by errno, TIME_WAIT, socket gauges, CPU and throttling
     /// (needs root or CAP_BPF + CAP_PERFMON).
     Probe(cmd::probe::ProbeArgs),
-    /// The demo contour's services (internal).
+    /// The demo contour's services (internal: `herd demo` starts them in its containers).
+    #[cfg(feature = "demo")]
     #[command(subcommand, hide = true)]
-    Contour(contour::ContourCmd),
-    /// Processes herd runs inside its containers (internal).
-    #[command(subcommand, hide = true)]
-    Workload(cmd::workload::WorkloadCmd),
+    Contour(herd_contour::ContourCmd),
 }
 
 /// Runs a parsed command line. Errors print as `Error: ...` with their context chain.
@@ -77,14 +73,15 @@ pub fn run(cli: Cli) -> ExitCode {
     signals::install();
     let result = match &cli.command {
         Command::Compare(a) => cmd::compare::run(a),
+        #[cfg(feature = "demo")]
         Command::Demo(a) => cmd::demo::run(a),
         Command::Drive(a) => cmd::drive::run(a),
         Command::Probe(a) => cmd::probe::run(a),
         Command::Report(a) => cmd::report::run(a),
         Command::Run(a) => cmd::run::run(a),
         Command::Seed(a) => cmd::seed::run(a),
-        Command::Contour(c) => contour::run(c),
-        Command::Workload(w) => cmd::workload::run(w),
+        #[cfg(feature = "demo")]
+        Command::Contour(c) => herd_contour::run(c),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

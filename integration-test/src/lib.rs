@@ -1,5 +1,5 @@
 //! Fixtures for herd's privileged tests: containers made of cgroups + netns + veth (from
-//! `herd::sandbox`), real client and server processes, and the privilege gate.
+//! `herd_testbed::sandbox`), real client and server processes, and the privilege gate.
 //!
 //! Every test calls [`privileged`] first. Outside CI a host without root skips with a message
 //! saying why; under `CI=true` the same condition fails the test, so CI never passes by
@@ -14,7 +14,7 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail};
-use herd::sandbox::{Container, Sandbox};
+use herd_testbed::{Container, Sandbox};
 
 /// True when the test may run. Panics under `CI=true` when it may not.
 pub fn privileged(test: &str) -> bool {
@@ -64,10 +64,10 @@ impl Pair {
         })
     }
 
-    /// Starts `herd workload tcp-server` in the server container and waits until it listens.
+    /// Starts `herd-workload tcp-server` in the server container and waits until it listens.
     pub fn start_server(&mut self, port: u16, extra: &[&str]) -> Result<usize> {
-        let mut cmd = herd_cmd();
-        cmd.args(["workload", "tcp-server", "--listen"])
+        let mut cmd = workload_cmd();
+        cmd.args(["tcp-server", "--listen"])
             .arg(format!("{}:{port}", self.server_ip))
             .args(extra)
             .stdout(Stdio::piped());
@@ -87,7 +87,7 @@ impl Pair {
         Ok(h)
     }
 
-    /// Runs `herd workload tcp-client` in the client container to completion and returns
+    /// Runs `herd-workload tcp-client` in the client container to completion and returns
     /// its report line (`connected N failed M`).
     pub fn run_client(&mut self, port: u16, count: u64, extra: &[&str]) -> Result<String> {
         let target = format!("{}:{port}", self.server_ip);
@@ -97,11 +97,11 @@ impl Pair {
         self.run_workload_in_client(&args)
     }
 
-    /// Runs `herd workload <args>` in the client container to completion (60 s at most) and
+    /// Runs `herd-workload <args>` in the client container to completion (60 s at most) and
     /// returns its report line.
     pub fn run_workload_in_client(&mut self, args: &[&str]) -> Result<String> {
-        let mut cmd = herd_cmd();
-        cmd.arg("workload").args(args).stdout(Stdio::piped());
+        let mut cmd = workload_cmd();
+        cmd.args(args).stdout(Stdio::piped());
         let client = self.client.clone();
         let h = self.sandbox.spawn(&client, cmd)?;
         let child = self.sandbox.child(h);
@@ -143,22 +143,32 @@ impl Pair {
     }
 }
 
-/// The herd CLI built by this crate (`src/bin/herd.rs`). Cargo puts it next to the test
-/// binaries' `deps/` directory; `CARGO_BIN_EXE_herd` only exists inside test crates, so the
-/// library finds it the same way at run time.
+/// The herd CLI built by this crate (`src/bin/herd.rs`).
 pub fn herd_cmd() -> Command {
+    bin_cmd("herd")
+}
+
+/// The test workloads' command line built by this crate (`src/bin/herd-workload.rs`).
+pub fn workload_cmd() -> Command {
+    bin_cmd("herd-workload")
+}
+
+/// A binary of this crate. Cargo puts it next to the test binaries' `deps/` directory;
+/// `CARGO_BIN_EXE_<name>` only exists inside test crates, so the library finds it the same
+/// way at run time.
+fn bin_cmd(name: &str) -> Command {
     let exe = std::env::current_exe().expect("test executable path");
     let dir = exe
         .parent()
         .and_then(Path::parent)
         .expect("tests run from target/<profile>/deps");
-    let herd = dir.join("herd");
+    let bin = dir.join(name);
     assert!(
-        herd.exists(),
+        bin.exists(),
         "{} is missing; run the tests through `cargo test -p integration-test`, which builds it",
-        herd.display()
+        bin.display()
     );
-    Command::new(herd)
+    Command::new(bin)
 }
 
 /// Ids of every BPF program loaded in the kernel right now.

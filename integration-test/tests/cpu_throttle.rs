@@ -14,7 +14,6 @@ use std::{
     time::{Duration, Instant},
 };
 
-use herd::sandbox::{Container, Sandbox};
 use herd_probe::{
     cgroup::CgroupLayout,
     cgroupfs::{
@@ -23,6 +22,7 @@ use herd_probe::{
     },
     clock::now_ns,
 };
+use herd_testbed::{Container, Sandbox};
 use integration_test::privileged;
 
 const QUOTA_US: u64 = 10_000;

@@ -8,10 +8,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use herd::{
-    report::{Report, RunData},
-    store::Store,
-};
+use herd_report::Report;
+use herd_store::Store;
 use integration_test::{herd_cmd, privileged};
 
 /// Whole demos run one at a time: two at once share the 2 cores, and the churn they measure
@@ -31,11 +29,10 @@ fn reports(out: &std::path::Path) -> Vec<Report> {
         .build()
         .unwrap();
     rt.block_on(async {
-        let store = Store::open(&herd::store::default_url(out)).await.unwrap();
+        let store = Store::open(&herd_store::default_url(out)).await.unwrap();
         let mut v = Vec::new();
         for meta in store.list().await.unwrap().into_iter().rev() {
-            let d = RunData::load(&store, Some(meta.id)).await.unwrap();
-            v.push(Report::build(&d));
+            v.push(Report::build(&store.load_run(Some(meta.id)).await.unwrap()));
         }
         v
     })
@@ -76,7 +73,7 @@ fn the_buggy_pool_churns_and_is_named_while_the_fixed_one_is_not() {
             .unwrap_or_else(|| panic!("no gateway → backend pair in run {}", rep.run.id))
     };
     let (b, f) = (hop(bug), hop(fix));
-    let churn = |p: &herd::report::model::PairRow| p.churn_ratio.value().unwrap();
+    let churn = |p: &herd_report::model::PairRow| p.churn_ratio.value().unwrap();
     // Measured here: 0.45 vs 0.01 (2 023 vs 54 connections for ~4 500 requests).
     assert!(churn(&b) >= 0.2, "buggy churn {}", churn(&b));
     assert!(churn(&f) <= 0.05, "fixed churn {}", churn(&f));

@@ -8,7 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use herd::contour::store::{Store, StoreOptions};
+use herd_contour::store::{Store, StoreOptions};
 use integration_test::{Postgres, herd_cmd, privileged};
 
 const SCENARIO: &str = r#"[target]

@@ -12,7 +12,7 @@ use herd_probe::{
     netstat,
     sockdiag::{Netns, NetnsCache, NetnsSample, NetnsTarget, TcpState},
 };
-use integration_test::{Pair, herd_cmd, privileged};
+use integration_test::{Pair, privileged, workload_cmd};
 
 /// Runs `args` inside network namespace `ns` and returns its stdout.
 fn in_netns(ns: &str, args: &[&str]) -> String {
@@ -49,12 +49,12 @@ fn open(ns: &str) -> Netns {
     Netns::open(&NetnsTarget::Named(ns.to_owned())).unwrap()
 }
 
-/// Starts `herd workload tcp-client --count 1 --closer server` in the client container: the
+/// Starts `herd-workload tcp-client --count 1 --closer server` in the client container: the
 /// connection stays ESTABLISHED until the server closes it or 5 s pass (the client's read
 /// timeout), the longest a workload connection lives today.
 fn spawn_waiting_client(pair: &mut Pair, port: u16) -> usize {
-    let mut cmd = herd_cmd();
-    cmd.args(["workload", "tcp-client", "--target"])
+    let mut cmd = workload_cmd();
+    cmd.args(["tcp-client", "--target"])
         .arg(format!("{}:{port}", pair.server_ip))
         .args(["--count", "1", "--closer", "server", "--deadline", "30s"])
         .stdout(Stdio::null());
@@ -296,8 +296,8 @@ fn ipv6_time_wait_sockets_are_dumped_and_counted_by_sockstat() {
     let ns = pair.client.netns.clone();
     let container = pair.client.clone();
     // Server and client in one netns over ::1: the IPv6 dump is the only way to see them.
-    let mut cmd = herd_cmd();
-    cmd.args(["workload", "tcp-server", "--listen", "[::1]:9500"])
+    let mut cmd = workload_cmd();
+    cmd.args(["tcp-server", "--listen", "[::1]:9500"])
         .stdout(Stdio::piped());
     let server = pair.sandbox.spawn(&container, cmd).unwrap();
     let mut ready = String::new();
@@ -307,8 +307,8 @@ fn ipv6_time_wait_sockets_are_dumped_and_counted_by_sockstat() {
     )
     .unwrap();
     assert!(ready.starts_with("ready"), "{ready:?}");
-    let mut cmd = herd_cmd();
-    cmd.args(["workload", "tcp-client", "--target", "[::1]:9500"])
+    let mut cmd = workload_cmd();
+    cmd.args(["tcp-client", "--target", "[::1]:9500"])
         .args(["--count", &N.to_string()])
         .stdout(Stdio::piped());
     let client = pair.sandbox.spawn(&container, cmd).unwrap();
@@ -458,8 +458,8 @@ fn at_28_000_time_wait_sockets_the_gauge_is_exact_and_a_sample_is_cheap() {
     let handles: Vec<usize> = (0..CLIENTS)
         .map(|i| {
             let count = n / CLIENTS + u64::from(i < n % CLIENTS);
-            let mut cmd = herd_cmd();
-            cmd.args(["workload", "tcp-client", "--target"])
+            let mut cmd = workload_cmd();
+            cmd.args(["tcp-client", "--target"])
                 .arg(format!("{}:9400", pair.server_ip))
                 .args(["--count", &count.to_string(), "--deadline", "55s"])
                 .stdout(Stdio::piped());

@@ -1,7 +1,7 @@
 //! The run store on a real PostgreSQL (started and removed by the test): a run recorded there
 //! reads back, and `herd report --store postgres://…` builds its report.
 
-use herd::store::{Source, Store};
+use herd_store::{Source, Store};
 use integration_test::{Postgres, herd_cmd, privileged};
 
 #[test]

@@ -7,7 +7,7 @@
 //!   (cgroupfs driver), named `pod-<uid prefix>`: a pod is the unit that owns a network
 //!   namespace, which is what the socket gauges are per.
 //! - systemd services: `/system.slice/<name>.service`, named `<name>.service`.
-//! - herd's own containers (`herd::sandbox`): `/herd-<pid>-<n>-<name>`, named `<name>`.
+//! - herd's own containers (`herd_testbed::sandbox`): `/herd-<pid>-<n>-<name>`, named `<name>`.
 //!
 //! Everything else stays `host`.
 

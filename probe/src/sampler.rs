@@ -7,6 +7,7 @@ use std::{
     net::{IpAddr, SocketAddr},
     os::unix::fs::MetadataExt as _,
     path::PathBuf,
+    time::{Duration, Instant},
 };
 
 use probe_common::PairStats;
@@ -357,5 +358,58 @@ fn pair_gauges(d: &DestinationGauges) -> PairGauges {
             .as_ref()
             .map(|s| s.log2.iter().map(|b| (b.hi_us, b.count)).collect())
             .unwrap_or_default(),
+    }
+}
+
+/// When [`watch`] stops.
+pub struct Watch<'a> {
+    /// The interval length.
+    pub every: Duration,
+    /// Stop once this much time has passed.
+    pub total: Duration,
+    /// Stop after the next interval once this says so (the load is over).
+    pub until: &'a dyn Fn() -> bool,
+    /// Stop at once, taking a last interval, when this says so (a signal arrived).
+    pub stop: &'a dyn Fn() -> bool,
+}
+
+/// Samples every `w.every` until `w.total` elapsed, `w.until` or `w.stop` says so, calling
+/// `sink` with each interval. The last interval is taken even when stopped early, so
+/// nothing counted is lost. CPU counters are polled every 100 ms in between, so each
+/// interval knows its busiest 100 ms window; the kernel maps are read once per interval.
+pub fn watch<E: From<ProbeError>>(
+    sampler: &mut Sampler,
+    w: &Watch<'_>,
+    mut sink: impl FnMut(&Interval, &Sampler) -> Result<(), E>,
+) -> Result<(), E> {
+    let start = Instant::now();
+    let mut next = start + w.every;
+    let poll = Duration::from_nanos(crate::cgroupfs::POLL_NS);
+    // Sleeps up to `d` in slices short enough that a stop is seen within 20 ms.
+    let nap = |d: Duration| {
+        let end = Instant::now() + d;
+        while !(w.stop)() {
+            let now = Instant::now();
+            if now >= end {
+                return;
+            }
+            std::thread::sleep((end - now).min(Duration::from_millis(20)));
+        }
+    };
+    loop {
+        let finished = (w.until)();
+        if !finished {
+            while Instant::now() + poll < next && !(w.stop)() {
+                nap(poll);
+                sampler.poll_cpu();
+            }
+            nap(next.saturating_duration_since(Instant::now()));
+        }
+        next += w.every;
+        let iv = sampler.sample()?;
+        sink(&iv, sampler)?;
+        if finished || (w.stop)() || start.elapsed() >= w.total {
+            return Ok(());
+        }
     }
 }

@@ -406,7 +406,7 @@ pub fn warm_up(d: &RunData) -> Vec<Finding> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::model::{PairRow, RunSummary};
+    use crate::model::{PairRow, RunSummary};
 
     fn report(pairs: Vec<PairRow>, requests: u64) -> Report {
         Report {
@@ -459,7 +459,7 @@ mod tests {
     #[test]
     fn a_pool_flat_at_its_cap_while_latency_climbs_is_named() {
         use herd_probe::sample::{Interval, PairGauges, PairInterval};
-        let mut d = crate::report::model::tests::data();
+        let mut d = crate::model::tests::data();
         // Three steps of 2 s each; p99 20 ms, then 20 ms, then 400 ms.
         let base = d.steps[0].clone();
         d.steps = (0..3)
@@ -527,7 +527,7 @@ mod tests {
     #[test]
     fn a_latency_breach_without_errors_is_named_once_from_its_first_step() {
         let mut r = report(vec![], 1000);
-        let row = |step: &str, ms: f64, errors: f64| crate::report::model::SloRow {
+        let row = |step: &str, ms: f64, errors: f64| crate::model::SloRow {
             step: step.into(),
             op: "rpc".into(),
             objective: "p99 < 500ms".into(),

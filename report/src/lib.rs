@@ -1,6 +1,9 @@
-//! Reports: one run read back from the store, turned into tables, a timeline and findings,
-//! and written as Markdown, a self-contained HTML page and JSON (schema in
-//! `docs/report.schema.json`). Every cell holds a value or says why it has none.
+//! herd's reports: one run's recorded rows ([`RunData`], read from a run store by herd-store)
+//! turned into tables, a timeline and findings ([`Report::build`], pure functions), and
+//! written as Markdown, a self-contained HTML page and JSON (schema in
+//! `docs/report.schema.json`); two runs compared ([`compare`]). Every cell holds a value or
+//! says why it has none. No runtime, no database, no command line here: everything is
+//! tested on data built in memory.
 
 pub mod compare;
 pub mod findings;
@@ -17,7 +20,24 @@ use herd_driver::report::{IntervalReport, RunReport, StepReport};
 use herd_probe::sample::Interval;
 pub use model::Report;
 
-use crate::store::{RunMeta, Source, Store};
+/// One run's header, as its store keeps it.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct RunMeta {
+    /// Run id in its store.
+    pub id: i64,
+    /// A name for reports (scenario file stem unless given).
+    pub name: String,
+    /// The scenario file.
+    pub scenario: String,
+    /// Wall-clock start, ms since the epoch.
+    pub started_unix_ms: i64,
+    /// CLOCK_MONOTONIC at start, ns: driver interval ends are offsets from it.
+    pub mono_start_ns: i64,
+    /// Wall-clock end, if the run finished.
+    pub finished_unix_ms: Option<i64>,
+    /// `running`, `finished`, `stopped` (Ctrl-C) or `failed`.
+    pub status: String,
+}
 
 /// Everything recorded for one run.
 #[derive(Clone, Debug)]
@@ -42,43 +62,12 @@ pub struct RunData {
     pub seed_cleanup: Option<seeding::CleanupRecord>,
 }
 
-impl RunData {
-    /// Reads run `id` (latest when None) from the store.
-    pub async fn load(store: &Store, id: Option<i64>) -> Result<Self> {
-        let meta = store.meta(id).await?;
-        let probe_missing: Vec<String> = store.rows(meta.id, Source::ProbeMissing).await?;
-        let mut finals: Vec<RunReport> = store.rows(meta.id, Source::Report).await?;
-        let slo: Vec<Vec<herd_driver::scenario::Slo>> = store.rows(meta.id, Source::Slo).await?;
-        let mut seeded: Vec<seeding::SeedRecord> = store.rows(meta.id, Source::Seed).await?;
-        let mut cleanup: Vec<seeding::CleanupRecord> =
-            store.rows(meta.id, Source::SeedCleanup).await?;
-        Ok(Self {
-            steps: store.rows(meta.id, Source::Step).await?,
-            driver: store.rows(meta.id, Source::Driver).await?,
-            probe: store.rows(meta.id, Source::Probe).await?,
-            probe_missing: probe_missing.into_iter().next(),
-            final_report: finals.pop(),
-            slo: slo.into_iter().next().unwrap_or_default(),
-            seeded: seeded.pop(),
-            seed_cleanup: cleanup.pop(),
-            meta,
-        })
-    }
-}
-
-/// What [`write_run`] wrote.
+/// What [`write_report`] wrote.
 pub struct Written {
     /// The files.
     pub files: Vec<PathBuf>,
     /// True when an SLO of the scenario failed.
     pub slo_failed: bool,
-}
-
-/// Builds run `id`'s report and writes `run-<id>.{md,json}` into `dir`.
-pub async fn write_run(store: &Store, id: i64, dir: &Path) -> Result<Written> {
-    let data = RunData::load(store, Some(id)).await?;
-    let report = Report::build(&data);
-    write_report(&report, dir)
 }
 
 /// Writes a built report's files into `dir`.
@@ -109,7 +98,7 @@ pub fn schema() -> String {
 #[cfg(test)]
 mod tests {
     /// The committed schema is the contract for JSON consumers: a change to the report's
-    /// shape must come with a regenerated schema (`UPDATE_SCHEMA=1 cargo test -p herd schema`).
+    /// shape must come with a regenerated schema (`UPDATE_SCHEMA=1 cargo test -p herd-report schema`).
     #[test]
     fn the_committed_schema_matches_the_report_type() {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/report.schema.json");
@@ -120,7 +109,7 @@ mod tests {
         let committed = std::fs::read_to_string(path).unwrap_or_default();
         assert!(
             committed == now,
-            "docs/report.schema.json is out of date; regenerate it with UPDATE_SCHEMA=1 cargo test -p herd schema"
+            "docs/report.schema.json is out of date; regenerate it with UPDATE_SCHEMA=1 cargo test -p herd-report schema"
         );
     }
 }

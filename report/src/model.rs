@@ -839,7 +839,7 @@ pub(crate) mod tests {
     use herd_probe::sample::{ContainerInterval, CountMap, CpuCell, Interval, SocketCell};
 
     use super::*;
-    use crate::store::RunMeta;
+    use crate::RunMeta;
 
     fn latency(p99_us: u64) -> Latency {
         Latency {
@@ -955,7 +955,7 @@ pub(crate) mod tests {
         assert_eq!(r.containers.len(), 1);
         assert_eq!(r.containers[0].cpu_burst, Cell::Missing("no cgroup".into()));
         assert_eq!(r.containers[0].connects_per_s, Cell::Value(100.0));
-        let md = super::super::markdown::render(&r);
+        let md = crate::markdown::render(&r);
         for line in md.lines().filter(|l| l.starts_with('|')) {
             let cells: Vec<&str> = line.trim_matches('|').split('|').collect();
             assert!(
@@ -969,7 +969,7 @@ pub(crate) mod tests {
             "{:?}",
             r.notes
         );
-        let html = super::super::html::render(&r);
+        let html = crate::html::render(&r);
         assert!(html.contains("<svg") && !html.contains("http://") && !html.contains("https://"));
     }
 }

@@ -180,7 +180,7 @@ mod tests {
         shapes::OpenStats,
     };
 
-    use crate::report::{
+    use crate::{
         Report, RunData, html, markdown,
         model::Cell,
         seeding::{CleanupRecord, SeedRecord, TableCount},
@@ -213,7 +213,7 @@ mod tests {
     /// The test run's step 1 with a stream, a long poll that got nothing, and groups; then a
     /// rate phase and two catalog routes.
     fn data() -> RunData {
-        let mut d = crate::report::model::tests::data();
+        let mut d = crate::model::tests::data();
         let step = &mut d.steps[0];
         step.play = PlayStats {
             streams: vec![
@@ -408,7 +408,7 @@ mod tests {
         d.seed_cleanup = Some(CleanupRecord::Kept);
         assert!(markdown::render(&Report::build(&d)).contains("kept after the run (--keep-seed)"));
 
-        let plain = Report::build(&crate::report::model::tests::data());
+        let plain = Report::build(&crate::model::tests::data());
         let md = markdown::render(&plain);
         for absent in [
             "Seeded",

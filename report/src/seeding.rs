@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::seed::{Cleaned, Seeded, TableRows};
+use herd_seed::{Cleaned, Seeded, TableRows};
 
 /// Rows in one table.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]

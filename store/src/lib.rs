@@ -1,4 +1,4 @@
-//! The run store: every interval of both timelines (driver and probe) is written as it
+//! herd's run store: every interval of both timelines (driver and probe) is written as it
 //! happens, so a run killed at any point leaves every completed interval readable.
 //!
 //! SQLite by default (a file next to the reports, WAL mode: a committed row survives the
@@ -8,6 +8,12 @@
 use std::path::Path;
 
 use anyhow::{Context as _, Result, bail};
+use herd_driver::RunReport;
+use herd_report::{
+    Report, RunData, RunMeta,
+    compare::{Comparison, compare},
+    seeding::{CleanupRecord, SeedRecord},
+};
 use sqlx::{AnyPool, Row as _, any::AnyPoolOptions};
 
 /// Which timeline a row belongs to.
@@ -25,9 +31,9 @@ pub enum Source {
     ProbeMissing,
     /// The scenario's service-level objectives (`Vec<herd_driver::scenario::Slo>`).
     Slo,
-    /// What `herd run` seeded before the load (`report::seeding::SeedRecord`).
+    /// What `herd run` seeded before the load (`herd_report::seeding::SeedRecord`).
     Seed,
-    /// What became of the seeded rows after it (`report::seeding::CleanupRecord`).
+    /// What became of the seeded rows after it (`herd_report::seeding::CleanupRecord`).
     SeedCleanup,
 }
 
@@ -46,25 +52,6 @@ impl Source {
     }
 }
 
-/// One run's header.
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
-pub struct RunMeta {
-    /// Run id in this store.
-    pub id: i64,
-    /// A name for reports (scenario file stem unless given).
-    pub name: String,
-    /// The scenario file.
-    pub scenario: String,
-    /// Wall-clock start, ms since the epoch.
-    pub started_unix_ms: i64,
-    /// CLOCK_MONOTONIC at start, ns: driver interval ends are offsets from it.
-    pub mono_start_ns: i64,
-    /// Wall-clock end, if the run finished.
-    pub finished_unix_ms: Option<i64>,
-    /// `running`, `finished`, `stopped` (Ctrl-C) or `failed`.
-    pub status: String,
-}
-
 /// A connection to a run store.
 pub struct Store {
     pool: AnyPool,
@@ -73,7 +60,7 @@ pub struct Store {
 
 /// The URL without its password, for messages (one scrubber for every URL herd shows: the
 /// run store's, the seed database's, the contour's).
-pub use herd_driver::scenario::seed::redact;
+pub use herd_seed::secret::redact;
 
 /// The default store: `runs.db` (SQLite) inside `dir`.
 pub fn default_url(dir: &Path) -> String {
@@ -283,6 +270,40 @@ impl Store {
                 })
             })
             .collect()
+    }
+
+    /// Everything recorded for run `id` (the latest when None), for [`Report::build`].
+    pub async fn load_run(&self, id: Option<i64>) -> Result<RunData> {
+        let meta = self.meta(id).await?;
+        let probe_missing: Vec<String> = self.rows(meta.id, Source::ProbeMissing).await?;
+        let mut finals: Vec<RunReport> = self.rows(meta.id, Source::Report).await?;
+        let slo: Vec<Vec<herd_driver::scenario::Slo>> = self.rows(meta.id, Source::Slo).await?;
+        let mut seeded: Vec<SeedRecord> = self.rows(meta.id, Source::Seed).await?;
+        let mut cleanup: Vec<CleanupRecord> = self.rows(meta.id, Source::SeedCleanup).await?;
+        Ok(RunData {
+            steps: self.rows(meta.id, Source::Step).await?,
+            driver: self.rows(meta.id, Source::Driver).await?,
+            probe: self.rows(meta.id, Source::Probe).await?,
+            probe_missing: probe_missing.into_iter().next(),
+            final_report: finals.pop(),
+            slo: slo.into_iter().next().unwrap_or_default(),
+            seeded: seeded.pop(),
+            seed_cleanup: cleanup.pop(),
+            meta,
+        })
+    }
+
+    /// Reads runs `a` and `b` and compares their reports.
+    pub async fn load_comparison(&self, a: i64, b: i64) -> Result<Comparison> {
+        let before = self
+            .load_run(Some(a))
+            .await
+            .with_context(|| format!("reading run {a}, the run before"))?;
+        let after = self
+            .load_run(Some(b))
+            .await
+            .with_context(|| format!("reading run {b}, the run after"))?;
+        Ok(compare(&Report::build(&before), &Report::build(&after)))
     }
 }
 

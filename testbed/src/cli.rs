@@ -1,10 +1,13 @@
-//! `herd workload`: hidden; the processes herd runs inside its own containers.
+//! The `herd-workload` command line: the processes the privileged tests run inside their
+//! containers (integration-test builds it as a binary).
 
 use std::{net::SocketAddr, time::Duration};
 
 use anyhow::Result;
 
-use crate::{cmd::probe::parse_duration, workload};
+use herd_driver::units::parse_duration;
+
+use crate::workload;
 
 /// Which workload to run.
 #[derive(Debug, clap::Subcommand)]

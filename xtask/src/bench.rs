@@ -48,9 +48,9 @@ fn run(cmd: &mut Command) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-fn in_ns(herd: &Path, args: &[&str]) -> Command {
+fn in_ns(bin: &Path, args: &[&str]) -> Command {
     let mut c = Command::new("ip");
-    c.args(["netns", "exec", NS]).arg(herd).args(args);
+    c.args(["netns", "exec", NS]).arg(bin).args(args);
     c
 }
 
@@ -133,11 +133,10 @@ struct Bench {
 }
 
 impl Bench {
-    fn start(herd: &Path) -> Result<Self> {
+    fn start(workload: &Path) -> Result<Self> {
         let ns = Netns::create()?;
         let servers = [
             vec![
-                "workload",
                 "tcp-server",
                 "--listen",
                 "127.0.0.1:9300",
@@ -145,7 +144,6 @@ impl Bench {
                 "10m",
             ],
             vec![
-                "workload",
                 "tcp-server",
                 "--listen",
                 "127.0.0.1:9301",
@@ -156,7 +154,7 @@ impl Bench {
             ],
         ]
         .iter()
-        .map(|a| in_ns(herd, a).stdout(Stdio::null()).spawn())
+        .map(|a| in_ns(workload, a).stdout(Stdio::null()).spawn())
         .collect::<std::io::Result<_>>()?;
         std::thread::sleep(Duration::from_millis(300));
         Ok(Self { _ns: ns, servers })
@@ -174,13 +172,14 @@ impl Drop for Bench {
 
 pub fn bench_probe(root: &Path) -> Result<String> {
     let herd = root.join("target/release/herd");
+    // The test workloads' binary (integration-test builds it beside herd).
+    let workload = root.join("target/release/herd-workload");
     let secs = format!("{SECONDS}s");
     let loads = [
         Load {
             name: "connection storm (client closes first)",
             unit: "connects/s",
             args: [
-                "workload",
                 "tcp-client",
                 "--target",
                 "127.0.0.1:9300",
@@ -197,7 +196,6 @@ pub fn bench_probe(root: &Path) -> Result<String> {
             name: "keep-alive requests (50 pooled connections)",
             unit: "requests/s",
             args: [
-                "workload",
                 "tcp-pool-client",
                 "--target",
                 "127.0.0.1:9301",
@@ -229,13 +227,13 @@ pub fn bench_probe(root: &Path) -> Result<String> {
                 [true, false]
             };
             for probe_on in order {
-                let _bench = Bench::start(&herd)?;
+                let _bench = Bench::start(&workload)?;
                 let probe = probe_on
                     .then(|| ProbeProc::start(&herd, tmp.clone()))
                     .transpose()?;
                 let before = probe.as_ref().map(|p| cpu_and_hwm(p.child.id()));
                 let t = Instant::now();
-                let said = run(&mut in_ns(&herd, &args))?;
+                let said = run(&mut in_ns(&workload, &args))?;
                 let rate = field(&said, load.field)? as f64 / t.elapsed().as_secs_f64();
                 if let Some(p) = probe {
                     let (c1, h) = cpu_and_hwm(p.child.id());

@@ -389,6 +389,14 @@ fn main() -> Result<()> {
         Task::BenchProbe => {
             setup()?;
             status(cargo().args(["build", "--release", "--package", "herd"]))?;
+            status(cargo().args([
+                "build",
+                "--release",
+                "--package",
+                "integration-test",
+                "--bin",
+                "herd-workload",
+            ]))?;
             let table = bench::bench_probe(&root())?;
             println!("{table}");
             Ok(())

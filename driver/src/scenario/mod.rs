@@ -24,9 +24,9 @@ use toml::{
 
 pub use error::{Diagnostic, ScenarioError};
 use error::{Locator, reword};
+pub use herd_seed::SeedSpec;
 use overrides::{Seg, path_string};
 pub use players::{Backoff, Finish, GroupSpec, OpKind, StreamFormat};
-pub use seed::SeedSpec;
 pub use shapes::{CatalogRoute, Phase, PhaseKind, PhaseWork, RateStep, Shapes, Soak, WhenFull};
 pub use tls::Tls;
 

@@ -5,10 +5,8 @@ use std::path::PathBuf;
 
 use anyhow::{Context as _, Result};
 
-use crate::{
-    report::compare,
-    store::{self, Store},
-};
+use herd_report::compare;
+use herd_store::Store;
 
 /// Options of `herd compare`.
 #[derive(Debug, clap::Args)]
@@ -33,14 +31,14 @@ pub fn run(args: &CompareArgs) -> Result<()> {
     let url = args
         .store
         .clone()
-        .unwrap_or_else(|| store::default_url(&args.out));
+        .unwrap_or_else(|| herd_store::default_url(&args.out));
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the comparison's runtime")?;
     rt.block_on(async {
         let store = Store::open(&url).await?;
-        let c = compare::load_comparison(&store, args.before, args.after).await?;
+        let c = store.load_comparison(args.before, args.after).await?;
         let files = compare::write_comparison(&c, &args.out)?;
         print!("{}", compare::table(&c));
         // stdout carries only the table, so it can be piped into a pull request as it is.

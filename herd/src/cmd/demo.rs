@@ -17,9 +17,11 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
+use herd_driver::{Scenario, units::parse_duration};
+use herd_testbed::{Container, Sandbox};
+
 use crate::{
-    cmd::{probe::parse_duration, run},
-    sandbox::{Container, Sandbox},
+    session::{self, RunConfig},
     signals,
 };
 
@@ -250,28 +252,21 @@ fn one_run(args: &DemoArgs, max_idle: usize, store: &str) -> Result<i64> {
          (gateway {gw_ip} quota {} cores, backend {be_ip} quota {} cores)",
         args.gateway_cpus, args.backend_cpus
     );
-    let outcome = run::execute(&run::RunArgs {
-        scenario: file,
-        set: Vec::new(),
-        name: Some(format!("max-idle-{max_idle}")),
-        out: args.out.clone(),
-        store: Some(store.to_owned()),
-        // Named explicitly: another herd sandbox on the host (a second demo, a test) is
-        // discovered too, and must not take these names.
-        containers: [&gateway, &backend]
-            .iter()
-            .map(|c| {
-                let rel = c.cgroup.strip_prefix(&layout_unified).unwrap_or(&c.cgroup);
-                format!("{}=/{}", c.name, rel.display())
-            })
-            .collect(),
-        no_probe: false,
-        interval: Duration::from_secs(1),
-        grace: Duration::from_secs(3),
-        quiet: true,
-        insecure: false,
-        keep_seed: false,
-    })?;
+    let mut config = RunConfig::new(Scenario::load(&file, &[])?, args.out.clone());
+    config.name = format!("max-idle-{max_idle}");
+    config.store = store.to_owned();
+    // Named explicitly: another herd sandbox on the host (a second demo, a test) is
+    // discovered too, and must not take these names.
+    config.containers = [&gateway, &backend]
+        .iter()
+        .map(|c| {
+            let rel = c.cgroup.strip_prefix(&layout_unified).unwrap_or(&c.cgroup);
+            format!("{}=/{}", c.name, rel.display())
+        })
+        .collect();
+    config.grace = Duration::from_secs(3);
+    config.live = false;
+    let outcome = session::run(&config)?;
     for f in &outcome.files {
         println!("wrote {}", f.display());
     }
@@ -292,7 +287,7 @@ pub fn run(args: &DemoArgs) -> Result<()> {
     }
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating the output directory {}", args.out.display()))?;
-    let store = crate::store::default_url(&args.out);
+    let store = herd_store::default_url(&args.out);
     let mut runs = Vec::new();
     for &idle in &args.max_idle {
         runs.push(one_run(args, idle, &store)?);
@@ -311,11 +306,10 @@ fn summary(store: &str, runs: &[i64], out: &Path) -> Result<()> {
         .enable_all()
         .build()?
         .block_on(async {
-            let s = crate::store::Store::open(store).await?;
+            let s = herd_store::Store::open(store).await?;
             println!();
             for &id in runs {
-                let data = crate::report::RunData::load(&s, Some(id)).await?;
-                let r = crate::report::Report::build(&data);
+                let r = herd_report::Report::build(&s.load_run(Some(id)).await?);
                 println!(
                     "run {} ({}): {} findings",
                     r.run.id,
@@ -327,9 +321,9 @@ fn summary(store: &str, runs: &[i64], out: &Path) -> Result<()> {
                 }
             }
             if let [before, after, ..] = runs {
-                let c = crate::report::compare::load_comparison(&s, *before, *after).await?;
-                println!("\n{}", crate::report::compare::table(&c));
-                for f in crate::report::compare::write_comparison(&c, out)? {
+                let c = s.load_comparison(*before, *after).await?;
+                println!("\n{}", herd_report::compare::table(&c));
+                for f in herd_report::compare::write_comparison(&c, out)? {
                     println!("wrote {}", f.display());
                 }
             }

@@ -14,10 +14,14 @@ use herd_driver::{
     DriverEvent, RunOptions, RunReport, Scenario,
     scenario::{Connections, PhaseWork},
     text,
+    units::{parse_duration, parse_interval},
 };
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 
-use crate::{live::Live, signals};
+use crate::{
+    live::Live,
+    session::{self, print_hints},
+};
 
 /// Options of `herd drive`.
 #[derive(Debug, clap::Args)]
@@ -49,18 +53,6 @@ pub struct DriveArgs {
     pub insecure: bool,
 }
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s).map_err(|e| format!("{e} (write e.g. 500ms, 10s, 2m)"))
-}
-
-fn parse_interval(s: &str) -> Result<Duration, String> {
-    let d = parse_duration(s)?;
-    if d < Duration::from_millis(100) {
-        return Err(format!("{s} is below the 100ms minimum interval"));
-    }
-    Ok(d)
-}
-
 /// Runs `herd drive`.
 pub fn run(args: &DriveArgs) -> Result<()> {
     let mut scenario = Scenario::load(&args.scenario, &args.set)?;
@@ -75,20 +67,8 @@ pub fn run(args: &DriveArgs) -> Result<()> {
             File::create(p).with_context(|| format!("creating the JSON output {}", p.display()))
         })
         .transpose()?;
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    // On one core, one thread: the multi-threaded scheduler's cross-thread bookkeeping buys
-    // nothing there (like `wrk -t1`).
-    let mut builder = if cores == 1 {
-        tokio::runtime::Builder::new_current_thread()
-    } else {
-        let mut b = tokio::runtime::Builder::new_multi_thread();
-        b.worker_threads(cores);
-        b
-    };
-    let runtime = builder
-        .enable_all()
-        .build()
-        .context("starting the driver's runtime")?;
+    let cores = session::cores();
+    let runtime = session::runtime(cores)?;
     println!("{}", heading(&scenario));
     if scenario.seed.is_some() {
         eprintln!(
@@ -111,15 +91,6 @@ pub fn run(args: &DriveArgs) -> Result<()> {
         println!("wrote {}", path.display());
     }
     Ok(())
-}
-
-/// Under the tables, what to do about each TLS outcome the run had (the outcome names the
-/// problem; the remedy would otherwise be in the docs only).
-pub(crate) fn print_hints(report: &RunReport) {
-    let hints = herd_driver::transport::tls::hints(report);
-    if !hints.is_empty() {
-        println!("\n{}", hints.join("\n"));
-    }
 }
 
 /// One line on what is about to run.
@@ -181,16 +152,10 @@ fn heading(s: &Scenario) -> String {
 }
 
 async fn drive(scenario: Scenario, args: &DriveArgs, cores: usize) -> Result<RunReport> {
-    let (stop_tx, stop_rx) = watch::channel(false);
     let live = Arc::new(Mutex::new(Live::for_stdout(scenario.plan().len())));
-    // herd's signal handler only sets a flag; this turns it into the driver's stop.
-    let watcher = {
+    let (stop_rx, watcher) = {
         let live = live.clone();
-        tokio::spawn(async move {
-            while !signals::stop_requested() {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            stop_tx.send_replace(true);
+        session::stop_channel(move || {
             // Under the block: the next one is drawn below this line, not over it.
             let mut live = live.lock().expect("the live view's lock");
             eprintln!("stopping: no new requests; in-flight ones get the grace to finish");

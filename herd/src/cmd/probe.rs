@@ -1,23 +1,19 @@
 //! `herd probe`: the kernel probe alone, next to whatever makes the load (k6, wrk, herd drive).
 
-use std::{
-    io::Write as _,
-    path::PathBuf,
-    time::{Duration, Instant},
-};
+use std::{io::Write as _, path::PathBuf, time::Duration};
 
 use anyhow::{Context as _, Result};
+use herd_driver::units::{parse_duration, parse_interval};
 use herd_probe::{
-    KernelProbe, ProbeOptions,
     cgroup::CgroupLayout,
     cgroupfs::Throttling,
     containers::ContainerSet,
     sample::{CpuCell, Interval},
-    sampler::Sampler,
+    sampler::{Sampler, Watch, watch},
 };
 use probe_common::Counter;
 
-use crate::signals;
+use crate::{attach, signals};
 
 /// Options of `herd probe`.
 #[derive(Debug, clap::Args)]
@@ -47,68 +43,6 @@ pub struct ProbeArgs {
     /// pods, systemd services and herd's own containers.
     #[arg(long)]
     pub no_discover: bool,
-}
-
-/// Parses durations like `500ms`, `10s`, `2m`.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s).map_err(|e| format!("{e} (write e.g. 500ms, 10s, 2m)"))
-}
-
-/// Parses an interval: a duration of 100 ms or more.
-pub fn parse_interval(s: &str) -> Result<Duration, String> {
-    let d = parse_duration(s)?;
-    if d < Duration::from_millis(100) {
-        return Err(format!("{s} is below the 100ms minimum interval"));
-    }
-    Ok(d)
-}
-
-/// Loads the probe, mapping the errors a user can fix to exit code 2.
-pub fn load(verbose: bool) -> Result<KernelProbe> {
-    KernelProbe::load(&ProbeOptions {
-        verifier_log: verbose,
-    })
-    .map_err(|e| {
-        if verbose && let Some(log) = e.verifier_log() {
-            eprintln!("verifier log:\n{log}");
-        }
-        let env = e.is_environment();
-        let err = anyhow::Error::new(e).context("starting herd's kernel probe");
-        if env { crate::environment(err) } else { err }
-    })
-}
-
-/// Samples every `every` until `total` elapsed, `until` returns true, or a stop signal
-/// arrives, calling `sink` with each interval. The last interval is taken even when stopped
-/// early, so nothing counted is lost.
-pub fn watch(
-    sampler: &mut Sampler,
-    every: Duration,
-    total: Duration,
-    mut until: impl FnMut() -> bool,
-    mut sink: impl FnMut(&Interval, &Sampler) -> Result<()>,
-) -> Result<()> {
-    let start = Instant::now();
-    let mut next = start + every;
-    // CPU counters are polled every 100 ms so each interval knows its busiest 100 ms window;
-    // the kernel maps are read once per interval.
-    let poll = Duration::from_nanos(herd_probe::cgroupfs::POLL_NS);
-    loop {
-        let finished = until();
-        if !finished {
-            while Instant::now() + poll < next && !signals::stop_requested() {
-                signals::sleep(poll);
-                sampler.poll_cpu();
-            }
-            signals::sleep(next.saturating_duration_since(Instant::now()));
-        }
-        next += every;
-        let iv = sampler.sample()?;
-        sink(&iv, sampler)?;
-        if finished || signals::stop_requested() || start.elapsed() >= total {
-            return Ok(());
-        }
-    }
 }
 
 /// Formats one interval: a line per active container (TCP opens, TIME_WAIT entries, CPU
@@ -252,7 +186,7 @@ pub fn run(args: &ProbeArgs) -> Result<()> {
         .listen
         .map(crate::metrics::MetricsServer::start)
         .transpose()?;
-    let probe = load(args.verbose)?;
+    let probe = attach::probe(args.verbose)?;
     let mut sampler = Sampler::new(probe, set, layout)?;
     if let Some(m) = &metrics {
         m.publish(sampler.exposition().render());
@@ -265,24 +199,24 @@ pub fn run(args: &ProbeArgs) -> Result<()> {
         humantime::format_duration(args.interval)
     );
     let t0 = herd_probe::clock::now_ns();
-    watch(
-        &mut sampler,
-        args.interval,
-        args.duration,
-        || false,
-        |iv, sampler| {
-            print_interval(iv, t0);
-            if let Some(m) = &metrics {
-                m.publish(sampler.exposition().render());
-            }
-            if let Some(out) = out.as_mut() {
-                serde_json::to_writer(&mut *out, iv)?;
-                out.write_all(b"\n")?;
-                out.flush().context("writing --out")?;
-            }
-            Ok(())
-        },
-    )?;
+    let w = Watch {
+        every: args.interval,
+        total: args.duration,
+        until: &|| false,
+        stop: &signals::stop_requested,
+    };
+    watch(&mut sampler, &w, |iv, sampler| {
+        print_interval(iv, t0);
+        if let Some(m) = &metrics {
+            m.publish(sampler.exposition().render());
+        }
+        if let Some(out) = out.as_mut() {
+            serde_json::to_writer(&mut *out, iv)?;
+            out.write_all(b"\n")?;
+            out.flush().context("writing --out")?;
+        }
+        anyhow::Ok(())
+    })?;
     let totals = sampler.totals();
     drop(sampler);
     println!();

@@ -4,10 +4,8 @@ use std::path::PathBuf;
 
 use anyhow::{Context as _, Result};
 
-use crate::{
-    report::{self, Report, RunData},
-    store::{self, Store},
-};
+use herd_report::Report;
+use herd_store::Store;
 
 /// Options of `herd report`.
 #[derive(Debug, clap::Args)]
@@ -31,7 +29,7 @@ pub fn run(args: &ReportArgs) -> Result<()> {
     let url = args
         .store
         .clone()
-        .unwrap_or_else(|| store::default_url(&args.out));
+        .unwrap_or_else(|| herd_store::default_url(&args.out));
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -48,9 +46,8 @@ pub fn run(args: &ReportArgs) -> Result<()> {
             }
             return Ok(());
         }
-        let data = RunData::load(&store, args.run).await?;
-        let built = Report::build(&data);
-        let written = report::write_report(&built, &args.out)?;
+        let built = Report::build(&store.load_run(args.run).await?);
+        let written = herd_report::write_report(&built, &args.out)?;
         for f in written.files {
             println!("wrote {}", f.display());
         }

@@ -6,7 +6,9 @@ use std::path::PathBuf;
 use anyhow::{Context as _, Result, bail};
 use herd_driver::Scenario;
 
-use crate::{seed::SeedDb, signals};
+use herd_seed::SeedDb;
+
+use crate::signals;
 
 /// Options of `herd seed`.
 #[derive(Debug, clap::Args)]

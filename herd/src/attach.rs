@@ -1,0 +1,21 @@
+//! Attaching the kernel probe from the command line: the errors a user fixes in their
+//! environment (capabilities, kernel BTF, lockdown) exit with code 2.
+
+use anyhow::Result;
+use herd_probe::{KernelProbe, ProbeOptions};
+
+/// Loads and attaches the probe's programs; `verbose` prints the verifier's log of a program
+/// the kernel rejects.
+pub fn probe(verbose: bool) -> Result<KernelProbe> {
+    KernelProbe::load(&ProbeOptions {
+        verifier_log: verbose,
+    })
+    .map_err(|e| {
+        if verbose && let Some(log) = e.verifier_log() {
+            eprintln!("verifier log:\n{log}");
+        }
+        let env = e.is_environment();
+        let err = anyhow::Error::new(e).context("starting herd's kernel probe");
+        if env { crate::environment(err) } else { err }
+    })
+}

@@ -1,0 +1,453 @@
+//! A run session: seed → attach the probe → drive → record both timelines as they happen →
+//! clean up → report, as one call. `herd run`, `herd demo` and the tests build a
+//! [`RunConfig`] and call [`run`]; nothing here knows about command-line parsing.
+//!
+//! Without root (or with `probe: false`) the run still drives and reports, and every probe
+//! cell says why it is missing. The rows a `[seed]` inserted are removed however the run
+//! ends (finished, failed, Ctrl-C), unless `keep_seed`.
+
+use std::{
+    io::Write as _,
+    path::PathBuf,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
+
+use anyhow::{Context as _, Result};
+use herd_driver::{DriverEvent, RunOptions, RunReport, Scenario, text};
+use herd_probe::{
+    cgroup::CgroupLayout,
+    containers::ContainerSet,
+    sample::Interval,
+    sampler::{Sampler, Watch, watch},
+};
+use herd_report::{
+    Report,
+    seeding::{CleanupRecord, SeedRecord},
+};
+use herd_seed::{Cleaned, RunSeeding, Seeded};
+use herd_store::{Source, Store, redact};
+use tokio::sync::{mpsc, watch};
+
+use crate::{attach, live::Live, signals};
+
+/// What one run does. Build it with [`RunConfig::new`] and adjust the fields.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    /// The scenario, loaded and checked (`Scenario::load`).
+    pub scenario: Scenario,
+    /// The run's name in reports and comparisons.
+    pub name: String,
+    /// Where the report files go (and the default store).
+    pub out: PathBuf,
+    /// The run store's URL (`sqlite:PATH` or `postgres://…`).
+    pub store: String,
+    /// Containers named for the probe (`NAME=CGROUP_PATH`); others are discovered.
+    pub containers: Vec<String>,
+    /// Attach the kernel probe.
+    pub probe: bool,
+    /// Length of one interval of both timelines.
+    pub interval: Duration,
+    /// How long requests in flight may take once the plan ends or a stop arrives.
+    pub grace: Duration,
+    /// Print the live view on stdout while the run lasts.
+    pub live: bool,
+    /// Leave the `[seed]` rows in the database afterwards.
+    pub keep_seed: bool,
+}
+
+impl RunConfig {
+    /// A run of `scenario` named after its file, with reports and the default SQLite store
+    /// in `out`, the probe attached, 1 s intervals, a 5 s grace and the live view on.
+    pub fn new(scenario: Scenario, out: PathBuf) -> Self {
+        let name = std::path::Path::new(&scenario.file)
+            .file_stem()
+            .map_or_else(|| "run".into(), |s| s.to_string_lossy().into_owned());
+        Self {
+            scenario,
+            name,
+            store: herd_store::default_url(&out),
+            out,
+            containers: Vec::new(),
+            probe: true,
+            interval: Duration::from_secs(1),
+            grace: Duration::from_secs(5),
+            live: true,
+            keep_seed: false,
+        }
+    }
+}
+
+/// What a run produced.
+#[derive(Debug)]
+pub struct RunOutcome {
+    /// The run's id in the store.
+    pub run_id: i64,
+    /// The store URL.
+    pub store: String,
+    /// Report files written.
+    pub files: Vec<PathBuf>,
+    /// Whether the report's objective checks failed.
+    pub slo_failed: bool,
+    /// What the scenario's `[seed]` inserted before the load, if it has one.
+    pub seeded: Option<Seeded>,
+    /// What was removed after the load (None without `[seed]` or when kept).
+    pub seed_cleaned: Option<Cleaned>,
+}
+
+/// The runtime a run drives its players on: one worker per core, or a single thread on one
+/// core, where the multi-threaded scheduler's cross-thread bookkeeping buys nothing (like
+/// `wrk -t1`).
+pub fn runtime(cores: usize) -> Result<tokio::runtime::Runtime> {
+    let mut builder = if cores == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(cores);
+        b
+    };
+    builder
+        .enable_all()
+        .build()
+        .context("starting the driver's runtime")
+}
+
+/// The cores the driver may use.
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Turns herd's stop signal (a flag set by the signal handler) into the driver's stop
+/// channel; `on_stop` runs once when it fires.
+pub fn stop_channel(
+    on_stop: impl FnOnce() + Send + 'static,
+) -> (watch::Receiver<bool>, tokio::task::JoinHandle<()>) {
+    let (tx, rx) = watch::channel(false);
+    let task = tokio::spawn(async move {
+        while !signals::stop_requested() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        tx.send_replace(true);
+        on_stop();
+    });
+    (rx, task)
+}
+
+/// Under the tables, what to do about each TLS outcome the run had (the outcome names the
+/// problem; the remedy would otherwise be in the docs only).
+pub fn print_hints(report: &RunReport) {
+    let hints = herd_driver::transport::tls::hints(report);
+    if !hints.is_empty() {
+        println!("\n{}", hints.join("\n"));
+    }
+}
+
+/// Runs the scenario and writes the report.
+pub fn run(config: &RunConfig) -> Result<RunOutcome> {
+    let cores = cores();
+    // Multi-threaded even on one core: the recorder and the driver must not wait on each
+    // other's store writes.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(cores)
+        .enable_all()
+        .build()
+        .context("starting the run's runtime")?;
+    rt.block_on(async {
+        // Opened before any load starts: an unreachable store costs nothing but this message.
+        let store = Store::open(&config.store).await?;
+        // Seeded before the probe attaches and the load starts (an unreachable database fails
+        // here); the rows are removed below however the run ends, Ctrl-C and failure included.
+        let shown = config.scenario.file.clone();
+        let seeding = RunSeeding::start(
+            config.scenario.seed.as_ref(),
+            &shown,
+            &signals::stop_requested,
+        )
+        .await?;
+        if let Some(s) = &seeding {
+            eprintln!("herd run: {}", s.seeded.line(s.shown()));
+        }
+        let driven = record(config, &store, seeding.as_ref().map(|s| &s.seeded), cores).await;
+        let Some(seeding) = seeding else {
+            return report(&store, driven?, &config.out).await;
+        };
+        finish_seeding(config, &store, driven, seeding).await
+    })
+}
+
+/// Removes (or keeps) the seeded rows, records what became of them, then writes the report.
+async fn finish_seeding(
+    config: &RunConfig,
+    store: &Store,
+    driven: Result<RunOutcome>,
+    seeding: RunSeeding,
+) -> Result<RunOutcome> {
+    let shown = &config.scenario.file;
+    let (seeded, db) = (seeding.seeded.clone(), seeding.shown().to_owned());
+    match (driven, seeding.finish(config.keep_seed, shown).await) {
+        (Ok(mut outcome), Ok((cleaned, line))) => {
+            println!("seed: {}", seeded.line(&db));
+            println!("seed: {line}");
+            let record = match (&cleaned, config.keep_seed) {
+                (Some(c), _) => CleanupRecord::from(c),
+                (None, true) => CleanupRecord::Kept,
+                (None, false) => CleanupRecord::AlreadyRemoved,
+            };
+            store
+                .put(outcome.run_id, Source::SeedCleanup, 0, 0, &record)
+                .await?;
+            outcome.seeded = Some(seeded);
+            outcome.seed_cleaned = cleaned;
+            report(store, outcome, &config.out).await
+        }
+        (Ok(outcome), Err(e)) => {
+            // The load ran: its report still says the cleanup failed, then the error.
+            let _ = store
+                .put(
+                    outcome.run_id,
+                    Source::SeedCleanup,
+                    0,
+                    0,
+                    &CleanupRecord::Failed,
+                )
+                .await;
+            if let Err(r) = report(store, outcome, &config.out).await {
+                eprintln!("herd run: writing the report: {r:#}");
+            }
+            Err(e)
+        }
+        (Err(e), Ok((_, line))) => {
+            eprintln!("herd run: {line}");
+            Err(e)
+        }
+        (Err(e), Err(c)) => {
+            eprintln!("herd run: {c:#}");
+            Err(e)
+        }
+    }
+}
+
+/// Builds the run's report from the store and writes its files.
+async fn report(
+    store: &Store,
+    mut outcome: RunOutcome,
+    out: &std::path::Path,
+) -> Result<RunOutcome> {
+    let data = store.load_run(Some(outcome.run_id)).await?;
+    let written = herd_report::write_report(&Report::build(&data), out)?;
+    outcome.files = written.files;
+    outcome.slo_failed = written.slo_failed;
+    Ok(outcome)
+}
+
+/// Records the run: begins it in the store, attaches the probe, drives, and commits every
+/// row as it arrives, then closes the run with its status.
+async fn record(
+    config: &RunConfig,
+    store: &Store,
+    seeded: Option<&Seeded>,
+    cores: usize,
+) -> Result<RunOutcome> {
+    let scenario = &config.scenario;
+    let meta = store
+        .begin(&config.name, &scenario.file, herd_probe::clock::now_ns())
+        .await?;
+    eprintln!(
+        "herd run: run {} ({}) recorded in {}",
+        meta.id,
+        config.name,
+        redact(&config.store)
+    );
+    let mut rec = Recorder {
+        store,
+        run: meta.id,
+        mono0: meta.mono_start_ns as u64,
+        seq: [0; 3],
+    };
+    store.put(meta.id, Source::Slo, 0, 0, &scenario.slo).await?;
+    if let Some(s) = seeded {
+        // Counts, tables and time only: never the database's URL.
+        store
+            .put(meta.id, Source::Seed, 0, 0, &SeedRecord::from(s))
+            .await?;
+    }
+
+    // The probe samples in its own thread and sends intervals to the recorder.
+    let (probe_tx, mut probe_rx) = mpsc::unbounded_channel::<Interval>();
+    let probe_stop = Arc::new(AtomicBool::new(false));
+    let probe_thread = if !config.probe {
+        store
+            .put(
+                meta.id,
+                Source::ProbeMissing,
+                0,
+                0,
+                &"the run was started with --no-probe",
+            )
+            .await?;
+        None
+    } else {
+        match start_probe(config, probe_tx, probe_stop.clone()) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                let why = format!("{e:#}");
+                eprintln!("herd run: driving without the kernel probe: {why}");
+                store.put(meta.id, Source::ProbeMissing, 0, 0, &why).await?;
+                None
+            }
+        }
+    };
+
+    let (stop_rx, watcher) = stop_channel(|| ());
+    let (events_tx, mut events) = mpsc::unbounded_channel();
+    let driver = tokio::spawn(herd_driver::run(
+        scenario.clone(),
+        RunOptions {
+            stop: Some(stop_rx),
+            grace: config.grace,
+            interval: config.interval,
+            events: Some(events_tx),
+            cores,
+        },
+    ));
+
+    let mut live = config.live.then(|| Live::for_stdout(scenario.plan().len()));
+    let (mut driver_open, mut probe_open) = (true, probe_thread.is_some());
+    let mut final_report = None;
+    while driver_open || probe_open {
+        tokio::select! {
+            e = events.recv(), if driver_open => match e {
+                Some(e) => {
+                    if let (DriverEvent::Interval(iv), Some(live)) = (&e, live.as_mut()) {
+                        let mut out = std::io::stdout().lock();
+                        let _ = out.write_all(live.interval(iv).as_bytes());
+                        let _ = out.flush();
+                    }
+                    if let Some(r) = rec.driver_event(e).await? {
+                        final_report = Some(r);
+                        // The load is over: take the probe's last interval and stop it.
+                        probe_stop.store(true, Ordering::SeqCst);
+                    }
+                }
+                None => {
+                    driver_open = false;
+                    probe_stop.store(true, Ordering::SeqCst);
+                }
+            },
+            iv = probe_rx.recv(), if probe_open => match iv {
+                Some(iv) => rec.probe_interval(&iv).await?,
+                None => probe_open = false,
+            },
+        }
+    }
+    watcher.abort();
+    let driven = driver.await.context("the driver task panicked")?;
+    if let Some(t) = probe_thread {
+        t.join()
+            .map_err(|_| anyhow::anyhow!("the probe thread panicked"))??;
+    }
+    let status = match (&driven, &final_report) {
+        (Err(_), _) => "failed",
+        (Ok(r), _) if r.stopped_early => "stopped",
+        _ => "finished",
+    };
+    store.finish(meta.id, status).await?;
+    driven.context("driving the scenario")?;
+    if let Some(r) = &final_report {
+        print!("\n{}", text::table(r));
+        print_hints(r);
+    }
+    // The report is written once the seeded rows' fate is recorded.
+    Ok(RunOutcome {
+        run_id: meta.id,
+        store: config.store.clone(),
+        files: Vec::new(),
+        slo_failed: false,
+        seeded: None,
+        seed_cleaned: None,
+    })
+}
+
+/// Writes the run's rows as they arrive, each committed on return.
+struct Recorder<'a> {
+    store: &'a Store,
+    run: i64,
+    /// CLOCK_MONOTONIC at the run's start: driver offsets become probe-comparable times.
+    mono0: u64,
+    /// Next sequence number per source: driver intervals, phase ends, probe intervals.
+    seq: [u64; 3],
+}
+
+impl Recorder<'_> {
+    /// Records one driver event; returns the final report when the event is the last.
+    async fn driver_event(&mut self, e: DriverEvent) -> Result<Option<RunReport>> {
+        let ms = |ms: u64| self.mono0 + ms * 1_000_000;
+        match e {
+            DriverEvent::Interval(iv) => {
+                let at = ms(iv.end_ms);
+                self.put(Source::Driver, 0, at, &iv).await?;
+            }
+            DriverEvent::StepEnd(st) => {
+                let at = ms(st.start_ms + st.duration_ms);
+                self.put(Source::Step, 1, at, &st).await?;
+            }
+            DriverEvent::Done(r) => {
+                self.store
+                    .put(self.run, Source::Report, 0, ms(r.duration_ms), &r)
+                    .await?;
+                return Ok(Some(*r));
+            }
+        }
+        Ok(None)
+    }
+
+    async fn probe_interval(&mut self, iv: &Interval) -> Result<()> {
+        self.put(Source::Probe, 2, iv.at_ns, iv).await
+    }
+
+    async fn put(
+        &mut self,
+        source: Source,
+        seq: usize,
+        at_ns: u64,
+        body: &impl serde::Serialize,
+    ) -> Result<()> {
+        self.store
+            .put(self.run, source, self.seq[seq], at_ns, body)
+            .await?;
+        self.seq[seq] += 1;
+        Ok(())
+    }
+}
+
+/// Loads the probe and starts the sampling thread; intervals go to `tx` until `stop`.
+fn start_probe(
+    config: &RunConfig,
+    tx: mpsc::UnboundedSender<Interval>,
+    stop: Arc<AtomicBool>,
+) -> Result<std::thread::JoinHandle<Result<()>>> {
+    let layout = CgroupLayout::detect()?;
+    let set = ContainerSet::from_args(&layout, &config.containers)?.with_discovery();
+    let probe = attach::probe(false)?;
+    let mut sampler = Sampler::new(probe, set, layout)?;
+    let every = config.interval;
+    Ok(std::thread::Builder::new()
+        .name("herd-probe".into())
+        .spawn(move || {
+            let until = || stop.load(Ordering::SeqCst);
+            let w = Watch {
+                every,
+                total: Duration::from_secs(7 * 24 * 3600),
+                until: &until,
+                stop: &signals::stop_requested,
+            };
+            watch(&mut sampler, &w, |iv, _| {
+                // The recorder may be gone if the run failed; the probe just stops.
+                let _ = tx.send(iv.clone());
+                anyhow::Ok(())
+            })
+        })?)
+}
