@@ -1,21 +1,28 @@
 //! The typed result stream: what the driver tells a run recorder, a progress printer or a
-//! test, every interval, at every step's end and once at the end.
+//! test, every interval, at every phase's end and once at the end. Latencies cross this
+//! boundary twice: as percentiles for readers, and as [`LatencyHistogram`]s that merge
+//! exactly, so whole-run and cross-run percentiles are computed, never averaged.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::measure::play::{GroupStats, PlayStats, StreamStats};
+pub use crate::measure::{
+    histogram::{HistogramError, LatencyHistogram},
+    play::{GroupStats, PlayStats, StreamStats},
+};
+use crate::{outcome::Outcome, scenario::PhaseKind};
 
-/// One event of a run, in order: intervals as they pass, each step's totals when all of its
+/// One event of a run, in order: intervals as they pass, each phase's totals when all of its
 /// ops have finished, and the whole run last.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum DriverEvent {
     /// One interval of the timeline (1 s by default).
     Interval(IntervalReport),
-    /// A step (or the hammer) ended and every op it started has been recorded.
-    StepEnd(StepReport),
+    /// A phase of the plan (or the hammer) ended and every op it started has been recorded.
+    #[serde(alias = "step_end")]
+    PhaseEnd(PhaseReport),
     /// The run is over.
     Done(Box<RunReport>),
 }
@@ -37,25 +44,28 @@ pub struct Latency {
     pub mean_us: f64,
 }
 
-/// One outcome of one op in one step.
+/// One outcome of one op in one phase.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OutcomeStats {
     /// `ok`, `transport_error.reset`, `rate_limited`, a domain code, ...
-    pub outcome: String,
+    pub outcome: Outcome,
     /// How many ops ended so.
     pub count: u64,
     /// Their latency.
     pub latency: Latency,
+    /// Their latency histogram (absent in results recorded before herd kept them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub histogram: Option<LatencyHistogram>,
 }
 
-/// One op in one step.
+/// One op in one phase.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OpStats {
     /// The op's name.
     pub op: String,
     /// Ops recorded, all outcomes.
     pub count: u64,
-    /// Ops per second over the step.
+    /// Ops per second over the phase.
     pub rate: f64,
     /// Latency of all outcomes together.
     pub latency: Latency,
@@ -63,36 +73,47 @@ pub struct OpStats {
     pub outcomes: Vec<OutcomeStats>,
 }
 
-/// A step's (or the hammer's) totals.
+/// A phase's (or the hammer's) totals.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StepReport {
+pub struct PhaseReport {
     /// `step 1`, `soak 2`, `soak hold`, `stop`, `rate 1`, `catalog <op>` or `hammer`.
     pub phase: String,
     /// What kind of phase it was (older results without it are steps).
     #[serde(default)]
-    pub kind: crate::scenario::PhaseKind,
+    pub kind: PhaseKind,
     /// An open-model (rate) phase's arrivals: sent, late and dropped starts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub open: Option<crate::shapes::OpenStats>,
     /// The phase's index in the plan's sequence (`Scenario::plan`); none for the hammer.
-    pub step: Option<usize>,
-    /// Players the step asked for (hammer: workers; catalog: its concurrency; rate: 0).
+    #[serde(alias = "step")]
+    pub index: Option<usize>,
+    /// Players the phase asked for (hammer: workers; catalog: its concurrency; rate: 0).
     pub players: usize,
-    /// When the step started, since the run's start.
+    /// When the phase started, since the run's start.
     pub start_ms: u64,
     /// How long it ran (shorter than planned after a stop).
     pub duration_ms: u64,
     /// Per op, in the scenario's order.
     pub ops: Vec<OpStats>,
-    /// Connections opened during the step (by anyone, the hammer included).
+    /// Connections opened during the phase (by anyone, the hammer included).
     pub connects: u64,
     /// Of those, connections opened to replace a lost one.
     pub reconnects: u64,
     /// Failed connection attempts.
     pub connect_errors: u64,
-    /// Streams, long polls and groups during the step.
+    /// Streams, long polls and groups during the phase.
     #[serde(flatten)]
     pub play: PlayStats,
+}
+
+impl OpStats {
+    /// The exact histogram of every sample of the op in the phase (all outcomes), or None
+    /// when the result predates stored histograms.
+    pub fn histogram(&self) -> Option<Result<hdrhistogram::Histogram<u64>, HistogramError>> {
+        let hs: Option<Vec<&LatencyHistogram>> =
+            self.outcomes.iter().map(|o| o.histogram.as_ref()).collect();
+        hs.map(LatencyHistogram::merge)
+    }
 }
 
 /// One op in one interval.
@@ -106,8 +127,11 @@ pub struct IntervalOp {
     pub rate: f64,
     /// Latency of all outcomes together.
     pub latency: Latency,
+    /// Its histogram (absent in results recorded before herd kept them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub histogram: Option<LatencyHistogram>,
     /// Count per outcome.
-    pub outcomes: BTreeMap<String, u64>,
+    pub outcomes: BTreeMap<Outcome, u64>,
 }
 
 /// The driver's own health over one interval: is the driver, not the system, the limit?
@@ -137,8 +161,10 @@ pub struct IntervalReport {
     pub end_ms: u64,
     /// Its length.
     pub duration_ms: u64,
-    /// The step running at its end; none before the first and after the last.
-    pub step: Option<usize>,
+    /// The index of the phase running at its end (`Scenario::plan`); none before the first
+    /// and after the last.
+    #[serde(alias = "step")]
+    pub phase_index: Option<usize>,
     /// That phase's name (`step 2`, `rate 1`, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
@@ -197,8 +223,9 @@ pub struct RunReport {
     pub connect_errors: u64,
     /// Intervals in which the driver was saturated.
     pub saturated_intervals: u64,
-    /// Per step, then the hammer.
-    pub steps: Vec<StepReport>,
+    /// Per phase, then the hammer.
+    #[serde(alias = "steps")]
+    pub phases: Vec<PhaseReport>,
     /// The timeline.
     pub intervals: Vec<IntervalReport>,
     /// Streams, long polls and groups over the whole run.
@@ -207,9 +234,10 @@ pub struct RunReport {
 }
 
 impl RunReport {
-    /// Count of `outcome` for `op` summed over all steps and the hammer.
+    /// Count of the outcome named `outcome` for `op` summed over all phases and the hammer.
     pub fn outcome_count(&self, op: &str, outcome: &str) -> u64 {
-        self.steps
+        let outcome: Outcome = outcome.parse().unwrap_or_else(|e| match e {});
+        self.phases
             .iter()
             .flat_map(|s| &s.ops)
             .filter(|o| o.op == op)
@@ -219,9 +247,9 @@ impl RunReport {
             .sum()
     }
 
-    /// Ops recorded for `op` over all steps and the hammer.
+    /// Ops recorded for `op` over all phases and the hammer.
     pub fn op_count(&self, op: &str) -> u64 {
-        self.steps
+        self.phases
             .iter()
             .flat_map(|s| &s.ops)
             .filter(|o| o.op == op)

@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use crate::{
-    report::{OpStats, RunReport, StepReport},
+    report::{OpStats, PhaseReport, RunReport},
     scenario::PhaseKind,
 };
 
@@ -39,22 +39,22 @@ fn outcomes(op: &OpStats) -> String {
     op.outcomes
         .iter()
         .map(|o| {
-            if o.outcome == "ok" {
+            if o.outcome.is_ok() {
                 format!("ok {}", count(o.count))
             } else {
                 let share = o.count as f64 * 100.0 / op.count.max(1) as f64;
-                format!("{} {} ({share:.2} %)", o.outcome, count(o.count))
+                format!("{} {} ({share:.2} %)", o.outcome.name(), count(o.count))
             }
         })
         .collect::<Vec<_>>()
         .join(", ")
 }
 
-fn step_heading(s: &StepReport) -> String {
+fn step_heading(s: &PhaseReport) -> String {
     if let Some(h) = crate::shapes::text::open_heading(s) {
         return h;
     }
-    let who = if s.step.is_some() {
+    let who = if s.index.is_some() {
         "players"
     } else {
         "workers"
@@ -97,7 +97,11 @@ pub fn table(report: &RunReport) -> String {
     }
     let header = ["op", "count", "req/s", "p50", "p99", "max", "outcomes"];
     out.push_str(&crate::shapes::text::catalog_table(report, outcomes));
-    for s in report.steps.iter().filter(|s| s.kind != PhaseKind::Catalog) {
+    for s in report
+        .phases
+        .iter()
+        .filter(|s| s.kind != PhaseKind::Catalog)
+    {
         let _ = writeln!(out, "\n{}", step_heading(s));
         let rows: Vec<[String; 7]> = s
             .ops
@@ -185,6 +189,7 @@ mod tests {
     #[test]
     fn table_matches_the_seed_layout() {
         let ok = |n, l| OutcomeStats {
+            histogram: None,
             outcome: "ok".into(),
             count: n,
             latency: l,
@@ -202,12 +207,12 @@ mod tests {
             reconnects: 0,
             connect_errors: 0,
             saturated_intervals: 0,
-            steps: vec![
-                StepReport {
+            phases: vec![
+                PhaseReport {
                     phase: "step 1".into(),
                     kind: PhaseKind::Step,
                     open: None,
-                    step: Some(0),
+                    index: Some(0),
                     players: 50,
                     start_ms: 0,
                     duration_ms: 10_000,
@@ -219,6 +224,7 @@ mod tests {
                         outcomes: vec![
                             ok(998, lat(1_000, 12_000, 40_000)),
                             OutcomeStats {
+                                histogram: None,
                                 outcome: "transport_error.reset".into(),
                                 count: 2,
                                 latency: lat(5, 5, 5),
@@ -230,11 +236,11 @@ mod tests {
                     connect_errors: 0,
                     play: Default::default(),
                 },
-                StepReport {
+                PhaseReport {
                     phase: "hammer".into(),
                     kind: PhaseKind::Hammer,
                     open: None,
-                    step: None,
+                    index: None,
                     players: 20,
                     start_ms: 0,
                     duration_ms: 1_000,
@@ -245,6 +251,7 @@ mod tests {
                         latency: lat(900, 2_000, 53_000),
                         outcomes: vec![
                             OutcomeStats {
+                                histogram: None,
                                 outcome: "rate_limited".into(),
                                 count: 590,
                                 latency: lat(900, 2_000, 53_000),

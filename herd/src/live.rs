@@ -147,7 +147,7 @@ fn totals(iv: &IntervalReport) -> Totals {
 fn errors(op: &IntervalOp) -> u64 {
     op.outcomes
         .iter()
-        .filter(|(o, _)| o.as_str() != "ok")
+        .filter(|(o, _)| !o.is_ok())
         .map(|(_, n)| n)
         .sum()
 }
@@ -157,7 +157,7 @@ fn share(part: u64, whole: u64) -> f64 {
 }
 
 fn step(iv: &IntervalReport, steps: usize) -> String {
-    match iv.step {
+    match iv.phase_index {
         Some(k) => format!("{}/{steps}", k + 1),
         None => "-".to_owned(),
     }
@@ -166,7 +166,7 @@ fn step(iv: &IntervalReport, steps: usize) -> String {
 /// The phase's name when the plan is more than steps (`rate-1`, `catalog-game.state`,
 /// `soak-hold`), spaces made dashes so a plain line stays `key=value`; none for `step N`.
 fn phase(iv: &IntervalReport) -> Option<String> {
-    match (iv.step, &iv.phase) {
+    match (iv.phase_index, &iv.phase) {
         (Some(k), Some(name)) if *name != format!("step {}", k + 1) => Some(name.replace(' ', "-")),
         _ => None,
     }
@@ -218,14 +218,14 @@ fn seconds(ms: u64) -> String {
 }
 
 /// Outcomes other than `ok`, most frequent first.
-fn failures(op: &IntervalOp) -> Vec<(&str, u64)> {
-    let mut v: Vec<(&str, u64)> = op
+fn failures(op: &IntervalOp) -> Vec<(String, u64)> {
+    let mut v: Vec<(String, u64)> = op
         .outcomes
         .iter()
-        .filter(|(o, _)| o.as_str() != "ok")
-        .map(|(o, n)| (o.as_str(), *n))
+        .filter(|(o, _)| !o.is_ok())
+        .map(|(o, n)| (o.name(), *n))
         .collect();
-    v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     v
 }
 
@@ -408,18 +408,22 @@ pub fn block(iv: &IntervalReport, steps: usize) -> Vec<String> {
 mod tests {
     use std::collections::BTreeMap;
 
-    use herd_driver::report::{DriverHealth, Latency};
+    use herd_driver::{
+        Outcome,
+        report::{DriverHealth, Latency},
+    };
 
     use super::*;
 
     fn op(name: &str, count: u64, rate: f64, p99_us: u64, bad: &[(&str, u64)]) -> IntervalOp {
         let mut outcomes = BTreeMap::new();
         let bad_total: u64 = bad.iter().map(|(_, n)| n).sum();
-        outcomes.insert("ok".to_owned(), count - bad_total);
+        outcomes.insert(Outcome::Ok, count - bad_total);
         for (o, n) in bad {
-            outcomes.insert((*o).to_owned(), *n);
+            outcomes.insert((*o).into(), *n);
         }
         IntervalOp {
+            histogram: None,
             op: name.to_owned(),
             count,
             rate,
@@ -438,7 +442,7 @@ mod tests {
             index: 0,
             end_ms: 1_000,
             duration_ms: 1_000,
-            step: Some(0),
+            phase_index: Some(0),
             players: 50,
             hammer_workers: 0,
             ops: vec![
@@ -465,7 +469,7 @@ mod tests {
         let mut second = base.clone();
         second.index = 1;
         second.end_ms = 2_000;
-        second.step = Some(1);
+        second.phase_index = Some(1);
         second.players = 200;
         second.hammer_workers = 4;
         second.ops = vec![
@@ -492,7 +496,7 @@ mod tests {
         third.index = 2;
         third.end_ms = 2_500;
         third.duration_ms = 500;
-        third.step = None;
+        third.phase_index = None;
         third.players = 0;
         third.ops = vec![];
         vec![base, second, third]
@@ -501,7 +505,7 @@ mod tests {
     #[test]
     fn a_rate_phase_is_named_with_its_open_model_figures() {
         let mut iv = sequence().remove(0);
-        iv.step = Some(2);
+        iv.phase_index = Some(2);
         iv.phase = Some("rate 1".into());
         iv.players = 0;
         iv.in_flight = 12;
@@ -514,7 +518,7 @@ mod tests {
             "{line}"
         );
         // A plain step keeps its short form.
-        iv.step = Some(0);
+        iv.phase_index = Some(0);
         iv.phase = Some("step 1".into());
         iv.in_flight = 0;
         iv.late_starts = 0;

@@ -390,9 +390,9 @@ impl Recorder<'_> {
                 let at = ms(iv.end_ms);
                 self.put(Source::Driver, 0, at, &iv).await?;
             }
-            DriverEvent::StepEnd(st) => {
+            DriverEvent::PhaseEnd(st) => {
                 let at = ms(st.start_ms + st.duration_ms);
-                self.put(Source::Step, 1, at, &st).await?;
+                self.put(Source::Phase, 1, at, &st).await?;
             }
             DriverEvent::Done(r) => {
                 self.store

@@ -88,9 +88,9 @@ fn report(json: &std::path::Path) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(json).unwrap()).unwrap()
 }
 
-/// Count of `outcome` over all steps of a `--json` report.
+/// Count of `outcome` over all phases of a `--json` report.
 fn outcome(r: &serde_json::Value, outcome: &str) -> u64 {
-    r["steps"]
+    r["phases"]
         .as_array()
         .unwrap()
         .iter()

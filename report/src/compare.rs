@@ -498,7 +498,7 @@ fn compared_containers(r: &Report) -> Vec<&ContainerRow> {
     let in_steps: Vec<&ContainerRow> = r
         .containers
         .iter()
-        .filter(|c| c.step != "before" && c.step != "after")
+        .filter(|c| c.phase != "before" && c.phase != "after")
         .collect();
     if in_steps.is_empty() {
         r.containers.iter().collect()
@@ -585,7 +585,7 @@ fn op_rows(a: &Report, b: &Report, rows: &mut Vec<Row>) {
             t.not_ok += o
                 .outcomes
                 .iter()
-                .filter(|(k, _)| k.as_str() != "ok")
+                .filter(|(k, _)| !k.is_ok())
                 .map(|(_, n)| n)
                 .sum::<u64>();
             if o.rate > 0.0 {
@@ -930,6 +930,8 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
+    use herd_driver::scenario::PhaseKind;
+
     use crate::model::Log2Row;
 
     fn summary(id: i64, requests: u64, errors: u64, probe_intervals: u64) -> RunSummary {
@@ -949,13 +951,13 @@ mod tests {
     }
 
     fn op(step: &str, name: &str, count: u64, rate: f64, p: [u64; 3], not_ok: u64) -> OpRow {
-        let mut outcomes = BTreeMap::from([("ok".to_owned(), count - not_ok)]);
+        let mut outcomes = BTreeMap::from([(herd_driver::Outcome::Ok, count - not_ok)]);
         if not_ok > 0 {
             outcomes.insert("transport_error".into(), not_ok);
         }
         OpRow {
-            step: step.into(),
-            kind: "step".into(),
+            phase: step.into(),
+            kind: PhaseKind::Step,
             players: 10,
             load: "10 players".into(),
             op: name.into(),
@@ -971,7 +973,7 @@ mod tests {
     fn container(step: &str, name: &str, burst: f64, share: f64, mem: Cell) -> ContainerRow {
         let unused = || Cell::Missing("not part of the comparison".into());
         ContainerRow {
-            step: step.into(),
+            phase: step.into(),
             container: name.into(),
             cpu_burst: Cell::Value(burst),
             cpu_sustained: Cell::Value(burst / 2.0),

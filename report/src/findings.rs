@@ -59,7 +59,7 @@ const STORM_PER_PLAYER_MIN: f64 = 0.5;
 pub fn stream_storm(r: &Report, d: &RunData) -> Vec<Finding> {
     let mut out = Vec::new();
     for row in &r.streams {
-        let Some(s) = d.steps.iter().find(|s| s.phase == row.step) else {
+        let Some(s) = d.phases.iter().find(|s| s.phase == row.step) else {
             continue;
         };
         let minutes = s.duration_ms as f64 / 60_000.0;
@@ -109,10 +109,10 @@ pub fn stream_storm(r: &Report, d: &RunData) -> Vec<Finding> {
 pub fn pool_pinned(r: &Report, d: &RunData) -> Vec<Finding> {
     let mono0 = d.meta.mono_start_ns as u64;
     // Catalog routes are different ops one after another: their latencies do not climb.
-    let steps: Vec<&herd_driver::report::StepReport> = d
-        .steps
+    let steps: Vec<&herd_driver::report::PhaseReport> = d
+        .phases
         .iter()
-        .filter(|s| s.step.is_some() && s.kind != herd_driver::scenario::PhaseKind::Catalog)
+        .filter(|s| s.index.is_some() && s.kind != herd_driver::scenario::PhaseKind::Catalog)
         .collect();
     if steps.len() < 2 {
         return Vec::new();
@@ -198,7 +198,7 @@ pub fn slo_breach_without_errors(r: &Report) -> Vec<Finding> {
             .slo
             .iter()
             .filter(|s| s.op == row.op && s.objective == row.objective && !s.pass)
-            .map(|s| format!("{} {:.0} ms", s.step, s.measured / 1e3))
+            .map(|s| format!("{} {:.0} ms", s.phase, s.measured / 1e3))
             .collect();
         out.push(Finding {
             kind: "slo_breach_without_errors".into(),
@@ -206,7 +206,7 @@ pub fn slo_breach_without_errors(r: &Report) -> Vec<Finding> {
                 "{}: `{}` broken from {} ({:.0} ms) with 0 errors",
                 row.op,
                 row.objective,
-                row.step,
+                row.phase,
                 row.measured / 1e3
             ),
             detail: "Every call still succeeds, so error-rate alerts stay green while users wait. \
@@ -300,7 +300,7 @@ pub fn throttling_bursts(r: &Report) -> Vec<Finding> {
             let share = c.throttled_share.value().unwrap_or(0.0);
             // Only the plan's phases (steps, soak, rate steps, routes): the intervals before
             // and after the plan are not the load's.
-            let in_step = c.step != "before" && c.step != "after";
+            let in_step = c.phase != "before" && c.phase != "after";
             // Throttling means periods really throttled; a burst reading a hair over the cap
             // with none throttled is cpu.stat's tick granularity, not a quota hit.
             let hit = share > 0.0 && (share >= 0.05 || burst >= 0.9 * cap);
@@ -313,7 +313,7 @@ pub fn throttling_bursts(r: &Report) -> Vec<Finding> {
                     "{} in {}: 100 ms bursts reach {burst:.2} cores against a {cap:.2}-core quota \
                      ({:.0} % of periods throttled) while the 30 s average is {sustained:.2}",
                     c.container,
-                    c.step,
+                    c.phase,
                     share * 100.0
                 ),
                 detail: "Averages over 1 s or 30 s hide this: the container is throttled in bursts, \
@@ -322,7 +322,7 @@ pub fn throttling_bursts(r: &Report) -> Vec<Finding> {
                     .into(),
                 evidence: vec![format!(
                     "{} / {}: burst {burst:.2}, sustained {sustained:.2}, cap {cap:.2}, throttled {:.1} ms",
-                    c.step,
+                    c.phase,
                     c.container,
                     match c.throttled_ms {
                         Cell::Value(v) => v,
@@ -361,7 +361,11 @@ pub fn driver_saturated(r: &Report) -> Vec<Finding> {
 /// The first interval of the first step much slower than the rest of it: connection pools and
 /// caches warming up, to keep out of steady-state figures.
 pub fn warm_up(d: &RunData) -> Vec<Finding> {
-    let first: Vec<_> = d.driver.iter().filter(|i| i.step == Some(0)).collect();
+    let first: Vec<_> = d
+        .driver
+        .iter()
+        .filter(|i| i.phase_index == Some(0))
+        .collect();
     if first.len() < 4 {
         return Vec::new();
     }
@@ -461,12 +465,12 @@ mod tests {
         use herd_probe::sample::{Interval, PairGauges, PairInterval};
         let mut d = crate::model::tests::data();
         // Three steps of 2 s each; p99 20 ms, then 20 ms, then 400 ms.
-        let base = d.steps[0].clone();
-        d.steps = (0..3)
+        let base = d.phases[0].clone();
+        d.phases = (0..3)
             .map(|k| {
                 let mut s = base.clone();
                 s.phase = format!("step {}", k + 1);
-                s.step = Some(k);
+                s.index = Some(k);
                 s.start_ms = k as u64 * 2000;
                 s.duration_ms = 2000;
                 s.ops[0].latency.p99_us = [20_000, 20_000, 400_000][k];
@@ -528,7 +532,7 @@ mod tests {
     fn a_latency_breach_without_errors_is_named_once_from_its_first_step() {
         let mut r = report(vec![], 1000);
         let row = |step: &str, ms: f64, errors: f64| crate::model::SloRow {
-            step: step.into(),
+            phase: step.into(),
             op: "rpc".into(),
             objective: "p99 < 500ms".into(),
             measured: ms * 1e3,

@@ -3,6 +3,8 @@
 
 use std::fmt::Write as _;
 
+use herd_driver::scenario::PhaseKind;
+
 use super::{
     model::{Cell, Report, TimelinePoint},
     play::counts,
@@ -125,12 +127,12 @@ fn step_marks(t: &[TimelinePoint]) -> Vec<(f64, String)> {
     let mut out = Vec::new();
     let mut last = None;
     for p in t {
-        if p.step != last {
-            if let Some(k) = p.step {
+        if p.phase_index != last {
+            if let Some(k) = p.phase_index {
                 let name = p.phase.clone().unwrap_or_else(|| format!("step {}", k + 1));
                 out.push((p.t_s, name));
             }
-            last = p.step;
+            last = p.phase_index;
         }
     }
     out
@@ -274,7 +276,7 @@ pub fn render(r: &Report) -> String {
             let _ = write!(
                 o,
                 "<tr><td>{}<td class=l>{}<td class=l><code>{}</code><td>{}<td>{:.2} %<td>{}",
-                esc(&s.step),
+                esc(&s.phase),
                 esc(&s.op),
                 esc(&s.objective),
                 measured,
@@ -289,7 +291,7 @@ pub fn render(r: &Report) -> String {
         o.push_str("</table>");
     }
     o.push_str("<h2>Per step and op</h2><table><tr><th>phase<th>kind<th>load<th>op<th>count<th>req/s<th>p50 ms<th>p99 ms<th>max ms<th>outcomes");
-    for row in r.ops.iter().filter(|o| o.kind != "catalog") {
+    for row in r.ops.iter().filter(|o| o.kind != PhaseKind::Catalog) {
         let outcomes: Vec<String> = row
             .outcomes
             .iter()
@@ -298,8 +300,8 @@ pub fn render(r: &Report) -> String {
         let _ = write!(
             o,
             "<tr><td>{}<td class=l>{}<td>{}<td class=l>{}<td>{}<td>{:.1}<td>{:.1}<td>{:.1}<td>{:.1}<td class=l>{}",
-            esc(&row.step),
-            esc(&row.kind),
+            esc(&row.phase),
+            esc(&row.kind.to_string()),
             esc(&row.load),
             esc(&row.op),
             row.count,
@@ -317,7 +319,7 @@ pub fn render(r: &Report) -> String {
         let _ = write!(
             o,
             "<tr><td>{}<td class=l>{}<td>{}<td>{}<td>{}<td>{}<td>{}<td>{}<td>{}<td>{}<td>{}<td>{}<td>{}<td>{}<td>{}<td>{}",
-            esc(&c.step),
+            esc(&c.phase),
             esc(&c.container),
             cell(&c.cpu_burst, 2),
             cell(&c.cpu_sustained, 2),
@@ -383,7 +385,11 @@ fn ms_cell(c: &Cell) -> String {
 
 /// The route catalog, open-model phases, streams and groups, each only when it has rows.
 fn play(o: &mut String, r: &Report) {
-    let routes: Vec<_> = r.ops.iter().filter(|o| o.kind == "catalog").collect();
+    let routes: Vec<_> = r
+        .ops
+        .iter()
+        .filter(|o| o.kind == PhaseKind::Catalog)
+        .collect();
     if !routes.is_empty() {
         let _ = write!(
             o,

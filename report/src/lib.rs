@@ -16,7 +16,7 @@ pub mod seeding;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result};
-use herd_driver::report::{IntervalReport, RunReport, StepReport};
+use herd_driver::report::{IntervalReport, PhaseReport, RunReport};
 use herd_probe::sample::Interval;
 pub use model::Report;
 
@@ -44,8 +44,8 @@ pub struct RunMeta {
 pub struct RunData {
     /// The run's header.
     pub meta: RunMeta,
-    /// Driver step summaries, in order.
-    pub steps: Vec<StepReport>,
+    /// The driver's phase totals, in order.
+    pub phases: Vec<PhaseReport>,
     /// Driver intervals, in order.
     pub driver: Vec<IntervalReport>,
     /// Probe intervals, in order.

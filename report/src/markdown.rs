@@ -2,6 +2,8 @@
 
 use std::fmt::Write as _;
 
+use herd_driver::scenario::PhaseKind;
+
 use super::{
     model::{Cell, Report},
     play::counts,
@@ -93,7 +95,7 @@ pub fn render(r: &Report) -> String {
             let _ = writeln!(
                 o,
                 "| {} | {} | `{}` | {} | {:.2} % | {} |",
-                s.step,
+                s.phase,
                 s.op,
                 s.objective,
                 measured,
@@ -107,7 +109,7 @@ pub fn render(r: &Report) -> String {
         o,
         "| phase | kind | load | op | count | req/s | p50 | p99 | max | outcomes |\n|---|---|---:|---|---:|---:|---:|---:|---:|---|"
     );
-    for row in r.ops.iter().filter(|o| o.kind != "catalog") {
+    for row in r.ops.iter().filter(|o| o.kind != PhaseKind::Catalog) {
         let outcomes: Vec<String> = row
             .outcomes
             .iter()
@@ -116,7 +118,7 @@ pub fn render(r: &Report) -> String {
         let _ = writeln!(
             o,
             "| {} | {} | {} | {} | {} | {:.1} | {} | {} | {} | {} |",
-            row.step,
+            row.phase,
             row.kind,
             row.load,
             row.op,
@@ -142,7 +144,7 @@ pub fn render(r: &Report) -> String {
         let _ = writeln!(
             o,
             "| {} | {} | {} | {} | {} | {} | {} | {} ms | {} MiB | {} | {} | {} | {} | {} | {} | {} |",
-            c.step,
+            c.phase,
             c.container,
             cell(&c.cpu_burst, 2),
             cell(&c.cpu_sustained, 2),
@@ -213,7 +215,11 @@ pub fn render(r: &Report) -> String {
 /// The route catalog, open-model phases, streams and groups: each section only when the run
 /// has rows for it.
 fn play(o: &mut String, r: &Report) {
-    let routes: Vec<_> = r.ops.iter().filter(|o| o.kind == "catalog").collect();
+    let routes: Vec<_> = r
+        .ops
+        .iter()
+        .filter(|o| o.kind == PhaseKind::Catalog)
+        .collect();
     if !routes.is_empty() {
         let _ = writeln!(
             o,

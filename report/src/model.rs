@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use herd_driver::report::StepReport;
+use herd_driver::{Outcome, report::PhaseReport, scenario::PhaseKind};
 use herd_probe::{
     cgroupfs::{Memory, Throttling},
     sample::{CpuCell, Interval, Log2Summary, SocketCell},
@@ -73,34 +73,34 @@ pub struct RunSummary {
     pub seeding: Option<super::seeding::Seeding>,
 }
 
-/// One objective checked in one step.
+/// One objective checked in one phase.
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SloRow {
-    /// Step label.
-    pub step: String,
+    /// The phase's name (`step 1`, `rate 2`, …).
+    pub phase: String,
     /// Op.
     pub op: String,
     /// The objective as written, e.g. `p99 < 500ms`.
     pub objective: String,
-    /// What the step measured: µs for latencies, a share for errors.
+    /// What the phase measured: µs for latencies, a share for errors.
     pub measured: f64,
     /// The limit, in the same unit.
     pub limit: f64,
-    /// Whether the step met it.
+    /// Whether the phase met it.
     pub pass: bool,
-    /// The op's share of non-ok outcomes in the step.
+    /// The op's share of non-ok outcomes in the phase.
     pub error_share: f64,
 }
 
-/// One step × op row.
+/// One phase × op row.
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct OpRow {
     /// The phase's name: `step 1`, `soak hold`, `rate 1`, `catalog <op>`, `hammer`, …
-    pub step: String,
-    /// The phase's kind: `step`, `soak`, `stop`, `rate`, `catalog` or `hammer`.
+    pub phase: String,
+    /// The phase's kind.
     #[serde(default)]
-    pub kind: String,
-    /// Players in the step (hammer: workers; catalog: the route's concurrency; rate: 0).
+    pub kind: PhaseKind,
+    /// Players in the phase (hammer: workers; catalog: the route's concurrency; rate: 0).
     pub players: usize,
     /// What loaded the phase, in words: `10 players`, `4 workers`, `2 concurrent`,
     /// `50 req/s open`.
@@ -119,7 +119,7 @@ pub struct OpRow {
     /// Largest, µs.
     pub max_us: u64,
     /// Count per outcome.
-    pub outcomes: BTreeMap<String, u64>,
+    pub outcomes: BTreeMap<Outcome, u64>,
 }
 
 /// A number, or why there is none.
@@ -142,11 +142,11 @@ impl Cell {
     }
 }
 
-/// One step × container row.
+/// One phase × container row.
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ContainerRow {
-    /// Step label (`step 1`, … or `after` / `before` for intervals outside every step).
-    pub step: String,
+    /// The phase's name (`step 1`, … or `after` / `before` for intervals outside every phase).
+    pub phase: String,
     /// Container.
     pub container: String,
     /// Busiest 100 ms window in the step, cores.
@@ -245,8 +245,8 @@ impl From<Log2Summary> for Log2Row {
 pub struct TimelinePoint {
     /// Seconds since the run started.
     pub t_s: f64,
-    /// Step index (0-based) or None between steps.
-    pub step: Option<usize>,
+    /// The phase's index in the plan (0-based), None between phases.
+    pub phase_index: Option<usize>,
     /// The phase's name (`step 2`, `rate 1`, …), None between phases.
     #[serde(default)]
     pub phase: Option<String>,
@@ -301,10 +301,10 @@ fn secs(iv: &Interval) -> f64 {
 }
 
 /// The step (label, index) a moment `t_ms` after the start falls in.
-pub(crate) fn step_at(steps: &[&StepReport], t_ms: u64) -> (String, Option<usize>) {
+pub(crate) fn step_at(steps: &[&PhaseReport], t_ms: u64) -> (String, Option<usize>) {
     for s in steps {
         if t_ms >= s.start_ms && t_ms <= s.start_ms + s.duration_ms {
-            return (s.phase.clone(), s.step);
+            return (s.phase.clone(), s.index);
         }
     }
     match steps.first() {
@@ -317,7 +317,7 @@ impl Report {
     /// Builds the report of `d`.
     pub fn build(d: &RunData) -> Self {
         let mono0 = d.meta.mono_start_ns as u64;
-        let load_steps: Vec<&StepReport> = d.steps.iter().filter(|s| s.step.is_some()).collect();
+        let load_steps: Vec<&PhaseReport> = d.phases.iter().filter(|s| s.index.is_some()).collect();
         let probe_note = d.probe_missing.clone().unwrap_or_else(|| {
             if d.probe.is_empty() {
                 "the probe recorded no interval".into()
@@ -329,18 +329,14 @@ impl Report {
 
         // Per step × op.
         let ops: Vec<OpRow> = d
-            .steps
+            .phases
             .iter()
             .flat_map(|s| {
                 s.ops.iter().map(move |o| OpRow {
-                    step: s.phase.clone(),
-                    kind: s.kind.to_string(),
+                    phase: s.phase.clone(),
+                    kind: s.kind,
                     players: s.players,
-                    load: super::play::load(
-                        &s.kind.to_string(),
-                        s.players,
-                        s.open.as_ref().map(|x| x.rate),
-                    ),
+                    load: super::play::load(s.kind, s.players, s.open.as_ref().map(|x| x.rate)),
                     op: o.op.clone(),
                     count: o.count,
                     rate: o.rate,
@@ -378,7 +374,7 @@ impl Report {
         if d.probe.is_empty() {
             for s in &load_steps {
                 containers.push(ContainerRow {
-                    step: s.phase.clone(),
+                    phase: s.phase.clone(),
                     container: "all".into(),
                     cpu_burst: missing("no CPU"),
                     cpu_sustained: missing("no CPU"),
@@ -411,7 +407,7 @@ impl Report {
             .iter()
             .flat_map(|i| &i.ops)
             .flat_map(|o| o.outcomes.iter())
-            .filter(|(k, _)| k.as_str() != "ok")
+            .filter(|(k, _)| !k.is_ok())
             .map(|(_, n)| n)
             .sum();
         let mut pair_acc: BTreeMap<(String, String), (String, PairStats, f64)> = BTreeMap::new();
@@ -539,7 +535,7 @@ impl Report {
                 let probe = d.probe.iter().min_by_key(|p| p.at_ns.abs_diff(end_ns));
                 TimelinePoint {
                     t_s: iv.end_ms as f64 / 1e3,
-                    step: iv.step,
+                    phase_index: iv.phase_index,
                     phase: iv.phase.clone(),
                     stream_events_per_s: iv.play.streams.iter().map(|s| s.events).sum::<u64>()
                         as f64
@@ -552,7 +548,7 @@ impl Report {
                         .ops
                         .iter()
                         .flat_map(|o| o.outcomes.iter())
-                        .filter(|(k, _)| k.as_str() != "ok")
+                        .filter(|(k, _)| !k.is_ok())
                         .map(|(_, n)| n)
                         .sum(),
                     containers: probe
@@ -600,8 +596,8 @@ impl Report {
                 d.meta.status
             ));
         }
-        let (streams, groups, open) = super::play::rows(&d.steps);
-        let slo = slo_rows(&d.slo, &d.steps);
+        let (streams, groups, open) = super::play::rows(&d.phases);
+        let slo = slo_rows(&d.slo, &d.phases);
         if !d.slo.is_empty() && slo.is_empty() {
             notes.push(
                 "The scenario has objectives, but no step finished: nothing to check.".into(),
@@ -641,10 +637,10 @@ impl Report {
 }
 
 /// Checks every objective against every load step's totals.
-fn slo_rows(slo: &[herd_driver::scenario::Slo], steps: &[StepReport]) -> Vec<SloRow> {
+fn slo_rows(slo: &[herd_driver::scenario::Slo], steps: &[PhaseReport]) -> Vec<SloRow> {
     use herd_driver::scenario::SloMetric;
     let mut out = Vec::new();
-    for s in steps.iter().filter(|s| s.step.is_some()) {
+    for s in steps.iter().filter(|s| s.index.is_some()) {
         for o in slo {
             let Some(op) = s.ops.iter().find(|x| x.op == o.op) else {
                 continue;
@@ -652,7 +648,7 @@ fn slo_rows(slo: &[herd_driver::scenario::Slo], steps: &[StepReport]) -> Vec<Slo
             let not_ok: u64 = op
                 .outcomes
                 .iter()
-                .filter(|x| x.outcome != "ok")
+                .filter(|x| !x.outcome.is_ok())
                 .map(|x| x.count)
                 .sum();
             let error_share = if op.count > 0 {
@@ -669,7 +665,7 @@ fn slo_rows(slo: &[herd_driver::scenario::Slo], steps: &[StepReport]) -> Vec<Slo
                 SloMetric::Errors => error_share,
             };
             out.push(SloRow {
-                step: s.phase.clone(),
+                phase: s.phase.clone(),
                 op: o.op.clone(),
                 objective: o.text.clone(),
                 measured,
@@ -778,7 +774,7 @@ fn container_row(step: &str, name: &str, rows: &[(&Interval, usize)]) -> Contain
     };
     let has_throttle = thr_reason.is_none() && burst.is_some();
     ContainerRow {
-        step: step.into(),
+        phase: step.into(),
         container: name.into(),
         cpu_burst: or(burst, &cpu_reason, "CPU"),
         cpu_sustained: or(sustained, &cpu_reason, "CPU"),
@@ -857,6 +853,7 @@ pub(crate) mod tests {
     pub(crate) fn data() -> RunData {
         let mono0 = 1_000_000_000u64;
         let op = |count| IntervalOp {
+            histogram: None,
             op: "game.state".into(),
             count,
             rate: count as f64,
@@ -868,7 +865,7 @@ pub(crate) mod tests {
                 index: i - 1,
                 end_ms: i * 1000,
                 duration_ms: 1000,
-                step: Some(0),
+                phase_index: Some(0),
                 phase: Some("step 1".into()),
                 late_starts: 0,
                 dropped_starts: 0,
@@ -903,11 +900,11 @@ pub(crate) mod tests {
                 lost: 0,
             })
             .collect();
-        let step = herd_driver::report::StepReport {
+        let step = herd_driver::report::PhaseReport {
             phase: "step 1".into(),
             kind: herd_driver::scenario::PhaseKind::Step,
             open: None,
-            step: Some(0),
+            index: Some(0),
             players: 10,
             start_ms: 0,
             duration_ms: 2000,
@@ -917,6 +914,7 @@ pub(crate) mod tests {
                 rate: 100.0,
                 latency: latency(2_000),
                 outcomes: vec![OutcomeStats {
+                    histogram: None,
                     outcome: "ok".into(),
                     count: 200,
                     latency: latency(2_000),
@@ -937,7 +935,7 @@ pub(crate) mod tests {
                 finished_unix_ms: None,
                 status: "running".into(),
             },
-            steps: vec![step],
+            phases: vec![step],
             driver,
             probe,
             probe_missing: None,

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use herd_driver::report::StepReport;
+use herd_driver::{report::PhaseReport, scenario::PhaseKind};
 use serde::{Deserialize, Serialize};
 
 use super::model::Cell;
@@ -91,7 +91,7 @@ pub const OPEN_NOTE: &str = "Open-model (rate) phases: each request's latency is
     is either sent or dropped; late starts were sent, behind schedule.";
 
 /// The report's stream, group and open-model rows, in phase order.
-pub fn rows(steps: &[StepReport]) -> (Vec<StreamRow>, Vec<GroupRow>, Vec<OpenRow>) {
+pub fn rows(steps: &[PhaseReport]) -> (Vec<StreamRow>, Vec<GroupRow>, Vec<OpenRow>) {
     let (mut streams, mut groups, mut open) = (Vec::new(), Vec::new(), Vec::new());
     for s in steps {
         let secs = (s.duration_ms as f64 / 1e3).max(1e-3);
@@ -145,27 +145,27 @@ pub fn rows(steps: &[StepReport]) -> (Vec<StreamRow>, Vec<GroupRow>, Vec<OpenRow
     (streams, groups, open)
 }
 
-/// `a 3, b 1` for a count map, or `none`.
-pub fn counts(m: &BTreeMap<String, u64>) -> String {
+/// `a 3, b 1` for a count map (event types, outcomes), most frequent first, or `none`.
+pub fn counts<K: std::fmt::Display + Ord>(m: &BTreeMap<K, u64>) -> String {
     if m.is_empty() {
         return "none".into();
     }
-    let mut v: Vec<(&String, &u64)> = m.iter().collect();
-    v.sort_by(|a, b| b.1.cmp(a.1).then_with(|| a.0.cmp(b.0)));
+    let mut v: Vec<(String, u64)> = m.iter().map(|(k, n)| (k.to_string(), *n)).collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     v.iter()
         .map(|(k, n)| format!("{k} {n}"))
         .collect::<Vec<_>>()
         .join(", ")
 }
 
-/// What a step × op row's load column says: players, workers, a route's concurrency or an
+/// What a phase × op row's load column says: players, workers, a route's concurrency or an
 /// open-model rate.
-pub fn load(kind: &str, players: usize, rate: Option<f64>) -> String {
+pub fn load(kind: PhaseKind, players: usize, rate: Option<f64>) -> String {
     match (kind, rate) {
-        ("rate", Some(r)) => format!("{r} req/s open"),
-        ("rate", None) => "open model".into(),
-        ("hammer", _) => format!("{players} workers"),
-        ("catalog", _) => format!("{players} concurrent"),
+        (PhaseKind::Rate, Some(r)) => format!("{r} req/s open"),
+        (PhaseKind::Rate, None) => "open model".into(),
+        (PhaseKind::Hammer, _) => format!("{players} workers"),
+        (PhaseKind::Catalog, _) => format!("{players} concurrent"),
         _ => format!("{players} players"),
     }
 }
@@ -214,7 +214,7 @@ mod tests {
     /// rate phase and two catalog routes.
     fn data() -> RunData {
         let mut d = crate::model::tests::data();
-        let step = &mut d.steps[0];
+        let step = &mut d.phases[0];
         step.play = PlayStats {
             streams: vec![
                 StreamStats {
@@ -249,10 +249,10 @@ mod tests {
                 abandoned: 2,
             },
         };
-        let mut rate = d.steps[0].clone();
+        let mut rate = d.phases[0].clone();
         rate.phase = "rate 1".into();
         rate.kind = PhaseKind::Rate;
-        rate.step = Some(1);
+        rate.index = Some(1);
         rate.players = 0;
         rate.start_ms = 2000;
         rate.duration_ms = 2000;
@@ -269,18 +269,18 @@ mod tests {
         });
         let mut routes = Vec::new();
         for (k, op) in ["game.state", "game.list"].iter().enumerate() {
-            let mut c = d.steps[0].clone();
+            let mut c = d.phases[0].clone();
             c.phase = format!("catalog {op}");
             c.kind = PhaseKind::Catalog;
-            c.step = Some(2 + k);
+            c.index = Some(2 + k);
             c.players = 4;
             c.play = PlayStats::default();
             c.ops[0].op = (*op).into();
             c.ops[0].count = 50 + k as u64;
             routes.push(c);
         }
-        d.steps.push(rate);
-        d.steps.extend(routes);
+        d.phases.push(rate);
+        d.phases.extend(routes);
         d.seeded = Some(SeedRecord {
             id: 3,
             accounts: 10,
@@ -434,7 +434,7 @@ mod tests {
             "2 reconnects"
         );
         let mut d = data();
-        let s = &mut d.steps[0].play.streams[0];
+        let s = &mut d.phases[0].play.streams[0];
         s.reconnects = 40;
         s.errors = BTreeMap::from([("ended".into(), 30), ("transport_error.reset".into(), 10)]);
         let r = Report::build(&d);

@@ -21,8 +21,8 @@ use sqlx::{AnyPool, Row as _, any::AnyPoolOptions};
 pub enum Source {
     /// A driver interval (`herd_driver::report::IntervalReport`).
     Driver,
-    /// A driver step summary (`herd_driver::report::StepReport`).
-    Step,
+    /// A driver phase's totals (`herd_driver::report::PhaseReport`).
+    Phase,
     /// The driver's final report (`herd_driver::RunReport`).
     Report,
     /// A probe interval (`herd_probe::sample::Interval`).
@@ -41,7 +41,8 @@ impl Source {
     fn as_str(self) -> &'static str {
         match self {
             Source::Driver => "driver",
-            Source::Step => "step",
+            // `step`: the name rows have had since the first runs were recorded.
+            Source::Phase => "step",
             Source::Report => "report",
             Source::Probe => "probe",
             Source::ProbeMissing => "probe_missing",
@@ -281,7 +282,7 @@ impl Store {
         let mut seeded: Vec<SeedRecord> = self.rows(meta.id, Source::Seed).await?;
         let mut cleanup: Vec<CleanupRecord> = self.rows(meta.id, Source::SeedCleanup).await?;
         Ok(RunData {
-            steps: self.rows(meta.id, Source::Step).await?,
+            phases: self.rows(meta.id, Source::Phase).await?,
             driver: self.rows(meta.id, Source::Driver).await?,
             probe: self.rows(meta.id, Source::Probe).await?,
             probe_missing: probe_missing.into_iter().next(),

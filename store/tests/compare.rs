@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 #[tokio::test]
 async fn write_compare_reads_two_stored_runs_and_writes_both_pages() {
     use herd_driver::report::{
-        DriverHealth, IntervalOp, IntervalReport, Latency, OpStats, OutcomeStats, RunReport,
-        StepReport,
+        DriverHealth, IntervalOp, IntervalReport, Latency, OpStats, OutcomeStats, PhaseReport,
+        RunReport,
     };
     use herd_probe::sample::{
         ContainerInterval, CountMap, CpuCell, Interval, Log2Summary, PairGauges, PairInterval,
@@ -32,11 +32,11 @@ async fn write_compare_reads_two_stored_runs_and_writes_both_pages() {
     let record = |store: Store, name: &'static str, per_s: u64, tw: u64, p99_us: u64| async move {
         let mono0 = 1_000_000_000u64;
         let run = store.begin(name, "demo.toml", mono0).await.unwrap();
-        let step = StepReport {
+        let step = PhaseReport {
             phase: "step 1".into(),
             kind: herd_driver::scenario::PhaseKind::Step,
             open: None,
-            step: Some(0),
+            index: Some(0),
             players: 10,
             start_ms: 0,
             duration_ms: 2000,
@@ -46,6 +46,7 @@ async fn write_compare_reads_two_stored_runs_and_writes_both_pages() {
                 rate: 100.0,
                 latency: latency(p99_us),
                 outcomes: vec![OutcomeStats {
+                    histogram: None,
                     outcome: "ok".into(),
                     count: 200,
                     latency: latency(p99_us),
@@ -62,7 +63,7 @@ async fn write_compare_reads_two_stored_runs_and_writes_both_pages() {
                 index: i - 1,
                 end_ms: i * 1000,
                 duration_ms: 1000,
-                step: Some(0),
+                phase_index: Some(0),
                 phase: Some("step 1".into()),
                 late_starts: 0,
                 dropped_starts: 0,
@@ -70,6 +71,7 @@ async fn write_compare_reads_two_stored_runs_and_writes_both_pages() {
                 players: 10,
                 hammer_workers: 0,
                 ops: vec![IntervalOp {
+                    histogram: None,
                     op: "game.state".into(),
                     count: 100,
                     rate: 100.0,
@@ -132,7 +134,7 @@ async fn write_compare_reads_two_stored_runs_and_writes_both_pages() {
                 .await
                 .unwrap();
         }
-        store.put(run.id, Source::Step, 0, 0, &step).await.unwrap();
+        store.put(run.id, Source::Phase, 0, 0, &step).await.unwrap();
         let report = RunReport {
             scenario: "demo.toml".into(),
             target: "127.0.0.1:8080".into(),
@@ -146,7 +148,7 @@ async fn write_compare_reads_two_stored_runs_and_writes_both_pages() {
             reconnects: 0,
             connect_errors: 0,
             saturated_intervals: 0,
-            steps: vec![step],
+            phases: vec![step],
             intervals,
             play: Default::default(),
         };

@@ -14,13 +14,13 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, error::TryRecvError}
 
 use super::{
     health,
-    histogram::{latency, new_histogram, record},
+    histogram::{LatencyHistogram, latency, new_histogram, record},
 };
 use crate::{
     outcome::Outcome,
     report::{
-        DriverEvent, DriverHealth, IntervalOp, IntervalReport, OpStats, OutcomeStats, RunReport,
-        StepReport,
+        DriverEvent, DriverHealth, IntervalOp, IntervalReport, OpStats, OutcomeStats, PhaseReport,
+        RunReport,
     },
 };
 
@@ -169,7 +169,7 @@ struct PhaseAcc {
     counters_at_open: [u64; 3],
     counters_at_close: [u64; 3],
     open: Option<crate::shapes::OpenStats>,
-    report: Option<StepReport>,
+    report: Option<PhaseReport>,
 }
 
 struct IntervalRow {
@@ -365,7 +365,7 @@ impl Aggregator {
         }
     }
 
-    /// Emits `StepEnd` for every closed phase whose ops have all been recorded (or, at the
+    /// Emits `PhaseEnd` for every closed phase whose ops have all been recorded (or, at the
     /// end, for every phase that ran).
     fn finish_phases(&mut self, all: bool) {
         for k in 0..self.phases.len() {
@@ -377,13 +377,13 @@ impl Aggregator {
             if !(complete || all) {
                 continue;
             }
-            let report = self.step_report(k);
+            let report = self.phase_report(k);
             self.phases[k].report = Some(report.clone());
-            self.emit(DriverEvent::StepEnd(report));
+            self.emit(DriverEvent::PhaseEnd(report));
         }
     }
 
-    fn step_report(&mut self, k: usize) -> StepReport {
+    fn phase_report(&mut self, k: usize) -> PhaseReport {
         let acc = &mut self.phases[k];
         let opened = acc.opened.expect("only opened phases are reported");
         if acc.closed.is_none() {
@@ -404,16 +404,17 @@ impl Aggregator {
                 .map(|(o, h)| {
                     all.add(h).expect("auto-resizing histograms always merge");
                     OutcomeStats {
-                        outcome: o.to_string(),
+                        outcome: o.clone(),
                         count: h.len(),
                         latency: latency(h),
+                        histogram: Some(LatencyHistogram::encode(h)),
                     }
                 })
                 .collect();
             outcomes.sort_by(|a, b| {
                 b.count
                     .cmp(&a.count)
-                    .then_with(|| a.outcome.cmp(&b.outcome))
+                    .then_with(|| a.outcome.name().cmp(&b.outcome.name()))
             });
             ops.push(OpStats {
                 op: self.s.op_names[i].clone(),
@@ -430,11 +431,11 @@ impl Aggregator {
             .get(k)
             .cloned()
             .unwrap_or(("hammer".into(), crate::scenario::PhaseKind::Hammer));
-        StepReport {
+        PhaseReport {
             phase,
             kind,
             open: acc.open.clone(),
-            step: (k < self.s.steps).then_some(k),
+            index: (k < self.s.steps).then_some(k),
             players: acc.players,
             start_ms: (opened - self.s.t0).as_millis() as u64,
             duration_ms: duration.as_millis() as u64,
@@ -467,11 +468,8 @@ impl Aggregator {
                 count: row.all.len(),
                 rate: row.all.len() as f64 / secs,
                 latency: latency(&row.all),
-                outcomes: row
-                    .outcomes
-                    .drain(..)
-                    .map(|(o, c)| (o.to_string(), c))
-                    .collect(),
+                histogram: Some(LatencyHistogram::encode(&row.all)),
+                outcomes: row.outcomes.drain(..).collect(),
             });
             row.all.reset();
         }
@@ -498,7 +496,7 @@ impl Aggregator {
             index: self.intervals.len() as u64,
             end_ms: (now - self.s.t0).as_millis() as u64,
             duration_ms: elapsed.as_millis() as u64,
-            step,
+            phase_index: step,
             players: self.s.live.players.load(SeqCst),
             hammer_workers: self.s.live.hammer_workers.load(SeqCst),
             ops,
@@ -522,16 +520,16 @@ impl Aggregator {
     }
 
     fn report(&mut self, stopped_early: bool) -> RunReport {
-        let steps: Vec<StepReport> = self
+        let phases: Vec<PhaseReport> = self
             .phases
             .iter_mut()
             .filter_map(|p| p.report.take())
             .collect();
-        let requests = steps
+        let requests = phases
             .iter()
             .flat_map(|s| &s.ops)
             .flat_map(|o| &o.outcomes)
-            .filter(|o| o.outcome != Outcome::VarMissing.to_string())
+            .filter(|o| o.outcome.was_sent())
             .map(|o| o.count)
             .sum();
         let [connects, reconnects, connect_errors] = self.s.counters.read();
@@ -549,7 +547,7 @@ impl Aggregator {
             connect_errors,
             saturated_intervals: self.intervals.iter().filter(|i| i.driver.saturated).count()
                 as u64,
-            steps,
+            phases,
             intervals: std::mem::take(&mut self.intervals),
             play: self.s.play.total(),
         }
@@ -654,7 +652,7 @@ mod tests {
         }
         tx.send(Msg::PhaseClosed { phase: 0 }).unwrap();
         tokio::time::sleep(Duration::from_millis(120)).await;
-        // Step 0 has one op still in flight (started 4, recorded 3): no StepEnd yet.
+        // Step 0 has one op still in flight (started 4, recorded 3): no PhaseEnd yet.
         let mut early = Vec::new();
         while let Ok(e) = erx.try_recv() {
             early.push(e);
@@ -669,7 +667,9 @@ mod tests {
         };
         let names: Vec<&str> = first.ops.iter().map(|o| o.op.as_str()).collect();
         assert_eq!(names, vec!["a", "b", "hammer:b"]);
-        assert_eq!(first.ops[0].outcomes.get("ok"), Some(&2));
+        assert_eq!(first.ops[0].outcomes.get(&Outcome::Ok), Some(&2));
+        let h = first.ops[0].histogram.as_ref().unwrap().decode().unwrap();
+        assert!(h.len() == 2 && h.equivalent(h.max(), 3_000), "{} {}", h.len(), h.max());
         tx.send(Msg::Sample {
             row: 0,
             outcome: Outcome::Timeout,
@@ -678,15 +678,18 @@ mod tests {
         .unwrap();
         tokio::time::sleep(Duration::from_millis(20)).await;
         match erx.try_recv() {
-            Ok(DriverEvent::StepEnd(s)) => {
+            Ok(DriverEvent::PhaseEnd(s)) => {
                 assert_eq!(s.phase, "step 1");
                 assert_eq!(s.players, 3);
                 assert_eq!(s.ops[0].count, 3);
-                assert_eq!(s.ops[0].outcomes[0].outcome, "ok");
+                assert_eq!(s.ops[0].outcomes[0].outcome, Outcome::Ok);
                 assert_eq!(s.ops[0].outcomes[0].count, 2);
-                assert_eq!(s.ops[1].outcomes[0].outcome, "http_5xx");
+                assert_eq!(s.ops[1].outcomes[0].outcome, Outcome::Http(5));
+                // The phase's histogram is every sample's: 1, 3 and 9 ms.
+                let h = s.ops[0].histogram().unwrap().unwrap();
+                assert!(h.len() == 3 && h.equivalent(h.max(), 9_000));
             }
-            other => panic!("expected StepEnd, got {other:?}"),
+            other => panic!("expected PhaseEnd, got {other:?}"),
         }
         tx.send(Msg::Finish {
             stopped_early: false,
@@ -694,8 +697,8 @@ mod tests {
         .unwrap();
         let report = agg.await.unwrap();
         assert_eq!(report.requests, 5);
-        assert_eq!(report.steps.len(), 2);
-        assert_eq!(report.steps[1].phase, "hammer");
+        assert_eq!(report.phases.len(), 2);
+        assert_eq!(report.phases[1].phase, "hammer");
         assert_eq!(report.outcome_count("b", "rate_limited"), 1);
         assert_eq!(report.op_count("a"), 3);
         let done = std::iter::from_fn(|| erx.try_recv().ok()).last();

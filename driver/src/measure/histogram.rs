@@ -1,8 +1,78 @@
-//! HdrHistograms in microseconds and their percentile summaries.
+//! HdrHistograms in microseconds, their percentile summaries, and their encoded form
+//! ([`LatencyHistogram`]) that crosses the driver's boundary.
 
-use hdrhistogram::Histogram;
+use base64::Engine as _;
+use hdrhistogram::{
+    Histogram,
+    serialization::{Deserializer, Serializer as _, V2DeflateSerializer},
+};
 
 use crate::report::Latency;
+
+/// A latency histogram (µs) in HdrHistogram's standard compressed V2 encoding, base64 — the
+/// form HdrHistogram's own log tools read. Phase and interval results carry one, the store
+/// keeps it and exports write it, so any set of them merges into the exact histogram of
+/// their samples; percentiles are read from that, never averaged.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct LatencyHistogram(String);
+
+/// A [`LatencyHistogram`] that does not decode (a store row edited by hand, or cut short).
+#[derive(Debug, thiserror::Error)]
+#[error("a stored latency histogram does not decode: {0}")]
+pub struct HistogramError(String);
+
+impl LatencyHistogram {
+    /// Encodes `h`.
+    pub fn encode(h: &Histogram<u64>) -> Self {
+        let mut bytes = Vec::new();
+        V2DeflateSerializer::new()
+            .serialize(h, &mut bytes)
+            .expect("a u64 histogram always encodes into memory");
+        Self(base64::engine::general_purpose::STANDARD.encode(bytes))
+    }
+
+    /// The histogram itself.
+    pub fn decode(&self) -> Result<Histogram<u64>, HistogramError> {
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(&self.0)
+            .map_err(|e| HistogramError(e.to_string()))?;
+        Deserializer::new()
+            .deserialize(&mut bytes.as_slice())
+            .map_err(|e| HistogramError(format!("{e:?}")))
+    }
+
+    /// The base64 text, as an HdrHistogram interval log line carries it.
+    pub fn as_base64(&self) -> &str {
+        &self.0
+    }
+
+    /// The exact histogram of every sample of `hs`: an empty one when `hs` is.
+    pub fn merge<'a>(
+        hs: impl IntoIterator<Item = &'a LatencyHistogram>,
+    ) -> Result<Histogram<u64>, HistogramError> {
+        let mut all = new_histogram();
+        for h in hs {
+            all.add(h.decode()?)
+                .expect("auto-resizing histograms always merge");
+        }
+        Ok(all)
+    }
+}
+
+impl schemars::JsonSchema for LatencyHistogram {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "LatencyHistogram".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "contentEncoding": "base64",
+            "description": "An HdrHistogram of latencies in microseconds, in HdrHistogram's compressed V2 encoding (base64), as an HdrHistogram interval log carries it."
+        })
+    }
+}
 
 /// Significant digits: 0.1 % resolution at any magnitude, a few hundred KiB per histogram
 /// at most, whatever the number of samples.
@@ -67,6 +137,31 @@ mod tests {
         a.add(&b).unwrap();
         assert_eq!(latency(&a), latency(&all));
         assert_eq!(a.len(), 5_000);
+    }
+
+    #[test]
+    fn encoded_histograms_decode_and_merge_exactly() {
+        let (mut a, mut b, mut all) = (new_histogram(), new_histogram(), new_histogram());
+        for v in 0..5_000u64 {
+            let us = (v * 7919) % 2_000_000 + 1;
+            record(if v % 3 == 0 { &mut a } else { &mut b }, us);
+            record(&mut all, us);
+        }
+        let (ea, eb) = (LatencyHistogram::encode(&a), LatencyHistogram::encode(&b));
+        assert_eq!(ea.decode().unwrap(), a);
+        let merged = LatencyHistogram::merge([&ea, &eb]).unwrap();
+        assert_eq!(merged, all);
+        assert_eq!(latency(&merged), latency(&all));
+        // Compressed: a few hundred bytes, not the tens of KiB the counts array takes.
+        assert!(ea.as_base64().len() < 8_000, "{}", ea.as_base64().len());
+        let json = serde_json::to_string(&ea).unwrap();
+        assert_eq!(serde_json::from_str::<LatencyHistogram>(&json).unwrap(), ea);
+        assert!(
+            LatencyHistogram("bm90IGEgaGlzdG9ncmFt".into())
+                .decode()
+                .is_err()
+        );
+        assert_eq!(LatencyHistogram::merge([]).unwrap().len(), 0);
     }
 
     #[test]

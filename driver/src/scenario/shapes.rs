@@ -13,8 +13,10 @@ use serde::Deserialize;
 use super::{Dur, Invalid, Op, OpKind, Seg, Step, at, find_op, key, reads};
 use crate::template::VarNames;
 
-/// What kind of phase a step report (and a plan phase) is.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, Deserialize)]
+/// What kind of phase a phase report (and a plan phase) is.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum PhaseKind {
     /// A `[[step]]` of players.

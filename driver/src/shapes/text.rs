@@ -4,13 +4,13 @@
 use std::fmt::Write as _;
 
 use crate::{
-    report::{RunReport, StepReport},
+    report::{PhaseReport, RunReport},
     scenario::PhaseKind,
     text::{count, duration_us},
 };
 
 /// A rate phase's heading: target and sent rate, late and dropped starts.
-pub(crate) fn open_heading(s: &StepReport) -> Option<String> {
+pub(crate) fn open_heading(s: &PhaseReport) -> Option<String> {
     let o = s.open.as_ref()?;
     let secs = (s.duration_ms as f64 / 1e3).max(1e-3);
     Some(format!(
@@ -44,8 +44,8 @@ pub(crate) fn catalog_table(
     report: &RunReport,
     outcomes: impl Fn(&crate::report::OpStats) -> String,
 ) -> String {
-    let routes: Vec<&StepReport> = report
-        .steps
+    let routes: Vec<&PhaseReport> = report
+        .phases
         .iter()
         .filter(|s| s.kind == PhaseKind::Catalog)
         .collect();
@@ -111,13 +111,19 @@ pub(crate) fn catalog_table(
 #[cfg(test)]
 mod tests {
     use crate::{
-        report::{Latency, OpStats, OutcomeStats, RunReport, StepReport},
+        report::{Latency, OpStats, OutcomeStats, PhaseReport, RunReport},
         scenario::PhaseKind,
         shapes::OpenStats,
         text::table,
     };
 
-    fn phase(name: &str, kind: PhaseKind, players: usize, count: u64, outcome: &str) -> StepReport {
+    fn phase(
+        name: &str,
+        kind: PhaseKind,
+        players: usize,
+        count: u64,
+        outcome: &str,
+    ) -> PhaseReport {
         let latency = Latency {
             p50_us: 800,
             p90_us: 1_500,
@@ -126,12 +132,12 @@ mod tests {
             max_us: 9_000,
             mean_us: 900.0,
         };
-        StepReport {
+        PhaseReport {
             phase: name.into(),
             kind,
             open: None,
             play: Default::default(),
-            step: Some(0),
+            index: Some(0),
             players,
             start_ms: 0,
             duration_ms: 2_000,
@@ -141,6 +147,7 @@ mod tests {
                 rate: count as f64 / 2.0,
                 latency,
                 outcomes: vec![OutcomeStats {
+                    histogram: None,
                     outcome: outcome.into(),
                     count,
                     latency,
@@ -180,7 +187,7 @@ mod tests {
             reconnects: 0,
             connect_errors: 0,
             saturated_intervals: 0,
-            steps: vec![
+            phases: vec![
                 phase("catalog home", PhaseKind::Catalog, 4, 25, "ok"),
                 phase("catalog missing", PhaseKind::Catalog, 4, 25, "http_4xx"),
                 rate,

@@ -67,14 +67,14 @@ pub fn hints(report: &RunReport) -> Vec<String> {
     ]
     .into_iter()
     .filter_map(|p| {
-        let name = Outcome::TransportError(TransportErrorKind::Tls(p)).to_string();
+        let outcome = Outcome::TransportError(TransportErrorKind::Tls(p));
         let seen = report
-            .steps
+            .phases
             .iter()
             .flat_map(|s| &s.ops)
             .flat_map(|o| &o.outcomes)
-            .any(|o| o.outcome == name && o.count > 0);
-        seen.then(|| format!("{name}: {}", hint(p)))
+            .any(|o| o.outcome == outcome && o.count > 0);
+        seen.then(|| format!("{}: {}", outcome.name(), hint(p)))
     })
     .collect()
 }

@@ -121,11 +121,11 @@ arrival = "burst"
     assert_eq!(report.requests, server.requests());
     // Retiring players in step 3 opens nothing; the 5 players of step 2 are 5 connections.
     assert_eq!(server.connections(), 5);
-    let players: Vec<usize> = report.steps.iter().map(|s| s.players).collect();
+    let players: Vec<usize> = report.phases.iter().map(|s| s.players).collect();
     assert_eq!(players, vec![2, 5, 1]);
-    let per_step: u64 = report.steps.iter().map(|s| s.ops[0].count).sum();
+    let per_step: u64 = report.phases.iter().map(|s| s.ops[0].count).sum();
     assert_eq!(per_step, report.requests);
-    assert!(report.steps.iter().all(|s| s.ops[0].count > 0));
+    assert!(report.phases.iter().all(|s| s.ops[0].count > 0));
 
     // Burst: step 1's two players connect together. Gradual: step 2's three new players
     // arrive over a 300 ms ramp, at 0, 100 and 200 ms; each connect may lag its arrival by
@@ -148,7 +148,7 @@ arrival = "burst"
     let kinds: Vec<String> = events
         .iter()
         .filter_map(|e| match e {
-            DriverEvent::StepEnd(s) => Some(s.phase.clone()),
+            DriverEvent::PhaseEnd(s) => Some(s.phase.clone()),
             DriverEvent::Done(_) => Some("done".into()),
             DriverEvent::Interval(_) => None,
         })

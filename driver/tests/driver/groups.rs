@@ -60,7 +60,7 @@ async fn pairs_form_and_finish(proto: Proto) {
     assert_eq!(g.formed, 6, "{g:?}");
     assert_eq!(g.finished, 6, "{g:?}");
     assert_eq!((g.failed, g.abandoned), (0, 0), "{g:?}");
-    assert_eq!(r.steps[0].play.groups, g);
+    assert_eq!(r.phases[0].play.groups, g);
     let creates = server
         .stats
         .creates

@@ -45,7 +45,7 @@ duration = "{}ms"
     assert_eq!(report.requests, server.requests());
     assert_eq!(report.outcome_count("games.list", "ok"), granted);
     assert_eq!(report.outcome_count("games.list", "rate_limited"), limited);
-    let phases: Vec<&str> = report.steps.iter().map(|s| s.phase.as_str()).collect();
+    let phases: Vec<&str> = report.phases.iter().map(|s| s.phase.as_str()).collect();
     assert_eq!(phases, vec!["step 1", "hammer"]);
     assert!(report.op_count("state") > 0);
     assert!(

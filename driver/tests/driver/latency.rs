@@ -9,7 +9,7 @@ async fn p50_of_a_50ms_server(proto: Proto) {
         proto.name()
     );
     let report = run(scenario(&src, &server)).await;
-    let op = &report.steps[0].ops[0];
+    let op = &report.phases[0].ops[0];
     assert!(op.count >= 4 * 10, "{} samples", op.count);
     assert_eq!(report.outcome_count("slow", "ok"), op.count);
     let p50 = op.latency.p50_us as i64;

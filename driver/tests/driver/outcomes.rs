@@ -145,7 +145,7 @@ async fn outcomes(proto: Proto) {
             report.outcome_count(op, outcome),
             1,
             "{op} → {outcome}: {:#?}",
-            report.steps[0].ops
+            report.phases[0].ops
         );
         assert_eq!(report.op_count(op), 1, "{op}");
     }
@@ -202,7 +202,7 @@ async fn h2c_to_an_h1_server_is_a_protocol_error() {
         report.outcome_count("ok", "transport_error.protocol"),
         2,
         "{:#?}",
-        report.steps
+        report.phases
     );
     assert_eq!(server.requests(), 0);
     // The first failure retires the connection: the second op dials again.

@@ -26,6 +26,6 @@ async fn the_registry_example_validates_images_and_finds_the_broken_one() {
         r.outcome_count("manifest.get", "ok"),
         r.op_count("manifest.get")
     );
-    let players: Vec<usize> = r.steps.iter().map(|s| s.players).collect();
+    let players: Vec<usize> = r.phases.iter().map(|s| s.players).collect();
     assert_eq!(players, vec![4, 8]);
 }

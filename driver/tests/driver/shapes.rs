@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use herd_driver::{
-    DriverEvent, RunReport, Scenario, report::StepReport, scenario::PhaseKind, shapes::OpenStats,
+    DriverEvent, RunReport, Scenario, report::PhaseReport, scenario::PhaseKind, shapes::OpenStats,
 };
 
 use crate::{
@@ -25,13 +25,13 @@ async fn run(src: &str, server: &ShapeServer) -> RunReport {
 /// Each phase's name and kind, in the order the report lists them.
 fn phases(report: &RunReport) -> Vec<(&str, PhaseKind)> {
     report
-        .steps
+        .phases
         .iter()
         .map(|s| (s.phase.as_str(), s.kind))
         .collect()
 }
 
-fn open(s: &StepReport) -> &OpenStats {
+fn open(s: &PhaseReport) -> &OpenStats {
     s.open.as_ref().expect("a rate phase reports its arrivals")
 }
 
@@ -64,7 +64,7 @@ async fn an_open_model_shows_a_stall_that_a_closed_model_hides() {
     // Drop: 40 requests wait out the stall, the arrivals after them are dropped.
     let server = ShapeServer::start(Proto::H1, STALL_AFTER, STALL).await;
     let report = run(&open_src("drop", 40), &server).await;
-    let phase = &report.steps[0];
+    let phase = &report.phases[0];
     let o = open(phase);
     assert_eq!(
         (phase.phase.as_str(), phase.kind),
@@ -97,7 +97,7 @@ async fn an_open_model_shows_a_stall_that_a_closed_model_hides() {
     // the step is.
     let server = ShapeServer::start(Proto::H1, STALL_AFTER, STALL).await;
     let report = run(&open_src("queue", 2), &server).await;
-    let phase = &report.steps[0];
+    let phase = &report.phases[0];
     let o = open(phase);
     assert_eq!((o.scheduled, o.sent, o.dropped_starts), (400, 400, 0));
     assert_eq!(report.requests, server.requests());
@@ -123,7 +123,7 @@ async fn an_open_model_shows_a_stall_that_a_closed_model_hides() {
     let server = ShapeServer::start(Proto::H1, STALL_AFTER, STALL).await;
     let src = "[target]\nurl = \"{url}\"\n[player]\nthink = \"5ms\"\n[[op]]\nname = \"stall\"\npath = \"/stall\"\n[[step]]\nplayers = 4\nduration = \"2s\"\narrival = \"burst\"\n";
     let report = run(src, &server).await;
-    let op = &report.steps[0].ops[0];
+    let op = &report.phases[0].ops[0];
     eprintln!(
         "closed model: {} requests, p99 {} µs, max {} µs",
         op.count, op.latency.p99_us, op.latency.max_us
@@ -173,11 +173,11 @@ duration = "800ms"
             ..options()
         };
         let report = herd_driver::run(parse(&src, &server), opts).await.unwrap();
-        let names: Vec<&str> = report.steps.iter().map(|s| s.phase.as_str()).collect();
+        let names: Vec<&str> = report.phases.iter().map(|s| s.phase.as_str()).collect();
         assert_eq!(names, vec!["rate 1", "rate 2"]);
-        let scheduled: Vec<u64> = report.steps.iter().map(|s| open(s).scheduled).collect();
+        let scheduled: Vec<u64> = report.phases.iter().map(|s| open(s).scheduled).collect();
         assert_eq!(scheduled, vec![80, 200], "rate × duration");
-        let sent: u64 = report.steps.iter().map(|s| open(s).sent).sum();
+        let sent: u64 = report.phases.iter().map(|s| open(s).sent).sum();
         assert_eq!(sent, 280, "{proto:?}: nothing dropped at the default bound");
         assert_eq!(report.requests, 280);
         assert_eq!(server.requests(), 280, "{proto:?}: the server's own count");
@@ -192,7 +192,7 @@ duration = "800ms"
         );
         if conns.is_empty() {
             let peak = report
-                .steps
+                .phases
                 .iter()
                 .map(|s| open(s).peak_in_flight)
                 .max()
@@ -206,7 +206,7 @@ duration = "800ms"
         }
         let ends: Vec<Option<OpenStats>> = std::iter::from_fn(|| rx.try_recv().ok())
             .filter_map(|e| match e {
-                DriverEvent::StepEnd(s) => Some(s.open),
+                DriverEvent::PhaseEnd(s) => Some(s.open),
                 _ => None,
             })
             .collect();
@@ -242,7 +242,7 @@ hold = "400ms"
     assert_eq!(players, vec![2, 4, 5]);
     let report = herd_driver::run(scenario, options()).await.unwrap();
     let phases: Vec<(&str, PhaseKind, usize)> = report
-        .steps
+        .phases
         .iter()
         .map(|s| (s.phase.as_str(), s.kind, s.players))
         .collect();
@@ -256,7 +256,7 @@ hold = "400ms"
     );
     assert_eq!(report.requests, server.requests());
     assert_eq!(server.connections(), 5, "one connection per player");
-    assert!(report.steps.iter().all(|s| s.ops[0].count > 0));
+    assert!(report.phases.iter().all(|s| s.ops[0].count > 0));
     let live: Vec<usize> = report.intervals.iter().map(|i| i.players).collect();
     assert_eq!(live.iter().max(), Some(&5), "{live:?}");
 }
@@ -308,10 +308,10 @@ ops = ["slow"]
         .into_iter()
         .enumerate()
     {
-        let s = &report.steps[k];
+        let s = &report.phases[k];
         assert_eq!(s.ops.len(), 1, "one route per catalog phase");
         assert_eq!((s.ops[0].op.as_str(), s.ops[0].count), (op, 25));
-        assert_eq!(s.ops[0].outcomes[0].outcome, outcome);
+        assert_eq!(s.ops[0].outcomes[0].outcome, outcome.into());
         assert_eq!(s.players, 3);
     }
     // Exact per route: the catalog's 25, the step's players (home only), the rate's 20.
@@ -320,11 +320,11 @@ ops = ["slow"]
     assert_eq!(server.count("/home"), report.op_count("home"));
     assert_eq!(report.requests, server.requests());
     // The players left before the rate step: its table holds only its own op.
-    let rate: Vec<&str> = report.steps[4].ops.iter().map(|o| o.op.as_str()).collect();
+    let rate: Vec<&str> = report.phases[4].ops.iter().map(|o| o.op.as_str()).collect();
     assert_eq!(rate, vec!["slow"]);
-    assert_eq!(open(&report.steps[4]).sent, 20);
+    assert_eq!(open(&report.phases[4]).sent, 20);
     // One after another.
-    for w in report.steps.windows(2) {
+    for w in report.phases.windows(2) {
         assert!(
             w[0].start_ms + w[0].duration_ms <= w[1].start_ms + 5,
             "{} then {}",
@@ -474,7 +474,7 @@ async fn the_shape_examples_run_shortened() {
         sets.push(format!("target.url={}", server.url()));
         let scenario = Scenario::load(&dir.join(file), &sets).unwrap_or_else(|e| panic!("{e}"));
         let report = herd_driver::run(scenario, options()).await.unwrap();
-        let names: Vec<&str> = report.steps.iter().map(|s| s.phase.as_str()).collect();
+        let names: Vec<&str> = report.phases.iter().map(|s| s.phase.as_str()).collect();
         assert_eq!(names, phases, "{file}");
         assert!(report.requests > 0, "{file}");
         assert_eq!(report.requests, server.requests(), "{file}");
@@ -512,7 +512,7 @@ when_full = "queue"
 setup = true
 "#;
     let report = crate::support::run(crate::support::scenario(src, &server)).await;
-    let o = open(&report.steps[0]);
+    let o = open(&report.phases[0]);
     assert_eq!((o.scheduled, o.sent), (50, 50));
     assert_eq!(
         report.outcome_count("echo", "ok"),
@@ -562,7 +562,7 @@ async fn a_stop_ends_a_rate_step_or_a_route_within_the_grace() {
         let cancelled = report.outcome_count("stuck", "cancelled");
         assert_eq!(cancelled, report.requests, "{shape}: all were in flight");
         assert!(cancelled >= 3, "{shape}: {cancelled}");
-        if let Some(o) = &report.steps[0].open {
+        if let Some(o) = &report.phases[0].open {
             // Arrivals stopped at the stop: ~15 of the 500 planned.
             assert!(o.scheduled < 50 && o.sent == o.scheduled, "{o:?}");
         }

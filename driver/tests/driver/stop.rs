@@ -60,6 +60,6 @@ async fn ops_past_the_grace_are_cancelled() {
     assert!(took < Duration::from_millis(1_200), "took {took:?}");
     assert_eq!(report.outcome_count("stuck", "cancelled"), 3);
     assert_eq!(report.requests, server.requests());
-    let cancelled = &report.steps[0].ops[0].outcomes[0];
+    let cancelled = &report.phases[0].ops[0].outcomes[0];
     assert!(cancelled.latency.p50_us >= 550_000, "{cancelled:?}");
 }

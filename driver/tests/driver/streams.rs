@@ -46,7 +46,7 @@ fn stream<'a>(r: &'a RunReport, op: &str) -> &'a StreamStats {
 /// Events by type in the run, in each step and summed over the timeline all agree.
 fn assert_phases_agree(r: &RunReport, op: &str) {
     let total = stream(r, op);
-    let step = r.steps[0].play.stream(op).expect("step stream stats");
+    let step = r.phases[0].play.stream(op).expect("step stream stats");
     assert_eq!(step.by_type, total.by_type, "step vs run");
     let mut timeline = std::collections::BTreeMap::<String, u64>::new();
     for iv in &r.intervals {
@@ -269,11 +269,11 @@ requests = 2
 "#;
     let r = run(scenario(&server, Proto::H1, op)).await;
     let step = r
-        .steps
+        .phases
         .iter()
         .find(|s| s.phase == "step 1")
         .expect("the step's report");
-    assert_eq!(step.step, Some(1), "the catalog route is phase 0");
+    assert_eq!(step.index, Some(1), "the catalog route is phase 0");
     let s = step.play.stream("subscribe").expect("step stream stats");
     assert_eq!((s.events, s.opened), (6 * PLAYERS, PLAYERS));
     assert_eq!(
