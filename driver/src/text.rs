@@ -10,15 +10,7 @@ use crate::{
 
 mod play;
 
-/// A latency in µs as a short human figure: `850µs`, `1.2ms`, `48ms`, `1.25s`.
-pub fn duration_us(us: u64) -> String {
-    match us {
-        0..1_000 => format!("{us}µs"),
-        1_000..10_000 => format!("{:.1}ms", us as f64 / 1e3),
-        10_000..1_000_000 => format!("{}ms", (us as f64 / 1e3).round() as u64),
-        _ => format!("{:.2}s", us as f64 / 1e6),
-    }
-}
+use crate::units::latency as duration_us;
 
 /// A count with thin groups of three: `564 979`.
 pub fn count(n: u64) -> String {
@@ -177,10 +169,7 @@ mod tests {
 
     #[test]
     fn figures() {
-        assert_eq!(duration_us(850), "850µs");
-        assert_eq!(duration_us(1_234), "1.2ms");
-        assert_eq!(duration_us(48_400), "48ms");
-        assert_eq!(duration_us(1_250_000), "1.25s");
+        // Latencies: units::tests::latencies_read_like_wrk_and_k6.
         assert_eq!(count(564_979), "564 979");
         assert_eq!(count(12), "12");
         assert_eq!(count(1_000_000), "1 000 000");

@@ -59,6 +59,17 @@ impl Counter {
         Counter::Retransmits,
     ];
 
+    /// The connect() failures, one counter per errno class: what a "connect errors" cell
+    /// sums.
+    pub const CONNECT_ERRORS: [Counter; 6] = [
+        Counter::ConnectRefused,
+        Counter::ConnectTimedOut,
+        Counter::ConnectAddrNotAvail,
+        Counter::ConnectNetUnreach,
+        Counter::ConnectHostUnreach,
+        Counter::ConnectOtherError,
+    ];
+
     /// The stable, snake_case name used in JSON output and metric names.
     pub const fn name(self) -> &'static str {
         match self {
@@ -169,9 +180,83 @@ pub const MAX_SOCKS: u32 = 65_536;
 /// Capacity of the per-destination-pair map.
 pub const MAX_PAIRS: u32 = 4_096;
 
-/// Buckets of the log2 histograms in [`PairStats`]: bucket `i` counts values in
-/// `[2^i, 2^(i+1))` (bucket 0 also holds 0), the last bucket everything larger.
+/// Buckets of a [`Log2Hist`]: bucket `i` counts values in `[2^i, 2^(i+1))` (bucket 0 also
+/// holds 0), the last bucket everything larger.
 pub const HIST_BUCKETS: usize = 26;
+
+/// The one log2 histogram herd keeps: in the kernel (connect latency, connection lifetime
+/// per destination), and in user space for the sockets' srtt. Its percentiles are bucket
+/// upper bounds ("p99 ≤ 128 µs"), which is all a log2 histogram can say honestly.
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Log2Hist(pub [u64; HIST_BUCKETS]);
+
+impl Default for Log2Hist {
+    fn default() -> Self {
+        Self([0; HIST_BUCKETS])
+    }
+}
+
+impl Log2Hist {
+    /// The exclusive upper bound of bucket `i` (`u64::MAX` for the open last bucket).
+    pub const fn upper(i: usize) -> u64 {
+        if i >= HIST_BUCKETS - 1 {
+            u64::MAX
+        } else {
+            1u64 << (i + 1)
+        }
+    }
+
+    /// Counts `v` once.
+    pub fn record(&mut self, v: u64) {
+        self.0[log2_bucket(v)] += 1;
+    }
+
+    /// Adds `o`'s counts (per-CPU copies, intervals, pairs): merging is exact.
+    pub fn add(&mut self, o: &Self) {
+        for (a, b) in self.0.iter_mut().zip(o.0) {
+            *a += b;
+        }
+    }
+
+    /// `self - o` per bucket, saturating at 0 (a delta between two cumulative readings).
+    pub fn saturating_sub(&self, o: &Self) -> Self {
+        let mut d = *self;
+        for (a, b) in d.0.iter_mut().zip(o.0) {
+            *a = a.saturating_sub(b);
+        }
+        d
+    }
+
+    /// Values counted.
+    pub fn count(&self) -> u64 {
+        self.0.iter().sum()
+    }
+
+    /// The upper bound of the bucket holding the `per_mille`/1000 quantile (500: the
+    /// median, 990: p99); None when empty.
+    pub fn quantile_le(&self, per_mille: u64) -> Option<u64> {
+        let count = self.count();
+        if count == 0 {
+            return None;
+        }
+        // ceil(count × q), at least 1: the rank of the value the quantile names.
+        let rank = ((count * per_mille.min(1000)).div_ceil(1000)).max(1);
+        let mut seen = 0;
+        for (i, b) in self.0.iter().enumerate() {
+            seen += b;
+            if seen >= rank {
+                return Some(Self::upper(i));
+            }
+        }
+        Some(Self::upper(HIST_BUCKETS - 1))
+    }
+
+    /// The upper bound of the highest non-empty bucket; None when empty.
+    pub fn max_le(&self) -> Option<u64> {
+        self.0.iter().rposition(|&b| b > 0).map(Self::upper)
+    }
+}
 
 /// A source container → remote address:port pair, for sockets this host opened (active).
 #[repr(C)]
@@ -191,7 +276,7 @@ pub struct PairKey {
 
 /// Per-pair counters and histograms.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PairStats {
     /// New connections (SYN sent) toward the pair.
     pub connects: u64,
@@ -201,23 +286,10 @@ pub struct PairStats {
     pub time_wait_entries: u64,
     /// Connections to the pair that closed (any path), with a known open time.
     pub closed: u64,
-    /// Connect latency, SYN sent → ESTABLISHED, log2 buckets of microseconds.
-    pub connect_latency_us: [u64; HIST_BUCKETS],
-    /// Connection lifetime, SYN sent → CLOSE, log2 buckets of milliseconds.
-    pub lifetime_ms: [u64; HIST_BUCKETS],
-}
-
-impl Default for PairStats {
-    fn default() -> Self {
-        Self {
-            connects: 0,
-            established: 0,
-            time_wait_entries: 0,
-            closed: 0,
-            connect_latency_us: [0; HIST_BUCKETS],
-            lifetime_ms: [0; HIST_BUCKETS],
-        }
-    }
+    /// Connect latency, SYN sent → ESTABLISHED, in microseconds.
+    pub connect_latency_us: Log2Hist,
+    /// Connection lifetime, SYN sent → CLOSE, in milliseconds.
+    pub lifetime_ms: Log2Hist,
 }
 
 impl PairStats {
@@ -227,12 +299,8 @@ impl PairStats {
         self.established += o.established;
         self.time_wait_entries += o.time_wait_entries;
         self.closed += o.closed;
-        for (a, b) in self.connect_latency_us.iter_mut().zip(o.connect_latency_us) {
-            *a += b;
-        }
-        for (a, b) in self.lifetime_ms.iter_mut().zip(o.lifetime_ms) {
-            *a += b;
-        }
+        self.connect_latency_us.add(&o.connect_latency_us);
+        self.lifetime_ms.add(&o.lifetime_ms);
     }
 
     /// `self - o`, saturating at 0 per field (a delta between two cumulative readings).
@@ -242,12 +310,10 @@ impl PairStats {
         d.established = d.established.saturating_sub(o.established);
         d.time_wait_entries = d.time_wait_entries.saturating_sub(o.time_wait_entries);
         d.closed = d.closed.saturating_sub(o.closed);
-        for (a, b) in d.connect_latency_us.iter_mut().zip(o.connect_latency_us) {
-            *a = a.saturating_sub(b);
-        }
-        for (a, b) in d.lifetime_ms.iter_mut().zip(o.lifetime_ms) {
-            *a = a.saturating_sub(b);
-        }
+        d.connect_latency_us = self
+            .connect_latency_us
+            .saturating_sub(&o.connect_latency_us);
+        d.lifetime_ms = self.lifetime_ms.saturating_sub(&o.lifetime_ms);
         d
     }
 }
@@ -342,6 +408,45 @@ pub mod tcp_state {
 }
 
 #[cfg(feature = "user")]
+extern crate alloc;
+
+#[cfg(feature = "user")]
+mod serde_impls {
+    use super::{HIST_BUCKETS, Log2Hist};
+
+    /// Written as its bucket counts; also read from the `[upper bound, count]` pairs that
+    /// probe intervals recorded srtt histograms as before this type existed.
+    impl serde::Serialize for Log2Hist {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            self.0.serialize(s)
+        }
+    }
+
+    #[derive(serde::Deserialize)]
+    #[serde(untagged)]
+    enum Form {
+        Counts([u64; HIST_BUCKETS]),
+        UpperAndCount(alloc::vec::Vec<(u64, u64)>),
+    }
+
+    impl<'de> serde::Deserialize<'de> for Log2Hist {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            Ok(match Form::deserialize(d)? {
+                Form::Counts(c) => Log2Hist(c),
+                Form::UpperAndCount(pairs) => {
+                    let mut h = Log2Hist::default();
+                    for (upper, n) in pairs {
+                        // The bucket whose upper bound is `upper` holds upper / 2.
+                        h.0[super::log2_bucket(upper / 2)] += n;
+                    }
+                    h
+                }
+            })
+        }
+    }
+}
+
+#[cfg(feature = "user")]
 mod pod {
     // SAFETY (all): repr(C), fixed-width integer fields, explicit padding only; every bit
     // pattern is a valid value.
@@ -354,6 +459,28 @@ mod pod {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn log2_quantiles_are_bucket_upper_bounds() {
+        let mut h = Log2Hist::default();
+        assert_eq!((h.quantile_le(500), h.max_le()), (None, None));
+        for v in [3, 3, 3, 100] {
+            h.record(v);
+        }
+        // 3 is in [2, 4); 100 in [64, 128).
+        assert_eq!(h.count(), 4);
+        assert_eq!(h.quantile_le(500), Some(4));
+        assert_eq!(h.quantile_le(750), Some(4));
+        assert_eq!(h.quantile_le(990), Some(128));
+        assert_eq!(h.max_le(), Some(128));
+        let mut big = Log2Hist::default();
+        big.record(u64::MAX);
+        assert_eq!(big.max_le(), Some(u64::MAX));
+        let mut sum = h;
+        sum.add(&big);
+        assert_eq!(sum.count(), 5);
+        assert_eq!(sum.saturating_sub(&big), h);
+    }
 
     #[test]
     fn log2_buckets() {

@@ -243,7 +243,7 @@ fn on_established(sk: *const u8) {
     if let Some(p) = pair_stats(&info.pair) {
         unsafe {
             (*p).established += 1;
-            (*p).connect_latency_us[log2_bucket(latency_us)] += 1;
+            (*p).connect_latency_us.0[log2_bucket(latency_us)] += 1;
         }
     }
 }
@@ -287,7 +287,7 @@ fn on_close(sk: *const u8, old: i32) {
     if let Some(p) = pair_stats(&info.pair) {
         unsafe {
             (*p).closed += 1;
-            (*p).lifetime_ms[log2_bucket(lifetime_ms)] += 1;
+            (*p).lifetime_ms.0[log2_bucket(lifetime_ms)] += 1;
             if time_wait {
                 (*p).time_wait_entries += 1;
             }

@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use probe_common::{Counter, HIST_BUCKETS, Loss, PairStats};
+use probe_common::{Counter, HIST_BUCKETS, Log2Hist, Loss, PairStats};
 
 use crate::Counts;
 
@@ -22,12 +22,7 @@ pub struct Exposition {
 /// A per-pair counter family: name, help, and how to read it.
 type PairCounter = (&'static str, &'static str, fn(&PairStats) -> u64);
 /// A per-pair histogram family: name, help, unit in seconds, and its buckets.
-type PairHistogram = (
-    &'static str,
-    &'static str,
-    f64,
-    fn(&PairStats) -> &[u64; HIST_BUCKETS],
-);
+type PairHistogram = (&'static str, &'static str, f64, fn(&PairStats) -> &Log2Hist);
 
 /// Connect failures are one metric with an `errno` label.
 fn errno_label(c: Counter) -> Option<&'static str> {
@@ -165,7 +160,7 @@ impl Exposition {
         for (name, help, unit, f) in hists {
             let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} histogram");
             for (c, r, rc, st) in &self.pairs {
-                let b = f(st);
+                let b = &f(st).0;
                 let l = labels(c, r, rc);
                 let mut cum = 0u64;
                 let mut sum = 0f64;
@@ -212,7 +207,7 @@ mod tests {
             connects: 440,
             ..PairStats::default()
         };
-        st.connect_latency_us[4] = 440; // [16, 32) us
+        st.connect_latency_us.0[4] = 440; // [16, 32) us
         let e = Exposition {
             containers: vec![("gate\"way".into(), counts)],
             pairs: vec![(

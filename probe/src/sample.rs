@@ -6,7 +6,7 @@ use std::{
     path::PathBuf,
 };
 
-use probe_common::{Counter, HIST_BUCKETS, N_COUNTERS, PairStats};
+use probe_common::{Counter, Log2Hist, N_COUNTERS, PairStats};
 
 use crate::{Counts, Snapshot, cgroupfs::CpuInterval, containers::ContainerSet, pair_addr};
 
@@ -151,36 +151,13 @@ pub struct Log2Summary {
 }
 
 impl Log2Summary {
-    /// Summarises log2 buckets (`[2^i, 2^(i+1))`, bucket 0 also holding 0).
-    pub fn of(buckets: &[u64; HIST_BUCKETS]) -> Self {
-        let count: u64 = buckets.iter().sum();
-        if count == 0 {
-            return Self::default();
-        }
-        let upper = |i: usize| {
-            if i == HIST_BUCKETS - 1 {
-                u64::MAX
-            } else {
-                1u64 << (i + 1)
-            }
-        };
-        let quantile = |q: f64| {
-            let rank = ((count as f64) * q).ceil().max(1.0) as u64;
-            let mut seen = 0;
-            for (i, b) in buckets.iter().enumerate() {
-                seen += b;
-                if seen >= rank {
-                    return upper(i);
-                }
-            }
-            upper(HIST_BUCKETS - 1)
-        };
-        let last = buckets.iter().rposition(|&b| b > 0).unwrap_or(0);
+    /// Summarises a log2 histogram.
+    pub fn of(h: &Log2Hist) -> Self {
         Self {
-            count,
-            p50_le: quantile(0.50),
-            p99_le: quantile(0.99),
-            max_le: upper(last),
+            count: h.count(),
+            p50_le: h.quantile_le(500).unwrap_or(0),
+            p99_le: h.quantile_le(990).unwrap_or(0),
+            max_le: h.max_le().unwrap_or(0),
         }
     }
 }
@@ -206,10 +183,10 @@ pub struct PairInterval {
     pub connect_latency_us: Log2Summary,
     /// Lifetime (SYN sent → CLOSE) of connections closed in the interval, milliseconds.
     pub lifetime_ms: Log2Summary,
-    /// Connect latency log2 buckets (µs), for merging intervals exactly.
-    pub connect_latency_buckets: [u64; HIST_BUCKETS],
-    /// Lifetime log2 buckets (ms), for merging intervals exactly.
-    pub lifetime_buckets: [u64; HIST_BUCKETS],
+    /// Connect latency histogram (µs), for merging intervals exactly.
+    pub connect_latency_buckets: Log2Hist,
+    /// Lifetime histogram (ms), for merging intervals exactly.
+    pub lifetime_buckets: Log2Hist,
     /// Gauges toward this destination at the end of the interval (source netns's sockets).
     #[serde(default)]
     pub gauges: Option<PairGauges>,
@@ -230,9 +207,9 @@ pub struct PairGauges {
     pub srtt_p50_us: Option<u32>,
     /// Largest srtt, µs.
     pub srtt_max_us: Option<u32>,
-    /// The srtt histogram of the established sockets: (upper bound µs, sockets), log2 buckets.
+    /// The srtt histogram of the established sockets, µs.
     #[serde(default)]
-    pub srtt_log2: Vec<(u64, u64)>,
+    pub srtt_log2: Log2Hist,
 }
 
 impl PairInterval {
@@ -349,17 +326,34 @@ mod tests {
 
     #[test]
     fn log2_percentiles_are_bucket_upper_bounds() {
-        let mut b = [0u64; HIST_BUCKETS];
-        b[3] = 98; // [8, 16)
-        b[10] = 2; // [1024, 2048)
+        let mut b = Log2Hist::default();
+        b.0[3] = 98; // [8, 16)
+        b.0[10] = 2; // [1024, 2048)
         let s = Log2Summary::of(&b);
         assert_eq!(
             (s.count, s.p50_le, s.p99_le, s.max_le),
             (100, 16, 2048, 2048)
         );
-        assert_eq!(Log2Summary::of(&[0; HIST_BUCKETS]), Log2Summary::default());
-        b[HIST_BUCKETS - 1] = 1;
+        assert_eq!(
+            Log2Summary::of(&Log2Hist::default()),
+            Log2Summary::default()
+        );
+        b.0[probe_common::HIST_BUCKETS - 1] = 1;
         assert_eq!(Log2Summary::of(&b).max_le, u64::MAX);
+    }
+
+    #[test]
+    fn srtt_histograms_recorded_as_upper_bound_pairs_still_read() {
+        let g: PairGauges = serde_json::from_str(
+            r#"{"established":2,"time_wait":0,"ports_in_use":2,"headroom":9,"srtt_p50_us":40,"srtt_max_us":70,"srtt_log2":[[64,1],[128,1]]}"#,
+        )
+        .unwrap();
+        let mut want = Log2Hist::default();
+        want.record(40);
+        want.record(70);
+        assert_eq!(g.srtt_log2, want);
+        let again: PairGauges = serde_json::from_str(&serde_json::to_string(&g).unwrap()).unwrap();
+        assert_eq!(again, g);
     }
 
     #[test]

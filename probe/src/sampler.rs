@@ -296,8 +296,8 @@ impl Sampler {
                     closed: 0,
                     connect_latency_us: Default::default(),
                     lifetime_ms: Default::default(),
-                    connect_latency_buckets: [0; probe_common::HIST_BUCKETS],
-                    lifetime_buckets: [0; probe_common::HIST_BUCKETS],
+                    connect_latency_buckets: Default::default(),
+                    lifetime_buckets: Default::default(),
                     gauges: Some(pair_gauges(d)),
                 });
             }
@@ -353,11 +353,7 @@ fn pair_gauges(d: &DestinationGauges) -> PairGauges {
         headroom: d.headroom,
         srtt_p50_us: d.srtt.as_ref().map(|s| s.p50_us),
         srtt_max_us: d.srtt.as_ref().map(|s| s.max_us),
-        srtt_log2: d
-            .srtt
-            .as_ref()
-            .map(|s| s.log2.iter().map(|b| (b.hi_us, b.count)).collect())
-            .unwrap_or_default(),
+        srtt_log2: d.srtt.as_ref().map(|s| s.log2).unwrap_or_default(),
     }
 }
 

@@ -25,6 +25,8 @@ use std::{
     time::Instant,
 };
 
+use probe_common::Log2Hist;
+
 use crate::netstat::{self, NetCounters, ParseError, PortRange};
 
 // Netlink and sock_diag ABI (include/uapi/linux/netlink.h, sock_diag.h, inet_diag.h).
@@ -881,17 +883,6 @@ pub struct Listener {
     pub backlog: u32,
 }
 
-/// A power-of-two bucket of a histogram: values `lo_us <= v < hi_us`.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct Log2Bucket {
-    /// Inclusive lower bound, µs.
-    pub lo_us: u32,
-    /// Exclusive upper bound, µs.
-    pub hi_us: u64,
-    /// Sockets in the bucket.
-    pub count: u64,
-}
-
 /// srtt of the ESTABLISHED sockets toward one destination.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct SrttSummary {
@@ -905,8 +896,8 @@ pub struct SrttSummary {
     pub max_us: u32,
     /// Mean, µs (rounded down).
     pub mean_us: u32,
-    /// Non-empty log2 buckets, ascending.
-    pub log2: Vec<Log2Bucket>,
+    /// The log2 histogram of the values.
+    pub log2: Log2Hist,
 }
 
 impl SrttSummary {
@@ -918,18 +909,9 @@ impl SrttSummary {
         values.sort_unstable();
         let n = values.len();
         let sum: u64 = values.iter().map(|&v| u64::from(v)).sum();
-        let mut log2: Vec<Log2Bucket> = Vec::new();
+        let mut log2 = Log2Hist::default();
         for &v in values.iter() {
-            let k = 32 - v.leading_zeros();
-            let lo = if k == 0 { 0 } else { 1u32 << (k - 1) };
-            match log2.last_mut() {
-                Some(b) if b.lo_us == lo => b.count += 1,
-                _ => log2.push(Log2Bucket {
-                    lo_us: lo,
-                    hi_us: 1u64 << k,
-                    count: 1,
-                }),
-            }
+            log2.record(u64::from(v));
         }
         Some(Self {
             count: n as u64,
@@ -1413,18 +1395,12 @@ mod tests {
     #[test]
     fn srtt_histogram_buckets_are_powers_of_two() {
         let s = SrttSummary::of(&mut [0, 1, 2, 3, 4, 1000, 1023, 1024]).unwrap();
-        let b: Vec<(u32, u64, u64)> = s.log2.iter().map(|b| (b.lo_us, b.hi_us, b.count)).collect();
-        assert_eq!(
-            b,
-            vec![
-                (0, 1, 1),
-                (1, 2, 1),
-                (2, 4, 2),
-                (4, 8, 1),
-                (512, 1024, 2),
-                (1024, 2048, 1)
-            ]
-        );
+        // Buckets `[2^i, 2^(i+1))` as everywhere in herd (0 and 1 share the first).
+        let b: Vec<(u64, u64)> = (0..probe_common::HIST_BUCKETS)
+            .filter(|&i| s.log2.0[i] > 0)
+            .map(|i| (Log2Hist::upper(i), s.log2.0[i]))
+            .collect();
+        assert_eq!(b, vec![(2, 2), (4, 2), (8, 1), (1024, 2), (2048, 1)]);
         assert_eq!((s.min_us, s.p50_us, s.max_us), (0, 3, 1024));
         assert!(SrttSummary::of(&mut []).is_none());
     }

@@ -494,8 +494,8 @@ mod tests {
                     closed: 0,
                     connect_latency_us: Default::default(),
                     lifetime_ms: Default::default(),
-                    connect_latency_buckets: [0; probe_common::HIST_BUCKETS],
-                    lifetime_buckets: [0; probe_common::HIST_BUCKETS],
+                    connect_latency_buckets: Default::default(),
+                    lifetime_buckets: Default::default(),
                     gauges: Some(PairGauges {
                         established: if i <= 2 { 10 } else { 25 },
                         ..PairGauges::default()

@@ -9,13 +9,7 @@ use super::{
     play::counts,
 };
 
-fn ms(us: u64) -> String {
-    if us >= 10_000 {
-        format!("{:.0} ms", us as f64 / 1e3)
-    } else {
-        format!("{:.1} ms", us as f64 / 1e3)
-    }
-}
+use herd_driver::units::latency as ms;
 
 fn cell(c: &Cell, digits: usize) -> String {
     match c {

@@ -9,7 +9,7 @@ use herd_probe::{
     cgroupfs::{Memory, Throttling},
     sample::{CpuCell, Interval, Log2Summary, SocketCell},
 };
-use probe_common::{Counter, PairStats};
+use probe_common::{Counter, Log2Hist, PairStats};
 use serde::{Deserialize, Serialize};
 
 use super::{RunData, findings};
@@ -275,25 +275,8 @@ struct GaugePeaks {
     time_wait: u64,
     established: u64,
     srtt_p50: Option<u32>,
-    srtt_log2: Vec<(u64, u64)>,
+    srtt_log2: Log2Hist,
     headroom: Option<u64>,
-}
-
-/// The upper bound of the log2 bucket holding the 99th percentile.
-fn p99_le(buckets: &[(u64, u64)]) -> Option<u64> {
-    let total: u64 = buckets.iter().map(|(_, n)| n).sum();
-    if total == 0 {
-        return None;
-    }
-    let rank = (total as f64 * 0.99).ceil() as u64;
-    let mut seen = 0;
-    for (le, n) in buckets {
-        seen += n;
-        if seen >= rank {
-            return Some(*le);
-        }
-    }
-    buckets.last().map(|(le, _)| *le)
 }
 
 fn secs(iv: &Interval) -> f64 {
@@ -429,7 +412,7 @@ impl Report {
                     e.established = e.established.max(g.established);
                     if g.srtt_p50_us.is_some() {
                         e.srtt_p50 = g.srtt_p50_us;
-                        e.srtt_log2 = g.srtt_log2.clone();
+                        e.srtt_log2 = g.srtt_log2;
                     }
                     e.headroom = Some(e.headroom.map_or(g.headroom, |h| h.min(g.headroom)));
                 }
@@ -496,7 +479,7 @@ impl Report {
                     ),
                     srtt_p99_le_us: gauge(
                         g.as_ref()
-                            .and_then(|g| p99_le(&g.srtt_log2))
+                            .and_then(|g| g.srtt_log2.quantile_le(990))
                             .map(|v| v as f64),
                         "established connection",
                     ),
@@ -702,17 +685,10 @@ fn container_row(step: &str, name: &str, rows: &[(&Interval, usize)]) -> Contain
         secs_total += s;
         connects += c.counts.get(Counter::Connects);
         tw += c.counts.get(Counter::TimeWaitEntries);
-        errs += [
-            Counter::ConnectRefused,
-            Counter::ConnectTimedOut,
-            Counter::ConnectAddrNotAvail,
-            Counter::ConnectNetUnreach,
-            Counter::ConnectHostUnreach,
-            Counter::ConnectOtherError,
-        ]
-        .iter()
-        .map(|k| c.counts.get(*k))
-        .sum::<u64>();
+        errs += Counter::CONNECT_ERRORS
+            .iter()
+            .map(|k| c.counts.get(*k))
+            .sum::<u64>();
         match &c.sockets {
             SocketCell::Measured {
                 established,

@@ -337,8 +337,8 @@ mod tests {
                 "12",
                 "2",
                 "ended 2",
-                "1.5 ms",
-                "12 ms"
+                "1.5ms",
+                "12ms"
             ]
         );
         let lp = row(&md, "step 1", "lobby.wait");
@@ -364,7 +364,7 @@ mod tests {
         let row_ = row(&md, "rate 1", "50");
         assert_eq!(
             row_[2..],
-            ["2.0 s", "100", "97", "48.5", "4 (> 10 ms)", "3", "8", "8"]
+            ["2.0 s", "100", "97", "48.5", "4 (> 10ms)", "3", "8", "8"]
         );
         // The per-step table names the phase and its kind, and says what loaded it.
         let op = row(&md, "rate 1", "rate");

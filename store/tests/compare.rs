@@ -14,7 +14,7 @@ async fn write_compare_reads_two_stored_runs_and_writes_both_pages() {
         ContainerInterval, CountMap, CpuCell, Interval, Log2Summary, PairGauges, PairInterval,
         SocketCell,
     };
-    use probe_common::{Counter, HIST_BUCKETS};
+    use probe_common::{Counter, Log2Hist};
 
     use herd_report::compare::write_comparison;
     use herd_store::{Source, Store, default_url};
@@ -98,8 +98,8 @@ async fn write_compare_reads_two_stored_runs_and_writes_both_pages() {
                 closed: n,
                 connect_latency_us: Log2Summary::default(),
                 lifetime_ms: Log2Summary::default(),
-                connect_latency_buckets: [0; HIST_BUCKETS],
-                lifetime_buckets: [0; HIST_BUCKETS],
+                connect_latency_buckets: Log2Hist::default(),
+                lifetime_buckets: Log2Hist::default(),
                 gauges: Some(PairGauges {
                     established: 2,
                     time_wait: tw,
@@ -107,7 +107,11 @@ async fn write_compare_reads_two_stored_runs_and_writes_both_pages() {
                     headroom: 28_232 - tw - 2,
                     srtt_p50_us: Some(50),
                     srtt_max_us: Some(90),
-                    srtt_log2: vec![(64, 2)],
+                    srtt_log2: {
+                        let mut h = Log2Hist::default();
+                        h.0[5] = 2; // [32, 64) µs
+                        h
+                    },
                 }),
             };
             let probe = Interval {

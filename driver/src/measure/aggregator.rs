@@ -669,7 +669,12 @@ mod tests {
         assert_eq!(names, vec!["a", "b", "hammer:b"]);
         assert_eq!(first.ops[0].outcomes.get(&Outcome::Ok), Some(&2));
         let h = first.ops[0].histogram.as_ref().unwrap().decode().unwrap();
-        assert!(h.len() == 2 && h.equivalent(h.max(), 3_000), "{} {}", h.len(), h.max());
+        assert!(
+            h.len() == 2 && h.equivalent(h.max(), 3_000),
+            "{} {}",
+            h.len(),
+            h.max()
+        );
         tx.send(Msg::Sample {
             row: 0,
             outcome: Outcome::Timeout,

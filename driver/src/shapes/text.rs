@@ -6,7 +6,8 @@ use std::fmt::Write as _;
 use crate::{
     report::{PhaseReport, RunReport},
     scenario::PhaseKind,
-    text::{count, duration_us},
+    text::count,
+    units::latency as duration_us,
 };
 
 /// A rate phase's heading: target and sent rate, late and dropped starts.

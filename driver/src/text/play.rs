@@ -3,8 +3,9 @@
 
 use std::fmt::Write as _;
 
-use super::{count, duration_us};
+use super::count;
 use crate::report::{PlayStats, StreamStats};
+use crate::units::latency as duration_us;
 
 /// `  stream events.subscribe (sse): 1 204 events (move 1 000, chat 204), first event p50
 /// 1.2ms p99 4.0ms, 50 opened, 3 reconnects, errors: ended 3` and

@@ -81,17 +81,10 @@ pub fn print_interval(iv: &Interval, since_ns: u64) {
         if conn + acc + tw == 0 && !busy {
             continue;
         }
-        let errors: u64 = [
-            Counter::ConnectRefused,
-            Counter::ConnectTimedOut,
-            Counter::ConnectAddrNotAvail,
-            Counter::ConnectNetUnreach,
-            Counter::ConnectHostUnreach,
-            Counter::ConnectOtherError,
-        ]
-        .iter()
-        .map(|k| c.counts.get(*k))
-        .sum();
+        let errors: u64 = Counter::CONNECT_ERRORS
+            .iter()
+            .map(|k| c.counts.get(*k))
+            .sum();
         let mut line = format!(
             "  {:<14} conn {:>6.0}/s  acc {:>6.0}/s  tw+ {:>6.0}/s",
             c.container,
