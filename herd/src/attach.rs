@@ -12,7 +12,7 @@ pub fn probe(verbose: bool) -> Result<KernelProbe> {
     })
     .map_err(|e| {
         if verbose && let Some(log) = e.verifier_log() {
-            eprintln!("verifier log:\n{log}");
+            tracing::error!("verifier log:\n{log}");
         }
         let env = e.is_environment();
         let err = anyhow::Error::new(e).context("starting herd's kernel probe");

@@ -7,6 +7,7 @@
 mod attach;
 pub mod cmd;
 pub mod live;
+pub mod log;
 pub mod metrics;
 pub mod session;
 pub mod signals;
@@ -70,6 +71,7 @@ pub enum Command {
 
 /// Runs a parsed command line. Errors print as `Error: ...` with their context chain.
 pub fn run(cli: Cli) -> ExitCode {
+    log::init();
     signals::install();
     let result = match &cli.command {
         Command::Compare(a) => cmd::compare::run(a),

@@ -168,7 +168,7 @@ pub fn run(config: &RunConfig) -> Result<RunOutcome> {
         )
         .await?;
         if let Some(s) = &seeding {
-            eprintln!("herd run: {}", s.seeded.line(s.shown()));
+            tracing::info!("herd run: {}", s.seeded.line(s.shown()));
         }
         let driven = record(config, &store, seeding.as_ref().map(|s| &s.seeded), cores).await;
         let Some(seeding) = seeding else {
@@ -215,16 +215,16 @@ async fn finish_seeding(
                 )
                 .await;
             if let Err(r) = report(store, outcome, &config.out).await {
-                eprintln!("herd run: writing the report: {r:#}");
+                tracing::error!("herd run: writing the report: {r:#}");
             }
             Err(e)
         }
         (Err(e), Ok((_, line))) => {
-            eprintln!("herd run: {line}");
+            tracing::info!("herd run: {line}");
             Err(e)
         }
         (Err(e), Err(c)) => {
-            eprintln!("herd run: {c:#}");
+            tracing::error!("herd run: {c:#}");
             Err(e)
         }
     }
@@ -255,7 +255,7 @@ async fn record(
     let meta = store
         .begin(&config.name, &scenario.file, herd_probe::clock::now_ns())
         .await?;
-    eprintln!(
+    tracing::info!(
         "herd run: run {} ({}) recorded in {}",
         meta.id,
         config.name,
@@ -294,7 +294,7 @@ async fn record(
             Ok(t) => Some(t),
             Err(e) => {
                 let why = format!("{e:#}");
-                eprintln!("herd run: driving without the kernel probe: {why}");
+                tracing::warn!("herd run: driving without the kernel probe: {why}");
                 store.put(meta.id, Source::ProbeMissing, 0, 0, &why).await?;
                 None
             }

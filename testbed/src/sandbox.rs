@@ -322,7 +322,7 @@ fn remove_cgroup(dir: &Path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
             Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
             Err(e) => {
-                eprintln!("herd: could not remove cgroup {}: {e}", dir.display());
+                tracing::warn!("herd: could not remove cgroup {}: {e}", dir.display());
                 return;
             }
         }

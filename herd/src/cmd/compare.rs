@@ -43,7 +43,7 @@ pub fn run(args: &CompareArgs) -> Result<()> {
         print!("{}", compare::table(&c));
         // stdout carries only the table, so it can be piped into a pull request as it is.
         for f in files {
-            eprintln!("wrote {}", f.display());
+            tracing::info!("wrote {}", f.display());
         }
         Ok(())
     })

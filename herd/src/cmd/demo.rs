@@ -247,10 +247,11 @@ fn one_run(args: &DemoArgs, max_idle: usize, store: &str) -> Result<i64> {
         scenario(&format!("{gw_ip}:8081"), args, accounts, &url_file),
     )
     .with_context(|| format!("writing {}", file.display()))?;
-    eprintln!(
-        "\nherd demo: run with the gateway keeping {max_idle} idle backend connections \
+    tracing::info!(
+        "herd demo: run with the gateway keeping {max_idle} idle backend connections \
          (gateway {gw_ip} quota {} cores, backend {be_ip} quota {} cores)",
-        args.gateway_cpus, args.backend_cpus
+        args.gateway_cpus,
+        args.backend_cpus
     );
     let mut config = RunConfig::new(Scenario::load(&file, &[])?, args.out.clone());
     config.name = format!("max-idle-{max_idle}");

@@ -57,7 +57,7 @@ pub struct DriveArgs {
 pub fn run(args: &DriveArgs) -> Result<()> {
     let mut scenario = Scenario::load(&args.scenario, &args.set)?;
     if args.insecure && !scenario.target.accept_any_certificate() {
-        eprintln!("note: --insecure does nothing for an http:// target");
+        tracing::warn!("--insecure does nothing for an http:// target");
     }
     // Opened before the load starts, so a bad path costs nothing but this message.
     let json = args
@@ -71,7 +71,7 @@ pub fn run(args: &DriveArgs) -> Result<()> {
     let runtime = session::runtime(cores)?;
     println!("{}", heading(&scenario));
     if scenario.seed.is_some() {
-        eprintln!(
+        tracing::warn!(
             "herd drive: the scenario's [seed] is not applied (herd drive does not seed); run `herd seed {}` first, or `herd run`, which seeds and cleans up",
             args.scenario.display()
         );
@@ -158,7 +158,7 @@ async fn drive(scenario: Scenario, args: &DriveArgs, cores: usize) -> Result<Run
         session::stop_channel(move || {
             // Under the block: the next one is drawn below this line, not over it.
             let mut live = live.lock().expect("the live view's lock");
-            eprintln!("stopping: no new requests; in-flight ones get the grace to finish");
+            tracing::info!("stopping: no new requests; in-flight ones get the grace to finish");
             live.written_below();
         })
     };

@@ -183,9 +183,9 @@ pub fn run(args: &ProbeArgs) -> Result<()> {
     let mut sampler = Sampler::new(probe, set, layout)?;
     if let Some(m) = &metrics {
         m.publish(sampler.exposition().render());
-        eprintln!("herd probe: metrics at http://{}/metrics", m.addr());
+        tracing::info!("herd probe: metrics at http://{}/metrics", m.addr());
     }
-    eprintln!(
+    tracing::info!(
         "herd probe: watching {} for {} every {}; Ctrl-C stops",
         sampler.containers().names().join(", "),
         humantime::format_duration(args.duration),
@@ -215,7 +215,7 @@ pub fn run(args: &ProbeArgs) -> Result<()> {
     println!();
     print_totals(&totals);
     if let Some(sig) = signals::received() {
-        eprintln!("herd probe: stopped by signal {sig}; programs detached");
+        tracing::info!("herd probe: stopped by signal {sig}; programs detached");
     }
     Ok(())
 }

@@ -60,7 +60,7 @@ impl RunArgs {
     pub fn config(&self) -> Result<RunConfig> {
         let mut scenario = Scenario::load(&self.scenario, &self.set)?;
         if self.insecure && !scenario.target.accept_any_certificate() {
-            eprintln!("note: --insecure does nothing for an http:// target");
+            tracing::warn!("--insecure does nothing for an http:// target");
         }
         let mut c = RunConfig::new(scenario, self.out.clone());
         if let Some(name) = &self.name {
