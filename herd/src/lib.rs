@@ -6,6 +6,8 @@
 
 mod attach;
 pub mod cmd;
+#[cfg(feature = "demo")]
+pub mod demo;
 pub mod live;
 pub mod log;
 pub mod metrics;

@@ -10,7 +10,7 @@ use std::{
     io::Write as _,
     path::PathBuf,
     sync::{
-        Arc,
+        Arc, Mutex,
         atomic::{AtomicBool, Ordering},
     },
     time::Duration,
@@ -143,6 +143,61 @@ pub fn print_hints(report: &RunReport) {
     if !hints.is_empty() {
         println!("\n{}", hints.join("\n"));
     }
+}
+
+/// How `herd drive` drives: the players alone, with no probe and no store.
+#[derive(Debug, Clone)]
+pub struct DriveConfig {
+    /// How long requests in flight may take once the plan ends or a stop arrives.
+    pub grace: Duration,
+    /// Length of one timeline interval.
+    pub interval: Duration,
+    /// Print the live view on stdout.
+    pub live: bool,
+}
+
+/// Drives `scenario`'s players until the plan ends or a stop signal, showing the live view.
+pub fn drive(scenario: Scenario, config: &DriveConfig) -> Result<RunReport> {
+    let cores = cores();
+    runtime(cores)?.block_on(async {
+        let live = Arc::new(Mutex::new(Live::for_stdout(scenario.plan().len())));
+        let (stop_rx, watcher) = {
+            let live = live.clone();
+            stop_channel(move || {
+                // Under the block: the next one is drawn below this line, not over it.
+                let mut live = live.lock().expect("the live view's lock");
+                tracing::info!("stopping: no new requests; in-flight ones get the grace to finish");
+                live.written_below();
+            })
+        };
+        let (events_tx, mut events) = mpsc::unbounded_channel();
+        let show = config.live;
+        let printer = tokio::spawn(async move {
+            while let Some(e) = events.recv().await {
+                match e {
+                    DriverEvent::Interval(iv) if show => {
+                        let mut live = live.lock().expect("the live view's lock");
+                        let mut out = std::io::stdout().lock();
+                        let _ = out.write_all(live.interval(&iv).as_bytes());
+                        let _ = out.flush();
+                    }
+                    DriverEvent::Done(_) => return,
+                    _ => {}
+                }
+            }
+        });
+        let opts = RunOptions {
+            stop: Some(stop_rx),
+            grace: config.grace,
+            interval: config.interval,
+            events: Some(events_tx),
+            cores,
+        };
+        let report = herd_driver::run(scenario, opts).await;
+        watcher.abort();
+        let _ = printer.await;
+        Ok(report?)
+    })
 }
 
 /// Runs the scenario and writes the report.

@@ -1,29 +1,12 @@
-//! `herd demo`: herd's main job on its embedded default, with nothing to install or configure.
-//!
-//! herd builds a small game service on this host — a gateway and a backend, each in its own
-//! container (cgroup with a CPU quota + network namespace), the backend on SQLite with accounts
-//! and sessions seeded by herd — and runs the same scenario twice: with the gateway's backend
-//! pool keeping 2 idle connections per host (Go's default, the seeds' bug) and with 512 (the
-//! fix). Each run is a full `herd run` (probe + driver + store + report); the demo ends with the
-//! comparison. Everything it creates outside the output directory is removed at the end, on
-//! Ctrl-C and on failure.
+//! `herd demo`: the options, turned into a [`DemoConfig`] for [`demo::run`]; prints each
+//! run's findings and the comparison.
 
-use std::{
-    io::{BufRead as _, BufReader},
-    path::{Path, PathBuf},
-    process::{Command, Stdio},
-    time::Duration,
-};
+use std::{path::PathBuf, time::Duration};
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::Result;
+use herd_driver::units::parse_duration;
 
-use herd_driver::{Scenario, units::parse_duration};
-use herd_testbed::{Container, Sandbox};
-
-use crate::{
-    session::{self, RunConfig},
-    signals,
-};
+use crate::demo::{self, DemoConfig};
 
 /// Options of `herd demo`.
 #[derive(Debug, clap::Args)]
@@ -55,261 +38,32 @@ pub struct DemoArgs {
     pub max_idle: Vec<usize>,
 }
 
-/// The scenario both runs use, with `@…@` markers filled in (TOML uses braces itself).
-const SCENARIO: &str = r#"# The demo's players: each owns an h2c connection to the gateway, joins a 2-player game,
-# keeps the gateway's event stream open beside its calls (the seeds' Subscribe), then polls its
-# game's state, moves and reads the history. Written by `herd demo`.
-random_seed = 7
-
-[target]
-url = "http://@GATEWAY@"
-transport = "h2c"
-connections = "per_player"
-timeout = "5s"
-connect_timeout = "3s"
-
-[outcome]
-code = "/error/code"
-
-# What the game promises its players: a state poll answered within 250 ms.
-[slo]
-"game.state" = "p99 < 250ms"
-
-[player]
-think = "@THINK@"
-accounts = @ACCOUNTS@
-setup = ["game.join"]
-
-# The accounts and sessions the players use, inserted by herd into the backend's SQLite
-# before the load and removed after it (docs/seed.md). Player p sends token-{p % accounts};
-# the backend stores the token's SHA-256 in hex. The URL is in the file next to this one.
-[seed]
-url_file = "@URL_FILE@"
-accounts = @DURABLE@
-guests = @GUESTS@
-token = "token-{account}"
-token_hash = "sha256_hex"
-account = "INSERT INTO accounts (id, name, kind) VALUES ({id}, {name}, {kind})"
-session = "INSERT INTO sessions (token_hash, account_id) VALUES ({token_hash}, {id})"
-
-[[op]]
-name = "game.join"
-method = "POST"
-path = "/v1/call/game.join"
-headers = { authorization = "Bearer token-{account}", content-type = "application/json" }
-body = '{"seats": 2}'
-weight = 0
-capture = { game_id = "/game/id" }
-
-[[op]]
-name = "game.state"
-method = "POST"
-path = "/v1/call/game.state"
-headers = { authorization = "Bearer token-{account}", content-type = "application/json" }
-body = '{"game_id": {game_id}}'
-weight = 5
-
-[[op]]
-name = "game.move"
-method = "POST"
-path = "/v1/call/game.move"
-headers = { authorization = "Bearer token-{account}", content-type = "application/json" }
-body = '{"game_id": {game_id}, "move": {"tiles": 2}}'
-weight = 2
-
-[[op]]
-name = "game.history"
-method = "POST"
-path = "/v1/call/game.history"
-headers = { authorization = "Bearer token-{account}", content-type = "application/json" }
-body = '{"game_id": {game_id}, "limit": 20}'
-weight = 1
-
-# The live event channel: one more HTTP/2 stream on the player's own connection, opened after
-# the join; its events (subscribed, tick, opponent_moved, game_finished…) are counted by type.
-[[op]]
-name = "events"
-kind = "stream"
-method = "GET"
-path = "/v1/subscribe"
-headers = { authorization = "Bearer token-{account}" }
-format = "ndjson"
-event_type = "/event"
-"#;
-
-fn scenario(gateway: &str, args: &DemoArgs, accounts: usize, url_file: &str) -> String {
-    // One account in ten is a guest, as in the seeds (10 000 accounts + 1 000 guests).
-    let guests = accounts / 10;
-    let mut s = SCENARIO
-        .replace("@GATEWAY@", gateway)
-        .replace("@URL_FILE@", url_file)
-        .replace("@DURABLE@", &(accounts - guests).to_string())
-        .replace("@GUESTS@", &guests.to_string())
-        .replace(
-            "@THINK@",
-            &humantime::format_duration(args.think).to_string(),
-        )
-        .replace("@ACCOUNTS@", &accounts.to_string());
-    let dur = humantime::format_duration(args.step_duration).to_string();
-    let ramp = humantime::format_duration(args.step_duration / 3).to_string();
-    for (i, players) in args.steps.iter().enumerate() {
-        s.push_str(&format!(
-            "\n[[step]]\nplayers = {players}\nduration = \"{dur}\"\n"
-        ));
-        if i + 1 == args.steps.len() && i > 0 {
-            s.push_str("arrival = \"burst\"\n");
-        } else {
-            s.push_str(&format!("ramp = \"{ramp}\"\n"));
+impl DemoArgs {
+    /// The demo these options describe.
+    pub fn config(&self) -> DemoConfig {
+        DemoConfig {
+            out: self.out.clone(),
+            steps: self.steps.clone(),
+            step_duration: self.step_duration,
+            think: self.think,
+            gateway_cpus: self.gateway_cpus,
+            backend_cpus: self.backend_cpus,
+            backend_service_time: self.backend_service_time,
+            max_idle: self.max_idle.clone(),
         }
     }
-    s
-}
-
-/// Starts `herd contour <args>` in `c` and waits for its `ready` line.
-fn start(sb: &mut Sandbox, c: &Container, args: &[String]) -> Result<()> {
-    let exe = std::env::current_exe().context("locating the herd binary")?;
-    let mut cmd = Command::new(exe);
-    cmd.arg("contour").args(args).stdout(Stdio::piped());
-    let h = sb.spawn(c, cmd)?;
-    let out = sb.child(h).stdout.take().context("service stdout")?;
-    let mut line = String::new();
-    BufReader::new(out)
-        .read_line(&mut line)
-        .with_context(|| format!("waiting for the {} to start", c.name))?;
-    if !line.starts_with("ready") {
-        bail!(
-            "the {} did not start (said {line:?}); run with the same flags by hand to see why",
-            c.name
-        );
-    }
-    Ok(())
-}
-
-/// One full run against a fresh contour whose gateway keeps `max_idle` idle backend
-/// connections. Returns the run id.
-fn one_run(args: &DemoArgs, max_idle: usize, store: &str) -> Result<i64> {
-    let accounts = args.steps.iter().copied().max().unwrap_or(1);
-    let mut sb = Sandbox::new("demo").map_err(crate::environment)?;
-    let quota = |cores: f64| Some(((cores * 100_000.0) as u64, 100_000));
-    let gateway = sb.container("gateway", quota(args.gateway_cpus))?;
-    let backend = sb.container("backend", quota(args.backend_cpus))?;
-    let layout_unified = sb.layout().unified.clone();
-    let (_, gw_ip) = sb.link_host(&gateway)?;
-    let (_, be_ip) = sb.link(&gateway, &backend)?;
-    let db = args.out.join(format!("contour-max-idle-{max_idle}.db"));
-    for f in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(PathBuf::from(format!("{}{f}", db.display())));
-    }
-    // The backend creates the schema when it starts; `herd run` seeds it from the scenario's
-    // [seed], which reads this URL from a file (a URL never goes in a scenario).
-    let db_url = format!("sqlite:{}?mode=rwc", db.display());
-    let url_file = format!("contour-max-idle-{max_idle}.seed-url");
-    let abs_db = std::path::absolute(&db)
-        .with_context(|| format!("resolving the path of {}", db.display()))?;
-    std::fs::write(
-        args.out.join(&url_file),
-        format!("sqlite:{}\n", abs_db.display()),
-    )
-    .with_context(|| format!("writing {}", args.out.join(&url_file).display()))?;
-    start(
-        &mut sb,
-        &backend,
-        &[
-            "backend".into(),
-            "--listen".into(),
-            format!("{be_ip}:8082"),
-            "--db".into(),
-            db_url.clone(),
-            "--workers".into(),
-            "1".into(),
-            "--service-time".into(),
-            humantime::format_duration(args.backend_service_time).to_string(),
-        ],
-    )?;
-    start(
-        &mut sb,
-        &gateway,
-        &[
-            "gateway".into(),
-            "--listen".into(),
-            format!("{gw_ip}:8081"),
-            "--backend".into(),
-            format!("{be_ip}:8082"),
-            "--backend-max-idle".into(),
-            max_idle.to_string(),
-            "--workers".into(),
-            "2".into(),
-        ],
-    )?;
-    let file = args.out.join(format!("demo-max-idle-{max_idle}.toml"));
-    std::fs::write(
-        &file,
-        scenario(&format!("{gw_ip}:8081"), args, accounts, &url_file),
-    )
-    .with_context(|| format!("writing {}", file.display()))?;
-    tracing::info!(
-        "herd demo: run with the gateway keeping {max_idle} idle backend connections \
-         (gateway {gw_ip} quota {} cores, backend {be_ip} quota {} cores)",
-        args.gateway_cpus,
-        args.backend_cpus
-    );
-    let mut config = RunConfig::new(Scenario::load(&file, &[])?, args.out.clone());
-    config.name = format!("max-idle-{max_idle}");
-    config.store = store.to_owned();
-    // Named explicitly: another herd sandbox on the host (a second demo, a test) is
-    // discovered too, and must not take these names.
-    config.containers = [&gateway, &backend]
-        .iter()
-        .map(|c| {
-            let rel = c.cgroup.strip_prefix(&layout_unified).unwrap_or(&c.cgroup);
-            format!("{}=/{}", c.name, rel.display())
-        })
-        .collect();
-    config.grace = Duration::from_secs(3);
-    config.live = false;
-    let outcome = session::run(&config)?;
-    for f in &outcome.files {
-        println!("wrote {}", f.display());
-    }
-    drop(sb);
-    Ok(outcome.run_id)
 }
 
 /// Runs `herd demo`.
 pub fn run(args: &DemoArgs) -> Result<()> {
-    if args.steps.is_empty() || args.steps.iter().any(|&p| p == 0 || p > 5_000) {
-        bail!("--steps takes 1 to 5000 players per step, e.g. 50,200,400");
-    }
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Err(crate::environment(anyhow::anyhow!(
-            "herd demo creates containers (cgroups, network namespaces) and loads eBPF programs: run it as root, e.g. `sudo herd demo`"
-        )));
-    }
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("creating the output directory {}", args.out.display()))?;
-    let store = herd_store::default_url(&args.out);
-    let mut runs = Vec::new();
-    for &idle in &args.max_idle {
-        runs.push(one_run(args, idle, &store)?);
-        if signals::stop_requested() {
-            bail!(
-                "interrupted; the containers are removed and every recorded interval is in {store}"
-            );
-        }
-    }
-    summary(&store, &runs, &args.out)
-}
-
-/// Prints each run's findings and writes the comparison.
-fn summary(store: &str, runs: &[i64], out: &Path) -> Result<()> {
+    let done = demo::run(&args.config())?;
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?
         .block_on(async {
-            let s = herd_store::Store::open(store).await?;
+            let s = herd_store::Store::open(&done.store).await?;
             println!();
-            for &id in runs {
+            for &id in &done.runs {
                 let r = herd_report::Report::build(&s.load_run(Some(id)).await?);
                 println!(
                     "run {} ({}): {} findings",
@@ -321,13 +75,13 @@ fn summary(store: &str, runs: &[i64], out: &Path) -> Result<()> {
                     println!("  - {}: {}", f.kind, f.title);
                 }
             }
-            if let [before, after, ..] = runs {
-                let c = s.load_comparison(*before, *after).await?;
-                println!("\n{}", herd_report::compare::table(&c));
-                for f in herd_report::compare::write_comparison(&c, out)? {
-                    println!("wrote {}", f.display());
-                }
-            }
-            Ok(())
-        })
+            anyhow::Ok(())
+        })?;
+    if let Some(c) = &done.comparison {
+        println!("\n{}", herd_report::compare::table(c));
+    }
+    for f in &done.files {
+        println!("wrote {}", f.display());
+    }
+    Ok(())
 }

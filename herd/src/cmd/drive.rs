@@ -1,27 +1,22 @@
-//! `herd drive`: run a scenario's players against the target, print a progress line per
-//! interval and a per-step × op table at the end.
+//! `herd drive`: the options, turned into a [`DriveConfig`] for [`session::drive`]; prints
+//! what is about to run, the per-phase × op table at the end, and writes `--json`.
 
 use std::{
     fs::File,
     io::{BufWriter, Write as _},
     path::PathBuf,
-    sync::{Arc, Mutex},
     time::Duration,
 };
 
 use anyhow::{Context as _, Result};
 use herd_driver::{
-    DriverEvent, RunOptions, RunReport, Scenario,
+    Scenario,
     scenario::{Connections, PhaseWork},
     text,
     units::{parse_duration, parse_interval},
 };
-use tokio::sync::mpsc;
 
-use crate::{
-    live::Live,
-    session::{self, print_hints},
-};
+use crate::session::{self, DriveConfig, print_hints};
 
 /// Options of `herd drive`.
 #[derive(Debug, clap::Args)]
@@ -67,8 +62,6 @@ pub fn run(args: &DriveArgs) -> Result<()> {
             File::create(p).with_context(|| format!("creating the JSON output {}", p.display()))
         })
         .transpose()?;
-    let cores = session::cores();
-    let runtime = session::runtime(cores)?;
     println!("{}", heading(&scenario));
     if scenario.seed.is_some() {
         tracing::warn!(
@@ -76,7 +69,14 @@ pub fn run(args: &DriveArgs) -> Result<()> {
             args.scenario.display()
         );
     }
-    let report = runtime.block_on(drive(scenario, args, cores))?;
+    let report = session::drive(
+        scenario,
+        &DriveConfig {
+            grace: args.grace,
+            interval: args.interval,
+            live: !args.quiet,
+        },
+    )?;
     print!("\n{}", text::table(&report));
     print_hints(&report);
     if report.stopped_early {
@@ -149,46 +149,6 @@ fn heading(s: &Scenario) -> String {
         ));
     }
     line
-}
-
-async fn drive(scenario: Scenario, args: &DriveArgs, cores: usize) -> Result<RunReport> {
-    let live = Arc::new(Mutex::new(Live::for_stdout(scenario.plan().len())));
-    let (stop_rx, watcher) = {
-        let live = live.clone();
-        session::stop_channel(move || {
-            // Under the block: the next one is drawn below this line, not over it.
-            let mut live = live.lock().expect("the live view's lock");
-            tracing::info!("stopping: no new requests; in-flight ones get the grace to finish");
-            live.written_below();
-        })
-    };
-    let (events_tx, mut events) = mpsc::unbounded_channel();
-    let quiet = args.quiet;
-    let printer = tokio::spawn(async move {
-        while let Some(e) = events.recv().await {
-            match e {
-                DriverEvent::Interval(iv) if !quiet => {
-                    let mut live = live.lock().expect("the live view's lock");
-                    let mut out = std::io::stdout().lock();
-                    let _ = out.write_all(live.interval(&iv).as_bytes());
-                    let _ = out.flush();
-                }
-                DriverEvent::Done(_) => return,
-                _ => {}
-            }
-        }
-    });
-    let opts = RunOptions {
-        stop: Some(stop_rx),
-        grace: args.grace,
-        interval: args.interval,
-        events: Some(events_tx),
-        cores,
-    };
-    let report = herd_driver::run(scenario, opts).await;
-    watcher.abort();
-    let _ = printer.await;
-    Ok(report?)
 }
 
 #[cfg(test)]
@@ -274,7 +234,8 @@ mod tests {
             Some(out.clone()),
         ))
         .unwrap();
-        let report: RunReport = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+        let report: herd_driver::RunReport =
+            serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
         assert_eq!(report.requests, served.load(SeqCst));
         assert!(report.requests > 10, "{} requests", report.requests);
         assert_eq!(report.outcome_count("ok", "ok"), report.requests);
