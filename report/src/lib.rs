@@ -6,6 +6,7 @@
 //! tested on data built in memory.
 
 pub mod compare;
+pub mod export;
 pub mod findings;
 pub mod html;
 pub mod markdown;

@@ -1,0 +1,3 @@
+//! Exports for other tools: HdrHistogram interval logs ([`hdr`]).
+
+pub mod hdr;
