@@ -8,6 +8,7 @@
 pub mod compare;
 pub mod export;
 pub mod findings;
+pub mod gate;
 pub mod html;
 pub mod markdown;
 pub mod model;
