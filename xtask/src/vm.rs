@@ -625,14 +625,26 @@ impl Drop for RunDir {
     }
 }
 
+/// Removes the run directories (`run-<pid>`) and half-unpacked kernels
+/// (`kernels/.<package>.<pid>`) of runs whose process is gone.
 fn sweep_stale_runs() {
+    let dead = |pid: Option<&str>| {
+        pid.and_then(|p| p.parse::<u32>().ok())
+            .is_some_and(|p| !Path::new("/proc").join(p.to_string()).exists())
+    };
     for e in fs::read_dir(vm_dir()).into_iter().flatten().flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        if let Some(pid) = name
-            .strip_prefix("run-")
-            .and_then(|p| p.parse::<u32>().ok())
-            && !Path::new("/proc").join(pid.to_string()).exists()
-        {
+        if dead(name.strip_prefix("run-")) {
+            let _ = fs::remove_dir_all(e.path());
+        }
+    }
+    for e in fs::read_dir(vm_dir().join("kernels"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') && dead(name.rsplit('.').next()) {
             let _ = fs::remove_dir_all(e.path());
         }
     }
@@ -1227,6 +1239,38 @@ mod tests {
         assert_eq!(modinfo_depends(ko), ["inet_diag", "foo"]);
         assert!(modinfo_depends(b"\0depends=\0").is_empty());
         assert!(modinfo_depends(b"no modinfo").is_empty());
+    }
+
+    #[test]
+    fn lines_match_only_their_kernel_images_and_the_core_names_the_suite() {
+        let (v61, v612) = (&LINES[0], &LINES[1]);
+        assert!(v61.full && v61.matches("linux-image-6.1.0-57-cloud-amd64"));
+        for other in [
+            "linux-image-6.1.0-57-cloud-amd64-dbg",
+            "linux-image-6.1.0-57-cloud-amd64-unsigned",
+            "linux-image-6.1.0--cloud-amd64",
+            "linux-image-6.12.117+deb12-cloud-amd64",
+        ] {
+            assert!(!v61.matches(other), "{other}");
+        }
+        assert!(v612.matches("linux-image-6.12.117+deb12-cloud-amd64"));
+        assert!(!v612.matches("linux-image-6.12-cloud-amd64"));
+        for (name, _) in CORE {
+            assert!(SUITE.iter().any(|(n, _)| n == name), "{name}");
+        }
+        let core = suite_for(false, &[], None);
+        let inet = core
+            .iter()
+            .find(|r| r.name == "inet_sock_set_state")
+            .unwrap();
+        assert_eq!(inet.expect, Some(2));
+        assert!(inet.args.contains(&"--exact".to_owned()));
+        let types = core.iter().find(|r| r.name == "program_types").unwrap();
+        assert_eq!(types.expect, None);
+        let full = suite_for(true, &["cpu_throttle".into()], None);
+        assert_eq!(full.len(), 1);
+        assert_eq!(full[0].expect, None);
+        assert!(!full[0].args.contains(&"--exact".to_owned()));
     }
 
     #[test]
