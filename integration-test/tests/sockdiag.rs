@@ -82,10 +82,11 @@ fn finish(child: &mut std::process::Child, within: Duration) -> String {
     out.trim().to_owned()
 }
 
-/// Waits (5 s at most) until `ss` shows `n` sockets in TIME-WAIT in `ns`: the last FINs of a
-/// client-first close arrive after the client has exited.
+/// Waits (15 s at most) until `ss` shows `n` sockets in TIME-WAIT in `ns`: the last FINs of a
+/// client-first close arrive after the client has exited, once the server has accepted and
+/// drained the last connections (seconds behind the client in an emulated guest).
 fn wait_for_time_wait(ns: &str, n: u64) {
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + Duration::from_secs(15);
     while (ss(ns, &["-tan", "state", "time-wait"]).len() as u64) < n && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
     }

@@ -123,7 +123,10 @@ const LINES: &[Line] = &[
 /// under emulation stay on the host.
 const SUITE: &[(&str, &[&str])] = &[
     ("inet_sock_set_state", &[]),
-    // 28 000 connections take minutes under TCG; the 300-socket test covers the same gauge.
+    // 28 000 connections take minutes under TCG. The 300-socket IPv4 gauge test stays on the
+    // host too: in about one run in five under TCG one of its connections never showed up in
+    // TIME-WAIT (299 of 300 by ss, PAWSEstab 1 in that netns), which breaks the test's
+    // premise, not the gauge; the IPv6 test checks the same gauge against ss and sockstat.
     // One at a time: the established-gauge test needs its five clients up within 5 s.
     (
         "sockdiag",
@@ -132,6 +135,8 @@ const SUITE: &[(&str, &[&str])] = &[
             "1",
             "--skip",
             "at_28_000_time_wait_sockets_the_gauge_is_exact",
+            "--skip",
+            "time_wait_gauge_equals_ss_and_sockstat_and_headroom_uses_the_netns_range",
         ],
     ),
     // One at a time: the CPU tests measure a busy loop against its quota. --nocapture: their
@@ -166,7 +171,7 @@ const CORE: &[(&str, &[&str])] = &[
     ),
     (
         "sockdiag",
-        &["time_wait_gauge_equals_ss_and_sockstat_and_headroom_uses_the_netns_range"],
+        &["ipv6_time_wait_sockets_are_dumped_and_counted_by_sockstat"],
     ),
     (
         "cpu_throttle",
