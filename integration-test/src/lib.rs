@@ -14,6 +14,7 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail};
+use herd_probe::{KernelProbe, ProbeOptions};
 use herd_testbed::{Container, Sandbox};
 
 /// True when the test may run. Panics under `CI=true` when it may not.
@@ -30,6 +31,38 @@ pub fn privileged(test: &str) -> bool {
     }
     eprintln!("SKIPPED {why}");
     false
+}
+
+/// Loads herd's probe into the running kernel, or panics with what the kernel refused: the
+/// program and the verifier's log, or the BTF struct member this kernel lacks, and the kernel
+/// release (the VM tests run the same binary on several kernels).
+pub fn load_probe() -> KernelProbe {
+    KernelProbe::load(&ProbeOptions::default()).unwrap_or_else(|e| {
+        let log = e
+            .verifier_log()
+            .map(|l| format!("\nverifier log:\n{l}"))
+            .unwrap_or_default();
+        panic!(
+            "loading herd's probe on Linux {}: {e}{log}",
+            kernel_release()
+        )
+    })
+}
+
+/// `uname -r` of the running kernel.
+pub fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|r| r.trim().to_owned())
+        .unwrap_or_else(|e| format!("(unknown: /proc/sys/kernel/osrelease: {e})"))
+}
+
+/// True when the running kernel is `major.minor` or newer.
+pub fn kernel_at_least(major: u32, minor: u32) -> bool {
+    let release = kernel_release();
+    let mut it = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|n| n.parse::<u32>().unwrap_or(0));
+    (it.next().unwrap_or(0), it.next().unwrap_or(0)) >= (major, minor)
 }
 
 /// A client container and a server container joined by a veth pair, plus an idle bystander

@@ -2,10 +2,9 @@
 //! marked ended while the others continue.
 
 use herd_probe::{
-    KernelProbe, ProbeOptions, cgroup::CgroupLayout, containers::ContainerSet, discover::Kind,
-    sampler::Sampler,
+    cgroup::CgroupLayout, containers::ContainerSet, discover::Kind, sampler::Sampler,
 };
-use integration_test::{Pair, privileged};
+use integration_test::{Pair, load_probe, privileged};
 use probe_common::Counter;
 
 #[test]
@@ -14,7 +13,7 @@ fn containers_are_discovered_mid_run_and_marked_ended_when_removed() {
         return;
     }
     let layout = CgroupLayout::detect().unwrap();
-    let probe = KernelProbe::load(&ProbeOptions::default()).unwrap();
+    let probe = load_probe();
     let mut sampler =
         Sampler::new(probe, ContainerSet::default().with_discovery(), layout).unwrap();
     let first = sampler.sample().unwrap();

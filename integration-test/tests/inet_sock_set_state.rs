@@ -1,20 +1,84 @@
 //! `raw_tp/inet_sock_set_state` (+ the reset, retransmit and connect-exit programs): per-cgroup
 //! counts and per-destination pairs, exact against the workloads' own counts.
 
-use std::{net::IpAddr, time::Duration};
+use std::{
+    net::IpAddr,
+    time::{Duration, Instant},
+};
 
-use herd_probe::{KernelProbe, ProbeOptions, Snapshot};
-use integration_test::{Pair, privileged};
-use probe_common::{Counter, HIST_BUCKETS};
+use herd_probe::{KernelProbe, Snapshot};
+use integration_test::{Pair, kernel_at_least, load_probe, privileged};
+use probe_common::{Counter, HIST_BUCKETS, Loss};
 
-/// Waits for the softirq half of the last handshakes and closes, then reads the maps.
+/// Waits for the softirq half of the last handshakes and closes, then reads the maps: 300 ms,
+/// then until two reads 100 ms apart agree (an emulated guest can need more), 5 s at most.
 fn settle(probe: &KernelProbe) -> Snapshot {
     std::thread::sleep(Duration::from_millis(300));
-    probe.snapshot().unwrap()
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut last = probe.snapshot().unwrap();
+    loop {
+        std::thread::sleep(Duration::from_millis(100));
+        let now = probe.snapshot().unwrap();
+        let same = (&now.by_cgroup, &now.losses, &now.pairs)
+            == (&last.by_cgroup, &last.losses, &last.pairs);
+        if same || Instant::now() > deadline {
+            return now;
+        }
+        last = now;
+    }
 }
 
 fn delta(before: &Snapshot, after: &Snapshot, id: u64, c: Counter) -> u64 {
     after.get(id, c) - before.get(id, c)
+}
+
+/// Checks the probe's counts against the workloads' own: exactly, except that the kernel may
+/// have skipped some program runs, which the probe reports (`Loss::RecursionMiss`, a softirq
+/// interrupting a program in process context). A count may then fall short by at most the
+/// runs skipped, never exceed. Under emulation that happens every few hundred connections;
+/// on hardware, rarely.
+struct Expect<'a> {
+    before: &'a Snapshot,
+    after: &'a Snapshot,
+    skipped: u64,
+}
+
+impl<'a> Expect<'a> {
+    fn new(before: &'a Snapshot, after: &'a Snapshot) -> Self {
+        let miss = Loss::RecursionMiss as usize;
+        let skipped = after.losses[miss] - before.losses[miss];
+        if skipped > 0 {
+            eprintln!("the kernel skipped {skipped} program runs (recursion_misses)");
+        }
+        Self {
+            before,
+            after,
+            skipped,
+        }
+    }
+
+    fn count(&self, id: u64, c: Counter, expected: u64) {
+        self.value(c.name(), delta(self.before, self.after, id, c), expected);
+    }
+
+    fn value(&self, what: &str, got: u64, expected: u64) {
+        assert!(
+            got <= expected && expected - got <= self.skipped,
+            "{what}: counted {got}, expected {expected} (the kernel skipped {} program runs)",
+            self.skipped
+        );
+    }
+
+    /// Nothing lost for any other reason (full maps, unreadable cgroups).
+    fn nothing_else_lost(&self) {
+        let other: Vec<_> = Loss::ALL
+            .iter()
+            .filter(|l| **l != Loss::RecursionMiss)
+            .map(|l| (l.name(), self.after.losses[*l as usize]))
+            .filter(|(_, n)| *n > 0)
+            .collect();
+        assert!(other.is_empty(), "the probe lost events: {other:?}");
+    }
 }
 
 fn parse(said: &str, field: &str) -> u64 {
@@ -33,7 +97,7 @@ fn connects_accepts_and_time_wait_entries_are_exact_per_container_and_pair() {
     }
     const N: u64 = 500;
     let mut pair = Pair::new("test").unwrap();
-    let probe = KernelProbe::load(&ProbeOptions::default()).unwrap();
+    let probe = load_probe();
     let before = probe.snapshot().unwrap();
     pair.start_server(9000, &["--max-conns", &N.to_string()])
         .unwrap();
@@ -41,20 +105,21 @@ fn connects_accepts_and_time_wait_entries_are_exact_per_container_and_pair() {
     let said = pair.run_client(9000, N, &[]).unwrap();
     assert_eq!(said, format!("connected {N} failed 0"));
     let after = settle(&probe);
+    let expect = Expect::new(&before, &after);
     let (cli, srv, idle) = (
         pair.client.cgroup_id,
         pair.server.cgroup_id,
         pair.idle.cgroup_id,
     );
 
-    assert_eq!(delta(&before, &after, cli, Counter::Connects), N);
-    assert_eq!(delta(&before, &after, srv, Counter::Accepts), N);
-    assert_eq!(delta(&before, &after, cli, Counter::TimeWaitEntries), N);
+    expect.count(cli, Counter::Connects, N);
+    expect.count(srv, Counter::Accepts, N);
+    expect.count(cli, Counter::TimeWaitEntries, N);
     // Softirq attribution: the server's container never gets the client's connects or
     // TIME_WAIT entries, though the FIN that completes them is processed in softirq.
-    assert_eq!(delta(&before, &after, cli, Counter::Accepts), 0);
-    assert_eq!(delta(&before, &after, srv, Counter::Connects), 0);
-    assert_eq!(delta(&before, &after, srv, Counter::TimeWaitEntries), 0);
+    expect.count(cli, Counter::Accepts, 0);
+    expect.count(srv, Counter::Connects, 0);
+    expect.count(srv, Counter::TimeWaitEntries, 0);
     for c in Counter::ALL {
         assert_eq!(
             delta(&before, &after, idle, c),
@@ -64,17 +129,17 @@ fn connects_accepts_and_time_wait_entries_are_exact_per_container_and_pair() {
         );
     }
     let p = after.pair(cli, IpAddr::V4(pair.server_ip), 9000);
-    assert_eq!(
-        (p.connects, p.established, p.time_wait_entries, p.closed),
-        (N, N, N, N)
-    );
-    assert_eq!(p.connect_latency_us.count(), N);
-    assert_eq!(p.lifetime_ms.count(), N);
+    expect.value("pair connects", p.connects, N);
+    expect.value("pair established", p.established, N);
+    expect.value("pair time_wait_entries", p.time_wait_entries, N);
+    expect.value("pair closed", p.closed, N);
+    assert_eq!(p.connect_latency_us.count(), p.established);
+    assert_eq!(p.lifetime_ms.count(), p.closed);
     // A veth handshake takes microseconds, not seconds.
     assert_eq!(p.connect_latency_us.0[HIST_BUCKETS - 1], 0);
     // The server side keeps no pair (accepted sockets), and nothing was lost.
     assert!(after.pairs.keys().all(|k| k.cgroup != srv));
-    assert_eq!(after.lost(), 0, "the probe lost events: {:?}", after.losses);
+    expect.nothing_else_lost();
 }
 
 #[test]
@@ -84,28 +149,35 @@ fn refused_connects_are_counted_as_econnrefused_with_their_resets() {
     }
     const N: u64 = 50;
     let mut pair = Pair::new("test").unwrap();
-    let probe = KernelProbe::load(&ProbeOptions::default()).unwrap();
+    let probe = load_probe();
     let before = probe.snapshot().unwrap();
     // Nothing listens on 9001: every SYN is answered with a reset.
     let said = pair.run_client(9001, N, &[]).unwrap();
     assert_eq!(said, format!("connected 0 failed {N}"));
     let after = settle(&probe);
+    let expect = Expect::new(&before, &after);
     let cli = pair.client.cgroup_id;
     // Like the kernel's TcpActiveOpens, a connect counts when the SYN is sent.
-    assert_eq!(delta(&before, &after, cli, Counter::Connects), N);
-    assert_eq!(delta(&before, &after, cli, Counter::ConnectRefused), N);
-    assert_eq!(delta(&before, &after, cli, Counter::ResetsReceived), N);
+    expect.count(cli, Counter::Connects, N);
+    expect.count(cli, Counter::ConnectRefused, N);
+    expect.count(cli, Counter::ResetsReceived, N);
     for other in [
         Counter::ConnectTimedOut,
         Counter::ConnectOtherError,
         Counter::ConnectAddrNotAvail,
     ] {
-        assert_eq!(delta(&before, &after, cli, other), 0, "{}", other.name());
+        expect.count(cli, other, 0);
     }
     // The resets were sent by no socket (closed port): counted for cgroup 0, reported as host.
-    assert!(delta(&before, &after, 0, Counter::ResetsSent) >= N);
+    // Kernels before 6.10 do not fire tcp_send_reset for a reset without a full socket
+    // ("trace: tcp: fully support trace_tcp_send_reset", 6.10; measured: 6.1 none, 6.12 all).
+    if kernel_at_least(6, 10) {
+        assert!(delta(&before, &after, 0, Counter::ResetsSent) >= N);
+    }
     let p = after.pair(cli, IpAddr::V4(pair.server_ip), 9001);
-    assert_eq!((p.connects, p.established, p.closed), (N, 0, N));
+    expect.value("pair connects", p.connects, N);
+    expect.value("pair established", p.established, 0);
+    expect.value("pair closed", p.closed, N);
 }
 
 #[test]
@@ -119,16 +191,17 @@ fn an_exhausted_ephemeral_range_shows_as_eaddrnotavail() {
     let client = pair.client.clone();
     pair.sysctl(&client, "net.ipv4.ip_local_port_range", "40000 40009")
         .unwrap();
-    let probe = KernelProbe::load(&ProbeOptions::default()).unwrap();
+    let probe = load_probe();
     let before = probe.snapshot().unwrap();
     pair.start_server(9002, &["--max-conns", "10"]).unwrap();
     let said = pair.run_client(9002, 15, &[]).unwrap();
     assert_eq!(said, "connected 10 failed 5");
     let after = settle(&probe);
+    let expect = Expect::new(&before, &after);
     let cli = pair.client.cgroup_id;
-    assert_eq!(delta(&before, &after, cli, Counter::ConnectAddrNotAvail), 5);
-    assert_eq!(delta(&before, &after, cli, Counter::TimeWaitEntries), 10);
-    assert_eq!(delta(&before, &after, cli, Counter::ConnectRefused), 0);
+    expect.count(cli, Counter::ConnectAddrNotAvail, 5);
+    expect.count(cli, Counter::TimeWaitEntries, 10);
+    expect.count(cli, Counter::ConnectRefused, 0);
 }
 
 #[test]
@@ -137,7 +210,7 @@ fn a_destination_without_route_shows_as_enetunreach() {
         return;
     }
     let mut pair = Pair::new("test").unwrap();
-    let probe = KernelProbe::load(&ProbeOptions::default()).unwrap();
+    let probe = load_probe();
     let before = probe.snapshot().unwrap();
     // The client's netns has only its /30 link: the route lookup fails inside connect(), so no
     // packet is ever sent.
@@ -146,9 +219,10 @@ fn a_destination_without_route_shows_as_enetunreach() {
         .unwrap();
     assert_eq!(said, "connected 0 failed 7");
     let after = settle(&probe);
+    let expect = Expect::new(&before, &after);
     let cli = pair.client.cgroup_id;
-    assert_eq!(delta(&before, &after, cli, Counter::ConnectNetUnreach), 7);
-    assert_eq!(delta(&before, &after, cli, Counter::Connects), 0);
+    expect.count(cli, Counter::ConnectNetUnreach, 7);
+    expect.count(cli, Counter::Connects, 0);
 }
 
 #[test]
@@ -161,7 +235,7 @@ fn syns_dropped_by_a_full_accept_queue_time_out_as_etimedout() {
     // One SYN retry: ETIMEDOUT after ~3 s instead of ~2 min.
     pair.sysctl(&client, "net.ipv4.tcp_syn_retries", "1")
         .unwrap();
-    let probe = KernelProbe::load(&ProbeOptions::default()).unwrap();
+    let probe = load_probe();
     let before = probe.snapshot().unwrap();
     pair.start_server(9003, &["--max-conns", "0", "--deadline", "20s"])
         .unwrap();
@@ -171,9 +245,10 @@ fn syns_dropped_by_a_full_accept_queue_time_out_as_etimedout() {
         .unwrap();
     assert_eq!(said, "connected 1 failed 2");
     let after = settle(&probe);
+    let expect = Expect::new(&before, &after);
     let cli = pair.client.cgroup_id;
-    assert_eq!(delta(&before, &after, cli, Counter::ConnectTimedOut), 2);
-    assert_eq!(delta(&before, &after, cli, Counter::Connects), 3);
+    expect.count(cli, Counter::ConnectTimedOut, 2);
+    expect.count(cli, Counter::Connects, 3);
     // Each timed-out connect retransmitted its SYN once.
     assert!(delta(&before, &after, cli, Counter::Retransmits) >= 2);
 }
@@ -184,7 +259,7 @@ fn a_keep_alive_pool_connects_once_per_connection_and_a_two_idle_pool_churns() {
         return;
     }
     let mut pair = Pair::new("test").unwrap();
-    let probe = KernelProbe::load(&ProbeOptions::default()).unwrap();
+    let probe = load_probe();
     // 2 ms of service time per request, so concurrent requests really overlap.
     pair.start_server(9004, &["--echo", "2ms"]).unwrap();
     let target = format!("{}:9004", pair.server_ip);
@@ -211,28 +286,27 @@ fn a_keep_alive_pool_connects_once_per_connection_and_a_two_idle_pool_churns() {
     let before = probe.snapshot().unwrap();
     let said = run(&mut pair, "50");
     let after = settle(&probe);
+    let expect = Expect::new(&before, &after);
     assert_eq!(parse(&said, "requests"), 2000, "{said}");
     let own = parse(&said, "connects");
     assert!(own <= 50, "{said}");
-    assert_eq!(delta(&before, &after, cli, Counter::Connects), own);
+    expect.count(cli, Counter::Connects, own);
 
     // The seeds' bug, same load: 2 idle slots. A connection returned while 2 are idle is
     // closed, and a caller finding none idle dials: the pool churns.
     let before = after;
     let said = run(&mut pair, "2");
     let after = settle(&probe);
+    let expect = Expect::new(&before, &after);
     assert_eq!(parse(&said, "requests"), 2000, "{said}");
     let own = parse(&said, "connects");
-    let connects = delta(&before, &after, cli, Counter::Connects);
-    assert_eq!(connects, own, "probe vs the client's own count: {said}");
+    expect.count(cli, Counter::Connects, own);
     // Measured here: ~870 connects for 2000 requests (churn ratio ~0.43) vs <= 50 above.
     assert!(
-        connects > 500,
+        own > 500,
         "a 2-idle pool under concurrency 50 should churn: {said}"
     );
     // Every churned connection was closed by the client: one TIME_WAIT entry each.
-    assert_eq!(
-        delta(&before, &after, cli, Counter::TimeWaitEntries),
-        connects
-    );
+    expect.count(cli, Counter::TimeWaitEntries, own);
+    expect.nothing_else_lost();
 }

@@ -82,6 +82,16 @@ fn finish(child: &mut std::process::Child, within: Duration) -> String {
     out.trim().to_owned()
 }
 
+/// Waits (15 s at most) until `ss` shows `n` sockets in TIME-WAIT in `ns`: the last FINs of a
+/// client-first close arrive after the client has exited, once the server has accepted and
+/// drained the last connections (seconds behind the client in an emulated guest).
+fn wait_for_time_wait(ns: &str, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while (ss(ns, &["-tan", "state", "time-wait"]).len() as u64) < n && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Samples `ns` until `done` holds, for 5 s at most.
 fn sample_until(ns: &mut Netns, what: &str, done: impl Fn(&NetnsSample) -> bool) -> NetnsSample {
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -112,8 +122,8 @@ fn time_wait_gauge_equals_ss_and_sockstat_and_headroom_uses_the_netns_range() {
     let said = pair.run_client(9100, N, &[]).unwrap();
     assert_eq!(said, format!("connected {N} failed 0"));
     // The server's last FINs are processed in softirq after the client exits; until then a
-    // timewait socket has substate FIN_WAIT2.
-    std::thread::sleep(Duration::from_millis(200));
+    // timewait socket has substate FIN_WAIT2 (under emulation, for longer than 200 ms).
+    wait_for_time_wait(&client_ns, N);
     let mut client = open(&client_ns);
     let mut server = open(&server_ns);
     let mut idle = open(&pair.idle.netns);
@@ -314,7 +324,7 @@ fn ipv6_time_wait_sockets_are_dumped_and_counted_by_sockstat() {
     let client = pair.sandbox.spawn(&container, cmd).unwrap();
     let said = finish(pair.sandbox.child(client), Duration::from_secs(30));
     assert_eq!(said, format!("connected {N} failed 0"));
-    std::thread::sleep(Duration::from_millis(200));
+    wait_for_time_wait(&ns, N);
 
     let mut netns = open(&ns);
     let s = netns.sample().unwrap();

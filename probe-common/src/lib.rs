@@ -149,8 +149,12 @@ pub enum Loss {
     SockMapFull = 2,
     /// `PAIRS` was full: a destination pair's event was lost.
     PairMapFull = 3,
+    /// The kernel did not run a program for an event because that program was already
+    /// running on the same CPU (a softirq interrupting it in process context). Never written
+    /// by the programs: user space reads each program's `recursion_misses` into this slot.
+    RecursionMiss = 4,
     /// Number of loss reasons; not a reason.
-    Count = 4,
+    Count = 5,
 }
 
 impl Loss {
@@ -160,6 +164,7 @@ impl Loss {
         Loss::CgroupUnreadable,
         Loss::SockMapFull,
         Loss::PairMapFull,
+        Loss::RecursionMiss,
     ];
 
     /// The stable, snake_case name used in output.
@@ -169,6 +174,7 @@ impl Loss {
             Loss::CgroupUnreadable => "cgroup_unreadable",
             Loss::SockMapFull => "sock_map_full",
             Loss::PairMapFull => "pair_map_full",
+            Loss::RecursionMiss => "recursion_miss",
             Loss::Count => "count",
         }
     }

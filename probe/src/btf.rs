@@ -22,6 +22,7 @@ const KIND_TYPEDEF: u32 = 8;
 const KIND_VOLATILE: u32 = 9;
 const KIND_CONST: u32 = 10;
 const KIND_RESTRICT: u32 = 11;
+const KIND_FUNC: u32 = 12;
 const KIND_FUNC_PROTO: u32 = 13;
 const KIND_VAR: u32 = 14;
 const KIND_DATASEC: u32 = 15;
@@ -263,6 +264,15 @@ impl Btf {
         Ok(bits / 8)
     }
 
+    /// The BTF type id of kernel function `name` (what fentry/fexit programs attach to),
+    /// `None` when the kernel has no such function or it is not in BTF.
+    pub fn func_id(&self, name: &str) -> Option<u32> {
+        self.types
+            .iter()
+            .position(|t| t.kind == KIND_FUNC && self.name(t.name_off) == name)
+            .map(|id| id as u32)
+    }
+
     /// True when `path` inside `struct st` is a pointer (used to validate assumptions).
     pub fn member_is_pointer(&self, st: &str, path: &[&str]) -> Result<bool, BtfError> {
         let (last, parents) = path.split_last().ok_or(BtfError::Malformed("empty path"))?;
@@ -383,5 +393,10 @@ mod tests {
         btf.member_offset("kernfs_node", &["id"]).unwrap();
         // skc_daddr sits inside an anonymous union/struct of sock_common.
         btf.member_offset("sock_common", &["skc_daddr"]).unwrap();
+        let id = btf
+            .func_id("tcp_connect")
+            .expect("tcp_connect is in every kernel's BTF");
+        assert!(id > 0);
+        assert_eq!(btf.func_id("no_such_function_in_any_kernel"), None);
     }
 }

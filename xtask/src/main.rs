@@ -14,6 +14,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod bench_driver;
+mod vm;
 
 #[derive(Parser)]
 #[command(about = "herd's project tasks")]
@@ -27,8 +28,8 @@ enum Task {
     /// Install the pinned nightly with rust-src, bpf-linker (built against that nightly's LLVM,
     /// into target/tools) and the Debian packages the tests and benchmarks use.
     Setup,
-    /// Setup, then every gate: fmt, clippy (host and eBPF), unit tests and the privileged
-    /// integration tests.
+    /// Setup, then every gate: fmt, clippy (host and eBPF), unit tests, the privileged
+    /// integration tests, and the same tests on Debian's other kernels in QEMU.
     Ci,
     /// Build herd in release mode and measure the probe's overhead: throughput with the probe
     /// detached vs attached, interleaved, plus the probe's CPU, RSS and lost events (root).
@@ -38,6 +39,10 @@ enum Task {
     /// 100 000 requests and requests/s. `--scale`: 10 000 h2c players held 60 s, the driver's
     /// RSS and CPU.
     BenchDriver(bench_driver::Args),
+    /// The privileged integration tests alone: `local` on this host's kernel (root), `vm` on
+    /// Debian's other kernels booted in QEMU with pure cgroup v2.
+    #[command(subcommand)]
+    IntegrationTest(IntegrationTest),
     /// Setup, build herd in release mode, and run `herd demo` (needs root): the demo contour,
     /// driven and probed with the buggy and the fixed pool, reported and compared.
     Demo {
@@ -45,6 +50,14 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+}
+
+#[derive(Subcommand)]
+enum IntegrationTest {
+    /// On this host's kernel, as root.
+    Local,
+    /// In QEMU, on each kernel of the matrix in xtask/src/vm.rs.
+    Vm(vm::Args),
 }
 
 /// Debian packages the project needs at test or run time, with why.
@@ -66,6 +79,14 @@ const DEBIAN_PACKAGES: &[(&str, &str)] = &[
     (
         "nghttp2-client",
         "h2load, the h2c (and second HTTP/1.1) reference client in `cargo xtask bench-driver`",
+    ),
+    (
+        "qemu-system-x86",
+        "boots Debian's other kernels for `cargo xtask integration-test vm` (pure cgroup v2)",
+    ),
+    (
+        "busybox-static",
+        "the shell and tools of that guest's initramfs (static: no libraries to copy)",
     ),
 ];
 
@@ -302,6 +323,8 @@ fn ci() -> Result<()> {
         "probe-ebpf",
     ]))?;
     privileged_tests()?;
+    // The same tests on Debian's other kernels, pure cgroup v2, in QEMU (no root needed).
+    vm::run(&vm::Args::from_env())?;
     eprintln!(
         "xtask: ci passed in {:.0}s",
         started.elapsed().as_secs_f64()
@@ -375,6 +398,13 @@ fn main() -> Result<()> {
         Task::Setup => setup(),
         Task::Ci => ci(),
         Task::Demo { args } => demo(&args),
+        Task::IntegrationTest(which) => {
+            setup()?;
+            match which {
+                IntegrationTest::Local => privileged_tests(),
+                IntegrationTest::Vm(args) => vm::run(&args),
+            }
+        }
         Task::BenchDriver(args) => {
             setup()?;
             status(cargo().args(["build", "--release", "--package", "herd"]))?;
