@@ -7,10 +7,9 @@
 
 pub mod h1;
 mod h1_raw;
-mod h2_raw;
+mod h2;
 pub mod h2c;
 mod headers;
-mod hpack;
 pub mod tls;
 
 use std::{error::Error as _, future::Future, pin::Pin, sync::Arc, time::Duration};
@@ -70,7 +69,7 @@ pub enum Body {
     /// HTTP/1.1, run by hyper.
     Hyper(hyper::body::Incoming),
     /// HTTP/2.
-    H2(h2_raw::RecvBody),
+    H2(h2::RecvBody),
 }
 
 impl Body {
