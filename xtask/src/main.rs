@@ -14,6 +14,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod bench_driver;
+mod fuzz;
 
 #[derive(Parser)]
 #[command(about = "herd's project tasks")]
@@ -25,10 +26,11 @@ struct Cli {
 #[derive(Subcommand)]
 enum Task {
     /// Install the pinned nightly with rust-src, bpf-linker (built against that nightly's LLVM,
-    /// into target/tools) and the Debian packages the tests and benchmarks use.
+    /// into target/tools), cargo-fuzz (into target/tools) and the Debian packages the tests
+    /// and benchmarks use.
     Setup,
-    /// Setup, then every gate: fmt, clippy (host and eBPF), unit tests and the privileged
-    /// integration tests.
+    /// Setup, then every gate: fmt, clippy (host and eBPF), unit tests, the privileged
+    /// integration tests and a short run of every fuzz target.
     Ci,
     /// Build herd in release mode and measure the probe's overhead: throughput with the probe
     /// detached vs attached, interleaved, plus the probe's CPU, RSS and lost events (root).
@@ -38,6 +40,9 @@ enum Task {
     /// 100 000 requests and requests/s. `--scale`: 10 000 h2c players held 60 s, the driver's
     /// RSS and CPU.
     BenchDriver(bench_driver::Args),
+    /// Build the fuzz targets in fuzz/ (cargo-fuzz on the pinned nightly) and run each for a
+    /// bounded time; a crash or hang fails, naming the saved input.
+    Fuzz(fuzz::Args),
     /// Setup, build herd in release mode, and run `herd demo` (needs root): the demo contour,
     /// driven and probed with the buggy and the fixed pool, reported and compared.
     Demo {
@@ -208,7 +213,25 @@ fn setup() -> Result<()> {
         )?;
     }
 
-    // 4. Debian packages.
+    // 4. cargo-fuzz, for `cargo xtask fuzz`; it drives the pinned nightly's cargo itself.
+    let cargo_fuzz = tools.join("bin/cargo-fuzz");
+    if output(Command::new(&cargo_fuzz).args(["fuzz", "--version"])).is_none() {
+        status(
+            Command::new("cargo")
+                .args([
+                    "install",
+                    "cargo-fuzz",
+                    "--version",
+                    "=0.13.2",
+                    "--locked",
+                    "--root",
+                ])
+                .arg(&tools)
+                .env("CARGO_TARGET_DIR", tools.join("build")),
+        )?;
+    }
+
+    // 5. Debian packages.
     let missing: Vec<&str> = DEBIAN_PACKAGES
         .iter()
         .map(|(p, _)| *p)
@@ -302,6 +325,15 @@ fn ci() -> Result<()> {
         "probe-ebpf",
     ]))?;
     privileged_tests()?;
+    // A short run of every fuzz target: its seeds and what earlier runs found still pass.
+    fuzz::fuzz(
+        &root(),
+        &nightly,
+        &fuzz::Args {
+            seconds: 20,
+            target: None,
+        },
+    )?;
     eprintln!(
         "xtask: ci passed in {:.0}s",
         started.elapsed().as_secs_f64()
@@ -385,6 +417,10 @@ fn main() -> Result<()> {
             };
             println!("{table}");
             Ok(())
+        }
+        Task::Fuzz(args) => {
+            setup()?;
+            fuzz::fuzz(&root(), &nightly()?, &args)
         }
         Task::BenchProbe => {
             setup()?;

@@ -7,7 +7,7 @@
 
 pub mod h1;
 mod h1_raw;
-mod h2;
+pub(crate) mod h2;
 pub mod h2c;
 mod headers;
 pub mod tls;

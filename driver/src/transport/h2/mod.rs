@@ -25,6 +25,7 @@
 mod conn;
 mod flow;
 mod frame;
+pub(crate) mod fuzz;
 mod handoff;
 mod hpack;
 mod streams;

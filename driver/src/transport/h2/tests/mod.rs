@@ -310,5 +310,6 @@ async fn hyper_server(printable: String) -> (Dial, JoinHandle<()>) {
 
 mod conn;
 mod flow;
+mod fuzzed;
 mod handoff;
 mod streams;
