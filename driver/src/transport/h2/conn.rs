@@ -45,6 +45,7 @@ pub(super) fn preface() -> Vec<u8> {
 
 impl Inner {
     /// True once no new stream may start.
+    #[inline]
     pub(super) fn closing(&self) -> bool {
         self.dead.is_some() || self.goaway.is_some() || self.next_id > MAX_STREAM_ID
     }

@@ -28,6 +28,7 @@ const WRITE_AHEAD: usize = 64 * 1024;
 
 /// The credit to give back, once what was read since the last WINDOW_UPDATE (`unacked`)
 /// is half of the `full` window: taken from `unacked` and put back into `window`.
+#[inline]
 pub(super) fn credit(unacked: &mut u32, window: &mut i64, full: u32) -> Option<u32> {
     if *unacked < full / 2 {
         return None;
@@ -171,6 +172,7 @@ impl Inner {
     }
 
     /// Gives the server `n` more bytes of window on stream `id` (0: the connection).
+    #[inline]
     pub(super) fn window_update(&mut self, id: u32, n: u32) {
         frame::put_word(&mut self.wbuf, WINDOW_UPDATE, id, n);
     }

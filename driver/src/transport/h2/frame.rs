@@ -50,6 +50,7 @@ pub(super) struct Frame {
 
 /// Takes the first frame off `buf` once it is whole; `None` before (with room reserved for
 /// the rest of it). A frame over [`MAX_FRAME`] is an error as soon as its header is in.
+#[inline]
 pub(super) fn read(buf: &mut BytesMut) -> Result<Option<Frame>, ConnectionError> {
     if buf.len() < 9 {
         return Ok(None);
@@ -78,6 +79,7 @@ pub(super) fn read(buf: &mut BytesMut) -> Result<Option<Frame>, ConnectionError>
 }
 
 /// The payload of a frame that may be PADDED, without its padding.
+#[inline]
 pub(super) fn unpad(flags: u8, mut frame: Bytes, kind: &str) -> Result<Bytes, ConnectionError> {
     if flags & PADDED == 0 {
         return Ok(frame);
@@ -99,6 +101,7 @@ pub(super) fn unpad(flags: u8, mut frame: Bytes, kind: &str) -> Result<Bytes, Co
 
 /// A 4-byte payload (RST_STREAM's code, WINDOW_UPDATE's increment) as a number; `kind`
 /// names the frame in the error for any other length.
+#[inline]
 pub(super) fn word(kind: &str, payload: &[u8]) -> Result<u32, ConnectionError> {
     match *payload {
         [a, b, c, d] => Ok(u32::from_be_bytes([a, b, c, d])),
@@ -106,17 +109,20 @@ pub(super) fn word(kind: &str, payload: &[u8]) -> Result<u32, ConnectionError> {
     }
 }
 
+#[inline]
 pub(super) fn frame_bytes(len: usize, kind: u8, flags: u8, id: u32) -> [u8; 9] {
     let [_, l0, l1, l2] = (len as u32).to_be_bytes();
     let [i0, i1, i2, i3] = id.to_be_bytes();
     [l0, l1, l2, kind, flags, i0, i1, i2, i3]
 }
 
+#[inline]
 pub(super) fn frame_head(out: &mut Vec<u8>, len: usize, kind: u8, flags: u8, id: u32) {
     out.extend_from_slice(&frame_bytes(len, kind, flags, id));
 }
 
 /// A frame whose payload is one 4-byte number: WINDOW_UPDATE, RST_STREAM.
+#[inline]
 pub(super) fn put_word(out: &mut Vec<u8>, kind: u8, id: u32, n: u32) {
     frame_head(out, 4, kind, 0, id);
     out.extend_from_slice(&n.to_be_bytes());

@@ -79,6 +79,7 @@ impl Inner {
     /// over. Frames it queued and could not write are handed on the same way. A way out
     /// that skips this can leave every other call on the connection asleep until its
     /// timeout.
+    #[inline]
     pub(super) fn leave(&mut self, me: u32, wakes: &mut Vec<Waker>) {
         if let Some(i) = self.index(me) {
             self.streams[i].waker = None;
@@ -223,6 +224,7 @@ impl Inner {
 }
 
 /// Puts `waker` in `slot`, cloning only if it is another task's.
+#[inline]
 pub(super) fn set_waker(slot: &mut Option<Waker>, waker: &Waker) {
     match slot {
         Some(w) => set_waker_in(w, waker),
@@ -230,6 +232,7 @@ pub(super) fn set_waker(slot: &mut Option<Waker>, waker: &Waker) {
     }
 }
 
+#[inline]
 pub(super) fn set_waker_in(w: &mut Waker, waker: &Waker) {
     if !w.will_wake(waker) {
         w.clone_from(waker);

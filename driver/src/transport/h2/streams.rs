@@ -80,6 +80,7 @@ impl Inner {
     }
 
     /// The stream `id`, which its owner holds, so it is there.
+    #[inline]
     pub(super) fn stream(&mut self, id: u32) -> &mut Stream {
         self.streams
             .iter_mut()
@@ -87,6 +88,7 @@ impl Inner {
             .expect("a stream stays until its owner releases it")
     }
 
+    #[inline]
     pub(super) fn index(&self, id: u32) -> Option<usize> {
         self.streams.iter().position(|s| s.id == id)
     }
@@ -391,6 +393,7 @@ impl Inner {
 
     /// After a change to stream `i`: frees its place against MAX_CONCURRENT_STREAMS if it is
     /// closed both ways, and wakes its owner (unless that is the task filing the frame).
+    #[inline]
     pub(super) fn settle(&mut self, i: usize, me: u32, wakes: &mut Vec<Waker>) {
         let s = &mut self.streams[i];
         if s.counted && (s.reset || (s.ended && s.sent_end)) {
@@ -458,6 +461,7 @@ fn check_path(path: &str) -> Result<(), http::uri::InvalidUri> {
 }
 
 /// A whole body's chunks as one piece, copied only if it came in more than one.
+#[inline]
 pub(super) fn concat(data: &mut VecDeque<Bytes>) -> Bytes {
     match data.len() {
         0 => Bytes::new(),
