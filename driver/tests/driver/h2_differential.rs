@@ -430,6 +430,15 @@ fn sent_by_client(e: &Exchange) -> Received {
     }
 }
 
+fn get(path: &str) -> Request {
+    Request {
+        method: Method::GET,
+        path: path.into(),
+        headers: HeaderMap::new(),
+        body: Bytes::new(),
+    }
+}
+
 fn scenario(port: u16) -> Scenario {
     let src = format!(
         r#"
@@ -530,12 +539,7 @@ async fn the_client_sees_what_the_h2_server_sent_and_sends_what_it_received() {
     // to 100 streams (RFC 9113 §6.5.2's least); those past the server's limit are refused
     // (REFUSED_STREAM, unprocessed) by h2 itself, not by the server's application.
     let mut first = conn.share().unwrap();
-    let warm = first.send(Request {
-        method: Method::GET,
-        path: "/warm".into(),
-        headers: HeaderMap::new(),
-        body: Bytes::new(),
-    });
+    let warm = first.send(get("/warm"));
     let warm = tokio::time::timeout(PATIENCE, warm).await.unwrap().unwrap();
     assert_eq!(warm.status, 204);
 
@@ -593,12 +597,7 @@ async fn the_client_sees_what_the_h2_server_sent_and_sends_what_it_received() {
         .map(|k| {
             let mut h = conn.share().unwrap();
             tokio::spawn(async move {
-                let r = h.send(Request {
-                    method: Method::GET,
-                    path: format!("/held/{k}"),
-                    headers: HeaderMap::new(),
-                    body: Bytes::new(),
-                });
+                let r = h.send(get(&format!("/held/{k}")));
                 tokio::time::timeout(PATIENCE, r).await.unwrap()
             })
         })
@@ -618,12 +617,7 @@ async fn the_client_sees_what_the_h2_server_sent_and_sends_what_it_received() {
     .await
     .expect("the client noticed the GOAWAY");
     let mut late = conn.share().unwrap();
-    let refused = late.send(Request {
-        method: Method::GET,
-        path: "/after".into(),
-        headers: HeaderMap::new(),
-        body: Bytes::new(),
-    });
+    let refused = late.send(get("/after"));
     let e = tokio::time::timeout(PATIENCE, refused)
         .await
         .unwrap()
