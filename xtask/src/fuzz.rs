@@ -104,9 +104,10 @@ pub fn fuzz(root: &Path, nightly: &str, args: &Args) -> Result<()> {
                 return Err(e.context(format!("fuzz target {t}")));
             }
             bail!(
-                "fuzz target {t} failed on the input saved at {}: rerun it with `cargo xtask \
-                 fuzz {t}` after a fix, and keep it as a regression test \
-                 (driver/src/transport/h2/tests/fuzzed.rs)",
+                "fuzz target {t} failed on the input saved at {}: replay it with \
+                 `RUSTUP_TOOLCHAIN={nightly} target/tools/bin/cargo-fuzz fuzz run --fuzz-dir \
+                 fuzz {t} <input>`, fix the bug, and keep the input as a unit test beside the \
+                 harness (the h2 ones: driver/src/transport/h2/tests/fuzzed.rs)",
                 found.join(", ")
             );
         }
