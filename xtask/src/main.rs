@@ -310,6 +310,16 @@ fn ci() -> Result<()> {
             .env_remove("RUSTC")
             .env_remove("RUSTC_WORKSPACE_WRAPPER"),
     )?;
+    // A short run of every fuzz target: its seeds and what earlier runs found still pass.
+    // Before the tests, so their summaries close the output.
+    fuzz::fuzz(
+        &root(),
+        &nightly,
+        &fuzz::Args {
+            seconds: 20,
+            target: None,
+        },
+    )?;
     if std::env::var_os("CI").is_some() && !is_root() {
         bail!("CI=true but not root: the privileged integration tests cannot run; run CI as root");
     }
@@ -325,15 +335,6 @@ fn ci() -> Result<()> {
         "probe-ebpf",
     ]))?;
     privileged_tests()?;
-    // A short run of every fuzz target: its seeds and what earlier runs found still pass.
-    fuzz::fuzz(
-        &root(),
-        &nightly,
-        &fuzz::Args {
-            seconds: 20,
-            target: None,
-        },
-    )?;
     eprintln!(
         "xtask: ci passed in {:.0}s",
         started.elapsed().as_secs_f64()
