@@ -19,6 +19,8 @@
 #![deny(missing_docs)]
 
 mod conns;
+#[doc(hidden)]
+pub mod fuzzing;
 mod groups;
 pub mod measure;
 pub mod outcome;

@@ -14,6 +14,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod bench_driver;
+mod fuzz;
 mod vm;
 
 #[derive(Parser)]
@@ -26,10 +27,12 @@ struct Cli {
 #[derive(Subcommand)]
 enum Task {
     /// Install the pinned nightly with rust-src, bpf-linker (built against that nightly's LLVM,
-    /// into target/tools) and the Debian packages the tests and benchmarks use.
+    /// into target/tools), cargo-fuzz (into target/tools) and the Debian packages the tests
+    /// and benchmarks use.
     Setup,
     /// Setup, then every gate: fmt, clippy (host and eBPF), unit tests, the privileged
-    /// integration tests, and the same tests on Debian's other kernels in QEMU.
+    /// integration tests, the same tests on Debian's other kernels in QEMU, and a short run
+    /// of every fuzz target.
     Ci,
     /// Build herd in release mode and measure the probe's overhead: throughput with the probe
     /// detached vs attached, interleaved, plus the probe's CPU, RSS and lost events (root).
@@ -43,6 +46,9 @@ enum Task {
     /// Debian's other kernels booted in QEMU with pure cgroup v2.
     #[command(subcommand)]
     IntegrationTest(IntegrationTest),
+    /// Build the fuzz targets in fuzz/ (cargo-fuzz on the pinned nightly) and run each for a
+    /// bounded time; a crash or hang fails, naming the saved input.
+    Fuzz(fuzz::Args),
     /// Setup, build herd in release mode, and run `herd demo` (needs root): the demo contour,
     /// driven and probed with the buggy and the fixed pool, reported and compared.
     Demo {
@@ -229,7 +235,25 @@ fn setup() -> Result<()> {
         )?;
     }
 
-    // 4. Debian packages.
+    // 4. cargo-fuzz, for `cargo xtask fuzz`; it drives the pinned nightly's cargo itself.
+    let cargo_fuzz = tools.join("bin/cargo-fuzz");
+    if output(Command::new(&cargo_fuzz).args(["fuzz", "--version"])).is_none() {
+        status(
+            Command::new("cargo")
+                .args([
+                    "install",
+                    "cargo-fuzz",
+                    "--version",
+                    "=0.13.2",
+                    "--locked",
+                    "--root",
+                ])
+                .arg(&tools)
+                .env("CARGO_TARGET_DIR", tools.join("build")),
+        )?;
+    }
+
+    // 5. Debian packages.
     let missing: Vec<&str> = DEBIAN_PACKAGES
         .iter()
         .map(|(p, _)| *p)
@@ -307,6 +331,16 @@ fn ci() -> Result<()> {
             .args(["--", "-D", "warnings"])
             .env_remove("RUSTC")
             .env_remove("RUSTC_WORKSPACE_WRAPPER"),
+    )?;
+    // A short run of every fuzz target: its seeds and what earlier runs found still pass.
+    // Before the tests, so their summaries close the output.
+    fuzz::fuzz(
+        &root(),
+        &nightly,
+        &fuzz::Args {
+            seconds: 20,
+            target: None,
+        },
     )?;
     if std::env::var_os("CI").is_some() && !is_root() {
         bail!("CI=true but not root: the privileged integration tests cannot run; run CI as root");
@@ -415,6 +449,10 @@ fn main() -> Result<()> {
             };
             println!("{table}");
             Ok(())
+        }
+        Task::Fuzz(args) => {
+            setup()?;
+            fuzz::fuzz(&root(), &nightly()?, &args)
         }
         Task::BenchProbe => {
             setup()?;

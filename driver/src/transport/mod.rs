@@ -2,15 +2,14 @@
 //!
 //! One file per protocol ([`h1`], [`h2c`]); [`tls`] puts either HTTP/1.1 or HTTP/2 over
 //! TLS (h2 by ALPN) and is picked in [`for_target`] for `https://` targets. HTTP/2, over
-//! TCP or TLS, is the hand-written client of `h2_raw` (with `hpack`); so are plain
-//! HTTP/1.1 calls (`h1_raw`).
+//! TCP or TLS, is the hand-written client in `h2` (a file per protocol layer, HPACK in
+//! `h2::hpack`); so are plain HTTP/1.1 calls (`h1_raw`).
 
 pub mod h1;
 mod h1_raw;
-mod h2_raw;
+pub(crate) mod h2;
 pub mod h2c;
 mod headers;
-mod hpack;
 pub mod tls;
 
 use std::{error::Error as _, future::Future, pin::Pin, sync::Arc, time::Duration};
@@ -70,7 +69,7 @@ pub enum Body {
     /// HTTP/1.1, run by hyper.
     Hyper(hyper::body::Incoming),
     /// HTTP/2.
-    H2(h2_raw::RecvBody),
+    H2(h2::RecvBody),
 }
 
 impl Body {

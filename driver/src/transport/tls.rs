@@ -21,7 +21,7 @@ use rustls::{
 };
 use tokio_rustls::TlsConnector;
 
-use super::{BoxFuture, Connection, Dial, Transport, TransportError, h1, h2_raw};
+use super::{BoxFuture, Connection, Dial, Transport, TransportError, h1, h2};
 use crate::{
     outcome::{Outcome, TlsProblem, TransportErrorKind},
     report::RunReport,
@@ -242,7 +242,7 @@ impl Transport for Tls {
                 return h1::handshake(&self.dial, stream).await;
             }
             if alpn.as_deref() == Some(b"h2") {
-                return h2_raw::handshake(&self.dial, stream, true).await;
+                return h2::handshake(&self.dial, stream, true).await;
             }
             let selected = match alpn {
                 Some(p) => format!("selected `{}`", String::from_utf8_lossy(&p)),

@@ -6,6 +6,7 @@ mod tls_support;
 
 mod counts;
 mod groups;
+mod h2_differential;
 mod hammer;
 mod latency;
 mod outcomes;
