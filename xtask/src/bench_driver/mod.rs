@@ -79,7 +79,7 @@ pub fn bench_driver(root: &Path, args: &Args) -> Result<String> {
                 s.errors,
                 s.cpu_s,
                 s.user_s,
-                s.cpu_s * 1e5 / s.requests.max(1) as f64,
+                s.cpu_per_100k(),
                 s.requests as f64 / args.seconds as f64,
                 100.0 * s.server_cpu_s / args.seconds as f64,
                 s.wall_s,

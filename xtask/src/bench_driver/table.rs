@@ -26,10 +26,7 @@ pub(super) fn comparison(root: &Path, args: &Args, samples: &[(Tool, Sample)]) -
             .filter(|(t, _)| *t == tool)
             .map(|(_, s)| s)
             .collect();
-        let cpu: Vec<f64> = s
-            .iter()
-            .map(|s| s.cpu_s * 1e5 / s.requests.max(1) as f64)
-            .collect();
+        let cpu: Vec<f64> = s.iter().map(|s| s.cpu_per_100k()).collect();
         let rate: Vec<f64> = s
             .iter()
             .map(|s| s.requests as f64 / args.seconds as f64)
@@ -69,7 +66,7 @@ pub(super) fn comparison(root: &Path, args: &Args, samples: &[(Tool, Sample)]) -
         let v: Vec<String> = samples
             .iter()
             .filter(|(t, _)| *t == tool)
-            .map(|(_, s)| format!("{:.2}", s.cpu_s * 1e5 / s.requests.max(1) as f64))
+            .map(|(_, s)| format!("{:.2}", s.cpu_per_100k()))
             .collect();
         writeln!(
             t,
