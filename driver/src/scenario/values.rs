@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+pub(super) use herd_seed::spec::is_ident;
+
 use super::{Dur, Invalid, Seg, at};
 
 pub(super) fn positive(
@@ -25,12 +27,4 @@ pub(super) fn pointer(p: &str, path: &[Seg]) -> Result<String, Invalid> {
             format!("`{p}` is not a JSON pointer: write `/{p}` (RFC 6901, e.g. `/error/code`)"),
         ))
     }
-}
-
-pub(super) fn is_ident(s: &str) -> bool {
-    let mut chars = s.chars();
-    chars
-        .next()
-        .is_some_and(|c| c == '_' || c.is_ascii_alphabetic())
-        && chars.all(|c| c == '_' || c.is_ascii_alphanumeric())
 }
