@@ -71,7 +71,7 @@ pub fn bench_scale(root: &Path, args: &Args) -> Result<String> {
     let report: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&json)?).context("reading herd's JSON report")?;
     let mut outcomes: std::collections::BTreeMap<String, u64> = Default::default();
-    for s in report["steps"].as_array().context("steps")? {
+    for s in report["phases"].as_array().context("phases")? {
         for o in s["ops"].as_array().into_iter().flatten() {
             for oc in o["outcomes"].as_array().into_iter().flatten() {
                 *outcomes
@@ -95,7 +95,7 @@ pub fn bench_scale(root: &Path, args: &Args) -> Result<String> {
         .unwrap_or(0);
     let held: Vec<&serde_json::Value> = intervals
         .iter()
-        .filter(|i| i["step"].as_u64() == Some(1))
+        .filter(|i| i["phase_index"].as_u64() == Some(1))
         .collect();
     let cpu_held = held
         .iter()
@@ -107,7 +107,7 @@ pub fn bench_scale(root: &Path, args: &Args) -> Result<String> {
         .filter_map(|i| i["driver"]["lag_p99_us"].as_u64())
         .max()
         .unwrap_or(0);
-    let step_p99: Vec<String> = report["steps"]
+    let step_p99: Vec<String> = report["phases"]
         .as_array()
         .into_iter()
         .flatten()

@@ -231,9 +231,9 @@ pub(super) fn run_tool(
             let total = report["requests"]
                 .as_u64()
                 .context("requests in herd's JSON")?;
-            let ok: u64 = report["steps"]
+            let ok: u64 = report["phases"]
                 .as_array()
-                .context("steps in herd's JSON")?
+                .context("phases in herd's JSON")?
                 .iter()
                 .flat_map(|s| s["ops"].as_array().into_iter().flatten())
                 .flat_map(|o| o["outcomes"].as_array().into_iter().flatten())
