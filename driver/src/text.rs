@@ -42,6 +42,43 @@ fn outcomes(op: &OpStats) -> String {
         .join(", ")
 }
 
+/// An op's figures as every table prints them: count, req/s, p50, p99, max and outcomes.
+pub(crate) fn op_cells(o: &OpStats) -> [String; 6] {
+    [
+        count(o.count),
+        format!("{:.1}", o.rate),
+        duration_us(o.latency.p50_us),
+        duration_us(o.latency.p99_us),
+        duration_us(o.latency.max_us),
+        outcomes(o),
+    ]
+}
+
+/// A table's lines, each column as wide as its widest cell: names (the first column) and
+/// outcomes (the last) read left to right, numbers line up on the right.
+pub(crate) fn aligned<const N: usize>(rows: &[[String; N]]) -> String {
+    let mut width = [0usize; N];
+    for r in rows {
+        for (w, c) in width.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for r in rows {
+        out.push(' ');
+        for (i, c) in r.iter().enumerate() {
+            let pad = " ".repeat(width[i] - c.chars().count());
+            let _ = match i {
+                0 => write!(out, " {c}{pad}"),
+                _ if i == N - 1 => write!(out, "  {c}"),
+                _ => write!(out, "  {pad}{c}"),
+            };
+        }
+        out.push('\n');
+    }
+    out
+}
+
 fn step_heading(s: &PhaseReport) -> String {
     if let Some(h) = crate::shapes::text::open_heading(s) {
         return h;
@@ -88,7 +125,7 @@ pub fn table(report: &RunReport) -> String {
         );
     }
     let header = ["op", "count", "req/s", "p50", "p99", "max", "outcomes"];
-    out.push_str(&crate::shapes::text::catalog_table(report, outcomes));
+    out.push_str(&crate::shapes::text::catalog_table(report));
     for s in report
         .phases
         .iter()
@@ -99,15 +136,8 @@ pub fn table(report: &RunReport) -> String {
             .ops
             .iter()
             .map(|o| {
-                [
-                    o.op.clone(),
-                    count(o.count),
-                    format!("{:.1}", o.rate),
-                    duration_us(o.latency.p50_us),
-                    duration_us(o.latency.p99_us),
-                    duration_us(o.latency.max_us),
-                    outcomes(o),
-                ]
+                let [n, rate, p50, p99, max, outs] = op_cells(o);
+                [o.op.clone(), n, rate, p50, p99, max, outs]
             })
             .collect();
         if rows.is_empty() {
@@ -115,36 +145,9 @@ pub fn table(report: &RunReport) -> String {
             out.push_str(&play::lines(&s.play));
             continue;
         }
-        let mut width = header.map(|h| h.chars().count());
-        for r in &rows {
-            for (w, c) in width.iter_mut().zip(r) {
-                *w = (*w).max(c.chars().count());
-            }
-        }
-        let line = |cells: &[String]| {
-            let mut l = String::from(" ");
-            for (i, c) in cells.iter().enumerate() {
-                let pad = width[i] - c.chars().count();
-                // Names and outcomes read left to right; numbers line up on the right.
-                match i {
-                    0 => {
-                        let _ = write!(l, " {c}{}", " ".repeat(pad));
-                    }
-                    6 => {
-                        let _ = write!(l, "  {c}");
-                    }
-                    _ => {
-                        let _ = write!(l, "  {}{c}", " ".repeat(pad));
-                    }
-                }
-            }
-            l.push('\n');
-            l
-        };
-        out.push_str(&line(&header.map(String::from)));
-        for r in &rows {
-            out.push_str(&line(r));
-        }
+        let mut lines = vec![header.map(String::from)];
+        lines.extend(rows);
+        out.push_str(&aligned(&lines));
         out.push_str(&play::lines(&s.play));
     }
     out

@@ -396,15 +396,9 @@ fn at(key: &str, message: impl Into<String>) -> SpecError {
     }
 }
 
-fn is_ident(s: &str) -> bool {
-    let mut chars = s.chars();
-    chars
-        .next()
-        .is_some_and(|c| c == '_' || c.is_ascii_alphabetic())
-        && chars.all(|c| c == '_' || c.is_ascii_alphanumeric())
-}
-
-fn is_env_name(s: &str) -> bool {
+/// ASCII letters, digits and `_`, not starting with a digit: what a SQL table or column name,
+/// an environment variable's name and a scenario variable's name may be.
+pub fn is_ident(s: &str) -> bool {
     let mut chars = s.chars();
     chars
         .next()
@@ -418,7 +412,7 @@ pub fn compile(file: &str, raw: RawSeed) -> Result<SeedSpec, SpecError> {
         (Some(_), Some(_)) => {
             return Err(at("url_file", "set url_env or url_file, not both"));
         }
-        (Some(v), None) if is_env_name(&v) => SeedUrl::Env(v),
+        (Some(v), None) if is_ident(&v) => SeedUrl::Env(v),
         (Some(v), None) => {
             return Err(at(
                 "url_env",

@@ -3,6 +3,8 @@
 
 use std::{fmt, ops::Range, path::PathBuf};
 
+use super::overrides::Seg;
+
 /// Why a scenario could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum ScenarioError {
@@ -167,6 +169,23 @@ pub(crate) fn reword(message: &str) -> String {
         .replace("expected one of", listed)
         .replace("unknown variant", "unknown value")
         .replace(", there are no fields", "; this table takes no keys")
+}
+
+/// A problem [`compile`](super::compile::compile) found, before it is located in the source.
+pub(crate) struct Invalid {
+    pub(crate) path: Vec<Seg>,
+    pub(crate) message: String,
+}
+
+pub(crate) fn at(path: &[Seg], message: impl Into<String>) -> Invalid {
+    Invalid {
+        path: path.to_vec(),
+        message: message.into(),
+    }
+}
+
+pub(crate) fn key(k: &str) -> Seg {
+    Seg::Key(k.to_owned())
 }
 
 #[cfg(test)]

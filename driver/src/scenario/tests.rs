@@ -1,4 +1,6 @@
-use super::*;
+use http::Method;
+
+use super::{op::DEFAULT_TIMEOUT, *};
 
 const MINIMAL: &str = r#"
 [target]

@@ -1,12 +1,10 @@
 //! Text for the shapes: a rate phase's heading with its arrivals, and the catalog's table
 //! (one row per route).
 
-use std::fmt::Write as _;
-
 use crate::{
     report::{PhaseReport, RunReport},
     scenario::PhaseKind,
-    text::count,
+    text::{aligned, count, op_cells},
     units::latency as duration_us,
 };
 
@@ -41,10 +39,7 @@ fn trim(x: f64) -> String {
 
 /// The catalog: one row per route with concurrency, count, req/s, p50, p99, max and
 /// outcomes; empty without catalog phases.
-pub(crate) fn catalog_table(
-    report: &RunReport,
-    outcomes: impl Fn(&crate::report::OpStats) -> String,
-) -> String {
+pub(crate) fn catalog_table(report: &RunReport) -> String {
     let routes: Vec<&PhaseReport> = report
         .phases
         .iter()
@@ -65,16 +60,10 @@ pub(crate) fn catalog_table(
             .unwrap_or(&s.phase)
             .to_owned();
         match s.ops.first() {
-            Some(o) => rows.push([
-                route,
-                s.players.to_string(),
-                count(o.count),
-                format!("{:.1}", o.rate),
-                duration_us(o.latency.p50_us),
-                duration_us(o.latency.p99_us),
-                duration_us(o.latency.max_us),
-                outcomes(o),
-            ]),
+            Some(o) => {
+                let [n, rate, p50, p99, max, outs] = op_cells(o);
+                rows.push([route, s.players.to_string(), n, rate, p50, p99, max, outs]);
+            }
             None => rows.push([
                 route,
                 s.players.to_string(),
@@ -87,25 +76,8 @@ pub(crate) fn catalog_table(
             ]),
         }
     }
-    let mut width = [0usize; 8];
-    for r in &rows {
-        for (w, c) in width.iter_mut().zip(r) {
-            *w = (*w).max(c.chars().count());
-        }
-    }
     let mut out = format!("\ncatalog: {} routes, one after another\n", routes.len());
-    for r in &rows {
-        out.push(' ');
-        for (i, c) in r.iter().enumerate() {
-            let pad = " ".repeat(width[i] - c.chars().count());
-            let _ = match i {
-                0 => write!(out, " {c}{pad}"),
-                7 => write!(out, "  {c}"),
-                _ => write!(out, "  {pad}{c}"),
-            };
-        }
-        out.push('\n');
-    }
+    out.push_str(&aligned(&rows));
     out
 }
 

@@ -1,0 +1,285 @@
+//! From the serde shapes to a checked [`Scenario`]: each section through its own compiler,
+//! then what spans sections — every variable has a value before an op reads it, the steps,
+//! the hammer, the plan is not empty, the objectives name ops.
+
+use std::time::Duration;
+
+use super::{
+    Arrival, Dur, Hammer, Invalid, Op, Pace, PhaseKind, PlayerSettings, Scenario, Seg, Step, at,
+    find_op, is_ident, key,
+    op::{DEFAULT_TIMEOUT, compile_op},
+    players, pointer, positive,
+    raw::{RawArrival, RawScenario, RawSlo},
+    reads, seed, shapes,
+    slo::parse_slo,
+    target::compile_target,
+};
+use crate::template::{BUILTINS, VarNames};
+
+pub(super) fn compile(file: &str, raw: RawScenario) -> Result<Scenario, Invalid> {
+    let default_timeout = positive(
+        raw.target.timeout,
+        DEFAULT_TIMEOUT,
+        &[key("target"), key("timeout")],
+    )?;
+    let target = compile_target(file, raw.target)?;
+    let mut names = VarNames::default();
+    let mut defaults: Vec<Option<String>> = Vec::new();
+    for (k, v) in &raw.vars {
+        if !is_ident(k) || BUILTINS.contains(&k.as_str()) {
+            return Err(at(
+                &[key("vars"), key(k)],
+                format!(
+                    "`{k}` cannot be a variable name: use letters, digits and _, not player or account"
+                ),
+            ));
+        }
+        let slot = names.intern(k);
+        defaults.resize(slot + 1, None);
+        defaults[slot] = Some(v.clone());
+    }
+    let default_code = match raw.outcome.code {
+        Some(c) => Some(pointer(&c, &[key("outcome"), key("code")])?),
+        None => None,
+    };
+    let mut ops = Vec::new();
+    for (i, o) in raw.ops.into_iter().enumerate() {
+        let op = compile_op(i, o, default_timeout, &default_code, &mut names)?;
+        if ops.iter().any(|p: &Op| p.name == op.name) {
+            return Err(at(
+                &[key("op"), Seg::Index(i), key("name")],
+                format!("a second op named `{}`", op.name),
+            ));
+        }
+        ops.push(op);
+    }
+    defaults.resize(names.len(), None);
+    let find = |name: &str, path: &[Seg]| find_op(&ops, name, path);
+
+    let p = &raw.player;
+    let pace = match (p.think, p.tick) {
+        (Some(_), Some(_)) => {
+            return Err(at(
+                &[key("player"), key("tick")],
+                "set think or tick, not both",
+            ));
+        }
+        (Some(Dur(d)), None) => Pace::Think(d),
+        (None, Some(Dur(d))) if d.is_zero() => {
+            return Err(at(&[key("player"), key("tick")], "must be longer than 0"));
+        }
+        (None, Some(Dur(d))) => Pace::Tick(d),
+        (None, None) => Pace::None,
+    };
+    if p.accounts == Some(0) {
+        return Err(at(&[key("player"), key("accounts")], "must be at least 1"));
+    }
+    let seed = raw.seed.map(|s| seed::compile(file, s)).transpose()?;
+    let accounts = match &seed {
+        Some(s) => seed::player_accounts(p.accounts, s)?,
+        None => p.accounts,
+    };
+    if p.max_ops == Some(0) {
+        return Err(at(&[key("player"), key("max_ops")], "must be at least 1"));
+    }
+    let mut setup = Vec::new();
+    for (i, name) in p.setup.iter().enumerate() {
+        setup.push(find(name, &[key("player"), key("setup"), Seg::Index(i)])?);
+    }
+
+    // A variable must have a value before any op reads it, or the op could never be sent:
+    // setup ops may read defaults and what earlier setup ops captured; loop ops may read
+    // everything setup captures; the hammer, which runs no setup, only defaults.
+    let mut known: Vec<bool> = defaults.iter().map(Option::is_some).collect();
+    let missing = |op: &Op, known: &[bool]| reads(op).into_iter().find(|s| !known[*s]);
+    for (i, &o) in setup.iter().enumerate() {
+        if let Some(s) = missing(&ops[o], &known) {
+            return Err(at(
+                &[key("player"), key("setup"), Seg::Index(i)],
+                format!(
+                    "setup op `{}` reads `{{{}}}` before any earlier setup op captures it; capture it earlier or give it a default in [vars]",
+                    ops[o].name,
+                    names.name(s)
+                ),
+            ));
+        }
+        for (s, _) in &ops[o].captures {
+            known[*s] = true;
+        }
+    }
+    let group = raw
+        .group
+        .map(|g| players::compile_group(g, &ops, &find))
+        .transpose()?;
+    players::check_group_vars(&ops, group.as_ref(), &names, &reads)?;
+    // The group's create op runs after setup; join after create; the loop after both.
+    if let Some(g) = &group {
+        for (o, k) in [(g.create, "create"), (g.join, "join")] {
+            if let Some(s) = missing(&ops[o], &known) {
+                return Err(at(
+                    &[key("group"), key(k)],
+                    format!(
+                        "the group's {k} op `{}` reads `{{{}}}` before setup{} captures it; capture it earlier or give it a default in [vars]",
+                        ops[o].name,
+                        names.name(s),
+                        if k == "join" { " or the create op" } else { "" }
+                    ),
+                ));
+            }
+            for (s, _) in &ops[o].captures {
+                known[*s] = true;
+            }
+        }
+    }
+    for (i, op) in ops.iter().enumerate() {
+        if op.weight == 0 && !op.kind.is_background() {
+            continue;
+        }
+        if let Some(s) = missing(op, &known) {
+            return Err(at(
+                &[key("op"), Seg::Index(i)],
+                format!(
+                    "op `{}` reads `{{{}}}`, which no setup op captures; add a setup op that captures it, or a default in [vars]",
+                    op.name,
+                    names.name(s)
+                ),
+            ));
+        }
+    }
+
+    let mut steps = Vec::new();
+    for (i, s) in raw.steps.iter().enumerate() {
+        let sp = |k: &str| vec![key("step"), Seg::Index(i), key(k)];
+        let duration = positive(Some(s.duration), Duration::ZERO, &sp("duration"))?;
+        let arrival = match (s.arrival, s.ramp) {
+            (RawArrival::Burst, Some(_)) => {
+                return Err(at(
+                    &sp("ramp"),
+                    "a burst has no ramp; use arrival = \"gradual\"",
+                ));
+            }
+            (RawArrival::Burst, None) => Arrival::Burst,
+            (RawArrival::Gradual, Some(Dur(r))) if r > duration => {
+                return Err(at(&sp("ramp"), "the ramp must fit in the step's duration"));
+            }
+            (RawArrival::Gradual, Some(Dur(r))) => Arrival::Gradual(r),
+            // A quarter keeps three quarters of the step at the full player count.
+            (RawArrival::Gradual, None) => Arrival::Gradual(duration / 4),
+        };
+        let leave = match s.leave {
+            Some(Dur(l)) if l > duration => {
+                return Err(at(
+                    &sp("leave"),
+                    "the leaving must fit in the step's duration",
+                ));
+            }
+            l => l.map_or(Duration::ZERO, |l| l.0),
+        };
+        steps.push(Step {
+            players: s.players,
+            duration,
+            arrival,
+            leave,
+            kind: PhaseKind::Step,
+        });
+    }
+    let shapes = shapes::compile(
+        shapes::RawShapes {
+            rates: raw.rates,
+            soak: raw.soak,
+            catalog: raw.catalog,
+            stop: raw.stop,
+        },
+        &ops,
+        &setup,
+        &defaults,
+        &names,
+        &mut steps,
+    )?;
+    if steps.iter().any(|s| s.players > 0) && !ops.iter().any(|o| o.weight > 0) {
+        return Err(at(
+            &[key("op")],
+            "players need at least one op with weight > 0",
+        ));
+    }
+
+    let hammer = match raw.hammer {
+        None => None,
+        Some(h) => {
+            let hp = |k: &str| vec![key("hammer"), key(k)];
+            let op = find(&h.op, &hp("op"))?;
+            if ops[op].kind.is_background() {
+                return Err(at(
+                    &hp("op"),
+                    format!(
+                        "`{}` is a {} op; the hammer floods a request op",
+                        h.op,
+                        ops[op].kind.name()
+                    ),
+                ));
+            }
+            let defaults_only: Vec<bool> = defaults.iter().map(Option::is_some).collect();
+            if let Some(s) = missing(&ops[op], &defaults_only) {
+                return Err(at(
+                    &hp("op"),
+                    format!(
+                        "the hammer runs no setup, but op `{}` reads `{{{}}}`; give it a default in [vars]",
+                        h.op,
+                        names.name(s)
+                    ),
+                ));
+            }
+            if h.workers == 0 {
+                return Err(at(&hp("workers"), "must be at least 1"));
+            }
+            Some(Hammer {
+                op,
+                workers: h.workers,
+                duration: positive(Some(h.duration), Duration::ZERO, &hp("duration"))?,
+                start: h.start.map_or(Duration::ZERO, |d| d.0),
+                account: h.account,
+                honour_retry_after: h.honour_retry_after,
+            })
+        }
+    };
+    if steps.is_empty() && hammer.is_none() && shapes.is_empty() {
+        return Err(at(
+            &[],
+            "the plan is empty: add a [[step]], [soak], [[rate]], [catalog] or [hammer]",
+        ));
+    }
+
+    let mut slo = Vec::new();
+    for (op, spec) in raw.slo {
+        let path = [key("slo"), key(&op)];
+        find_op(&ops, &op, &path)?;
+        let texts = match spec {
+            RawSlo::One(t) => vec![t],
+            RawSlo::Many(v) => v,
+        };
+        for t in texts {
+            slo.push(parse_slo(&op, &t).map_err(|m| at(&path, m))?);
+        }
+    }
+    Ok(Scenario {
+        file: file.to_owned(),
+        target,
+        player: PlayerSettings {
+            pace,
+            accounts,
+            setup,
+            honour_retry_after: p.honour_retry_after.unwrap_or(true),
+            max_ops: p.max_ops,
+        },
+        ops,
+        steps,
+        hammer,
+        shapes,
+        vars: names,
+        var_defaults: defaults,
+        random_seed: raw.random_seed,
+        slo,
+        group,
+        seed,
+    })
+}

@@ -1,0 +1,201 @@
+//! `[[op]]`: one request template with its checks, captures and outcome rules.
+
+use std::time::Duration;
+
+use http::{HeaderName, HeaderValue, Method};
+
+use super::{Invalid, OpKind, Seg, at, is_ident, key, players, pointer, positive, raw::RawOp};
+use crate::template::{BUILTINS, Template, VarNames};
+
+/// What the response must satisfy for the op to count as `ok`.
+#[derive(Debug, Clone, Default)]
+pub struct Check {
+    /// Exact status.
+    pub status: Option<u16>,
+    /// JSON pointer → expected value.
+    pub json: Vec<(String, serde_json::Value)>,
+    /// Expected sha256 of the body, hex, with or without a `sha256:` prefix.
+    pub sha256: Option<Template>,
+}
+
+/// One operation: a request template with its outcome rules.
+#[derive(Debug, Clone)]
+pub struct Op {
+    /// The op's name in reports.
+    pub name: String,
+    /// HTTP method.
+    pub method: Method,
+    /// Path and query template (after the target's base path).
+    pub path: Template,
+    /// Request headers; values are templates.
+    pub headers: Vec<(HeaderName, Template)>,
+    /// Request body template.
+    pub body: Option<Template>,
+    /// Relative weight in the player's loop; 0 keeps the op out of the loop (setup only).
+    pub weight: u32,
+    /// Bound on the whole exchange: waiting for a connection, the request and the body.
+    pub timeout: Duration,
+    /// Variable slot ← JSON pointer into the response body.
+    pub captures: Vec<(usize, String)>,
+    /// Response checks.
+    pub check: Check,
+    /// JSON pointer to a domain code in the response body.
+    pub code: Option<String>,
+    /// A request, or a stream / long poll each player keeps open.
+    pub kind: OpKind,
+}
+
+/// Default bound on one op: long enough for a slow service, short enough that a stalled
+/// player cannot hide for a whole step.
+pub(super) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub(super) fn compile_op(
+    i: usize,
+    o: RawOp,
+    default_timeout: Duration,
+    default_code: &Option<String>,
+    names: &mut VarNames,
+) -> Result<Op, Invalid> {
+    let here = |k: &str| vec![key("op"), Seg::Index(i), key(k)];
+    let template = |src: &str, path: Vec<Seg>, names: &mut VarNames| {
+        Template::parse(src, names).map_err(|e| Invalid {
+            path,
+            message: e.to_string(),
+        })
+    };
+    if o.name.is_empty() {
+        return Err(at(&here("name"), "must not be empty"));
+    }
+    let method = Method::from_bytes(o.method.as_bytes()).map_err(|_| {
+        at(
+            &here("method"),
+            format!("`{}` is not an HTTP method (e.g. GET, POST, PUT)", o.method),
+        )
+    })?;
+    if !o.path.starts_with('/') {
+        return Err(at(
+            &here("path"),
+            format!("`{}` must start with `/`", o.path),
+        ));
+    }
+    let path = template(&o.path, here("path"), names)?;
+    let mut headers = Vec::new();
+    for (k, v) in &o.headers {
+        let hp = vec![key("op"), Seg::Index(i), key("headers"), key(k)];
+        let name = HeaderName::from_bytes(k.as_bytes())
+            .map_err(|_| at(&hp, format!("`{k}` is not a valid header name")))?;
+        if HeaderValue::from_str(v).is_err() {
+            return Err(at(&hp, "the value has characters a header cannot carry"));
+        }
+        headers.push((name, template(v, hp, names)?));
+    }
+    let body = o
+        .body
+        .as_deref()
+        .map(|b| template(b, here("body"), names))
+        .transpose()?;
+    let timeout = positive(o.timeout, default_timeout, &here("timeout"))?;
+    let mut captures = Vec::new();
+    for (var, p) in &o.capture {
+        let cp = vec![key("op"), Seg::Index(i), key("capture"), key(var)];
+        if !(is_ident(var) || players::is_group_var(var)) || BUILTINS.contains(&var.as_str()) {
+            return Err(at(
+                &cp,
+                format!(
+                    "`{var}` cannot be a variable name: use letters, digits and _, not player or account"
+                ),
+            ));
+        }
+        captures.push((names.intern(var), pointer(p, &cp)?));
+    }
+    let cp = |k: &str| vec![key("op"), Seg::Index(i), key("check"), key(k)];
+    if let Some(s) = o.check.status
+        && !(100..=599).contains(&s)
+    {
+        return Err(at(
+            &cp("status"),
+            format!("{s} is not an HTTP status (100–599)"),
+        ));
+    }
+    let mut json = Vec::new();
+    for (p, v) in o.check.json {
+        let jp = vec![key("op"), Seg::Index(i), key("check"), key("json"), key(&p)];
+        json.push((pointer(&p, &jp)?, v));
+    }
+    let sha256 = o
+        .check
+        .sha256
+        .as_deref()
+        .map(|s| template(s, cp("sha256"), names))
+        .transpose()?;
+    let code = match o.code.as_ref().or(default_code.as_ref()) {
+        Some(c) if c.is_empty() => None,
+        Some(c) => Some(pointer(c, &here("code"))?),
+        None => None,
+    };
+    let kind = players::compile_kind(
+        players::RawOpKind {
+            kind: o.kind,
+            format: o.format,
+            event_type: o.event_type,
+            reconnect: o.reconnect,
+        },
+        &here,
+    )?;
+    let op = Op {
+        name: o.name,
+        method,
+        path,
+        headers,
+        body,
+        weight: if kind.is_background() {
+            0
+        } else {
+            o.weight.unwrap_or(1)
+        },
+        timeout,
+        captures,
+        check: Check {
+            status: o.check.status,
+            json,
+            sha256,
+        },
+        code,
+        kind,
+    };
+    if op.kind.is_background() {
+        players::check_background(i, &op, o.weight.is_some())?;
+    }
+    Ok(op)
+}
+
+/// The variable slots an op reads (its path, headers, body and sha256 check).
+pub(crate) fn op_reads(op: &Op) -> impl Iterator<Item = usize> {
+    reads(op).into_iter()
+}
+
+/// The index of the op named `name`, or an error at `path` that lists the ops there are.
+pub(super) fn find_op(ops: &[Op], name: &str, path: &[Seg]) -> Result<usize, Invalid> {
+    ops.iter().position(|o| o.name == name).ok_or_else(|| {
+        let names: Vec<&str> = ops.iter().map(|o| o.name.as_str()).collect();
+        at(
+            path,
+            format!("no op named `{name}`; ops are: {}", names.join(", ")),
+        )
+    })
+}
+
+/// The variable slots an op reads.
+pub(super) fn reads(op: &Op) -> Vec<usize> {
+    let mut v: Vec<usize> = op.path.slots().collect();
+    for (_, t) in &op.headers {
+        v.extend(t.slots());
+    }
+    if let Some(b) = &op.body {
+        v.extend(b.slots());
+    }
+    if let Some(s) = &op.check.sha256 {
+        v.extend(s.slots());
+    }
+    v
+}

@@ -1,0 +1,179 @@
+//! The scenario file as serde reads it, before [`compile`](super::compile::compile) checks
+//! what serde cannot. `deny_unknown_fields` everywhere: a misspelt key is an error that lists
+//! the valid ones.
+
+use std::{collections::BTreeMap, time::Duration};
+
+use serde::Deserialize;
+
+use super::{StreamFormat, TransportKind, players, seed, shapes};
+
+/// A duration written as `500ms`, `10s`, `2m`.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Dur(pub(super) Duration);
+
+impl<'de> Deserialize<'de> for Dur {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        humantime::parse_duration(&s).map(Dur).map_err(|e| {
+            serde::de::Error::custom(format!(
+                "invalid duration `{s}`: {e} (write e.g. 500ms, 10s, 2m)"
+            ))
+        })
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawScenario {
+    pub(super) target: RawTarget,
+    #[serde(default)]
+    pub(super) player: RawPlayer,
+    #[serde(default)]
+    pub(super) outcome: RawOutcome,
+    #[serde(default)]
+    pub(super) vars: BTreeMap<String, String>,
+    #[serde(default, rename = "op")]
+    pub(super) ops: Vec<RawOp>,
+    #[serde(default, rename = "step")]
+    pub(super) steps: Vec<RawStep>,
+    pub(super) hammer: Option<RawHammer>,
+    #[serde(default, rename = "rate")]
+    pub(super) rates: Vec<shapes::RawRate>,
+    pub(super) soak: Option<shapes::RawSoak>,
+    pub(super) catalog: Option<shapes::RawCatalog>,
+    pub(super) stop: Option<shapes::RawStop>,
+    #[serde(default)]
+    pub(super) random_seed: u64,
+    /// `op = "p99 < 500ms"` or `op = ["p99 < 500ms", "errors < 1%"]`.
+    #[serde(default)]
+    pub(super) slo: BTreeMap<String, RawSlo>,
+    pub(super) group: Option<players::RawGroup>,
+    pub(super) seed: Option<seed::RawSeed>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+pub(super) enum RawSlo {
+    One(String),
+    Many(Vec<String>),
+}
+
+#[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum RawConnections {
+    PerPlayer,
+    Pool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTarget {
+    pub(super) url: String,
+    #[serde(default = "default_transport")]
+    pub(super) transport: TransportKind,
+    #[serde(default = "default_connections")]
+    pub(super) connections: RawConnections,
+    pub(super) pool_size: Option<usize>,
+    pub(super) timeout: Option<Dur>,
+    pub(super) connect_timeout: Option<Dur>,
+    pub(super) ca: Option<String>,
+    pub(super) insecure: Option<bool>,
+}
+
+fn default_transport() -> TransportKind {
+    TransportKind::H1
+}
+
+fn default_connections() -> RawConnections {
+    RawConnections::PerPlayer
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPlayer {
+    pub(super) think: Option<Dur>,
+    pub(super) tick: Option<Dur>,
+    pub(super) accounts: Option<u64>,
+    #[serde(default)]
+    pub(super) setup: Vec<String>,
+    pub(super) honour_retry_after: Option<bool>,
+    pub(super) max_ops: Option<u64>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawOutcome {
+    pub(super) code: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawOp {
+    pub(super) name: String,
+    #[serde(default = "default_method")]
+    pub(super) method: String,
+    pub(super) path: String,
+    #[serde(default)]
+    pub(super) headers: BTreeMap<String, String>,
+    pub(super) body: Option<String>,
+    pub(super) weight: Option<u32>,
+    pub(super) timeout: Option<Dur>,
+    #[serde(default)]
+    pub(super) capture: BTreeMap<String, String>,
+    #[serde(default)]
+    pub(super) check: RawCheck,
+    pub(super) code: Option<String>,
+    pub(super) kind: Option<players::RawKind>,
+    pub(super) format: Option<StreamFormat>,
+    pub(super) event_type: Option<String>,
+    pub(super) reconnect: Option<players::RawReconnect>,
+}
+
+fn default_method() -> String {
+    "GET".into()
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCheck {
+    pub(super) status: Option<u16>,
+    #[serde(default)]
+    pub(super) json: BTreeMap<String, serde_json::Value>,
+    pub(super) sha256: Option<String>,
+}
+
+#[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum RawArrival {
+    Gradual,
+    Burst,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawStep {
+    pub(super) players: usize,
+    pub(super) duration: Dur,
+    #[serde(default = "default_arrival")]
+    pub(super) arrival: RawArrival,
+    pub(super) ramp: Option<Dur>,
+    pub(super) leave: Option<Dur>,
+}
+
+fn default_arrival() -> RawArrival {
+    RawArrival::Gradual
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawHammer {
+    pub(super) op: String,
+    pub(super) workers: usize,
+    pub(super) duration: Dur,
+    pub(super) start: Option<Dur>,
+    #[serde(default)]
+    pub(super) account: u64,
+    #[serde(default)]
+    pub(super) honour_retry_after: bool,
+}

@@ -1,0 +1,135 @@
+//! `[target]`: the URL, the transport and who owns the connections.
+
+use std::{fmt, time::Duration};
+
+use serde::Deserialize;
+
+use super::{
+    Invalid, Tls, at, key, positive,
+    raw::{RawConnections, RawTarget},
+    tls,
+};
+
+/// How requests travel to the target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TransportKind {
+    /// HTTP/1.1, one request at a time per connection.
+    H1,
+    /// HTTP/2 over cleartext TCP with prior knowledge (no upgrade), many streams per
+    /// connection.
+    H2c,
+    /// HTTP/2 over TLS, chosen by ALPN (`https://` targets only).
+    H2,
+}
+
+/// Who owns the connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Connections {
+    /// Each player (and each hammer worker) opens and keeps its own connection, like real
+    /// clients do.
+    PerPlayer,
+    /// All players share this many connections, opened when the run starts.
+    Pool(usize),
+}
+
+/// Where the load goes.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// Host to connect to, as written in the URL.
+    pub host: String,
+    /// TCP port.
+    pub port: u16,
+    /// `host:port`, the request authority.
+    pub authority: String,
+    /// Path prefix from the URL, prepended to every op's path (empty for `/`).
+    pub base_path: String,
+    /// HTTP/1.1, h2c or h2.
+    pub transport: TransportKind,
+    /// For `https://`: how the server's certificate is checked; none for `http://`.
+    pub tls: Option<Tls>,
+    /// Per player or a shared pool.
+    pub connections: Connections,
+    /// Bound on opening one connection.
+    pub connect_timeout: Duration,
+}
+
+const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+pub(super) fn compile_target(file: &str, t: RawTarget) -> Result<Target, Invalid> {
+    let p = [key("target")];
+    let url_path = [key("target"), key("url")];
+    let uri: http::Uri = t
+        .url
+        .parse()
+        .map_err(|e| at(&url_path, format!("`{}` is not a URL: {e}", t.url)))?;
+    let https = match uri.scheme_str() {
+        Some("http") => false,
+        Some("https") => true,
+        _ => {
+            return Err(at(
+                &url_path,
+                format!("`{}` needs the http:// or https:// scheme", t.url),
+            ));
+        }
+    };
+    let tls = tls::compile(file, https, t.transport, t.ca, t.insecure)?;
+    let host = uri
+        .host()
+        .ok_or_else(|| at(&url_path, format!("`{}` has no host", t.url)))?
+        .trim_matches(['[', ']'])
+        .to_owned();
+    let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
+    if uri.query().is_some() {
+        return Err(at(
+            &url_path,
+            "the target URL takes no query; put it in each op's path",
+        ));
+    }
+    let base_path = uri.path().trim_end_matches('/').to_owned();
+    let authority = uri
+        .authority()
+        .map(|a| a.as_str().to_owned())
+        .unwrap_or_default();
+    let connections = match (t.connections, t.pool_size) {
+        (RawConnections::PerPlayer, None) => Connections::PerPlayer,
+        (RawConnections::PerPlayer, Some(_)) => {
+            return Err(at(
+                &[key("target"), key("pool_size")],
+                "pool_size needs connections = \"pool\"",
+            ));
+        }
+        (RawConnections::Pool, None) => {
+            return Err(at(&p, "connections = \"pool\" needs pool_size = N (N ≥ 1)"));
+        }
+        (RawConnections::Pool, Some(0)) => {
+            return Err(at(&[key("target"), key("pool_size")], "must be at least 1"));
+        }
+        (RawConnections::Pool, Some(n)) => Connections::Pool(n),
+    };
+    let connect_timeout = positive(
+        t.connect_timeout,
+        DEFAULT_CONNECT_TIMEOUT,
+        &[key("target"), key("connect_timeout")],
+    )?;
+    Ok(Target {
+        host,
+        port,
+        authority,
+        base_path,
+        transport: t.transport,
+        tls,
+        connections,
+        connect_timeout,
+    })
+}
+
+impl fmt::Display for TransportKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::H1 => "h1",
+            Self::H2c => "h2c",
+            Self::H2 => "h2",
+        })
+    }
+}

@@ -1,0 +1,372 @@
+//! What one dump says about one namespace: sockets per state, listeners, and per
+//! destination the sockets, the ephemeral ports they hold and the headroom left.
+
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    net::{IpAddr, SocketAddr},
+};
+
+use super::{SrttSummary, TcpSocket, TcpState};
+use crate::netstat::{NetCounters, PortRange};
+
+/// Sockets per TCP state, as `ss -tan` would count them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct StateCounts {
+    /// ESTABLISHED.
+    pub established: u64,
+    /// SYN_SENT.
+    pub syn_sent: u64,
+    /// SYN_RECV (request sockets included).
+    pub syn_recv: u64,
+    /// FIN_WAIT1.
+    pub fin_wait1: u64,
+    /// FIN_WAIT2, timewait sockets with substate FIN_WAIT2 included.
+    pub fin_wait2: u64,
+    /// TIME_WAIT (timewait sockets with substate TIME_WAIT).
+    pub time_wait: u64,
+    /// CLOSE.
+    pub close: u64,
+    /// CLOSE_WAIT.
+    pub close_wait: u64,
+    /// LAST_ACK.
+    pub last_ack: u64,
+    /// LISTEN.
+    pub listen: u64,
+    /// CLOSING.
+    pub closing: u64,
+}
+
+impl StateCounts {
+    /// The count of `state`.
+    pub fn get(&self, state: TcpState) -> u64 {
+        match state {
+            TcpState::Established => self.established,
+            TcpState::SynSent => self.syn_sent,
+            TcpState::SynRecv => self.syn_recv,
+            TcpState::FinWait1 => self.fin_wait1,
+            TcpState::FinWait2 => self.fin_wait2,
+            TcpState::TimeWait => self.time_wait,
+            TcpState::Close => self.close,
+            TcpState::CloseWait => self.close_wait,
+            TcpState::LastAck => self.last_ack,
+            TcpState::Listen => self.listen,
+            TcpState::Closing => self.closing,
+        }
+    }
+
+    fn slot(&mut self, state: TcpState) -> &mut u64 {
+        match state {
+            TcpState::Established => &mut self.established,
+            TcpState::SynSent => &mut self.syn_sent,
+            TcpState::SynRecv => &mut self.syn_recv,
+            TcpState::FinWait1 => &mut self.fin_wait1,
+            TcpState::FinWait2 => &mut self.fin_wait2,
+            TcpState::TimeWait => &mut self.time_wait,
+            TcpState::Close => &mut self.close,
+            TcpState::CloseWait => &mut self.close_wait,
+            TcpState::LastAck => &mut self.last_ack,
+            TcpState::Listen => &mut self.listen,
+            TcpState::Closing => &mut self.closing,
+        }
+    }
+}
+
+/// A listening socket.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Listener {
+    /// The address it listens on.
+    pub local: SocketAddr,
+    /// Connections completed and waiting for `accept()` (`sk_ack_backlog`).
+    pub accept_queue: u32,
+    /// The accept queue's limit (`sk_max_ack_backlog`: `listen()`'s backlog capped by
+    /// `net.core.somaxconn`); the queue is full at `backlog + 1` (`sk_acceptq_is_full`).
+    pub backlog: u32,
+}
+
+/// Gauges of the outbound sockets of one namespace toward one remote address and port.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct DestinationGauges {
+    /// The remote address and port.
+    pub remote: SocketAddr,
+    /// ESTABLISHED sockets.
+    pub established: u64,
+    /// SYN_SENT sockets (connects in flight).
+    pub syn_sent: u64,
+    /// TIME_WAIT sockets (substate TIME_WAIT, as `ss`).
+    pub time_wait: u64,
+    /// Sockets in every other state (FIN_WAIT1/2, CLOSE_WAIT, LAST_ACK, CLOSING): they hold
+    /// their port too.
+    pub other: u64,
+    /// Ephemeral ports held toward this destination: outbound sockets whose local port is in
+    /// the usable range, counted per local address and the largest taken (a connect needs a
+    /// 4-tuple that is unique, `__inet_check_established`).
+    pub ports_in_use: u64,
+    /// Ports a new connect to this destination can still pick: usable range − ports in use.
+    pub headroom: u64,
+    /// srtt of the ESTABLISHED sockets; `None` when there are none.
+    pub srtt: Option<SrttSummary>,
+}
+
+/// The destination closest to running out of ephemeral ports.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct MinHeadroom {
+    /// The destination.
+    pub remote: SocketAddr,
+    /// Its ports in use.
+    pub ports_in_use: u64,
+    /// Its headroom.
+    pub headroom: u64,
+}
+
+/// What one dump says about one namespace.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SocketGauges {
+    /// Sockets in the dump.
+    pub sockets: u64,
+    /// Sockets per state, as `ss` reports them.
+    pub states: StateCounts,
+    /// Timewait sockets whatever their substate (TIME_WAIT or FIN_WAIT2): what sockstat's
+    /// `tw` counts.
+    pub timewait_sockets: u64,
+    /// Listening sockets, by local address.
+    pub listeners: Vec<Listener>,
+    /// Outbound sockets grouped by remote address and port, ascending.
+    pub destinations: Vec<DestinationGauges>,
+    /// The destination with the least headroom; `None` without outbound sockets.
+    pub min_headroom: Option<MinHeadroom>,
+}
+
+impl SocketGauges {
+    /// The gauges toward `remote`, if any socket goes there.
+    pub fn destination(&self, remote: SocketAddr) -> Option<&DestinationGauges> {
+        self.destinations.iter().find(|d| d.remote == remote)
+    }
+}
+
+#[derive(Default)]
+struct DestinationAcc {
+    established: u64,
+    syn_sent: u64,
+    time_wait: u64,
+    other: u64,
+    ports_by_local: HashMap<IpAddr, u64>,
+    srtt: Vec<u32>,
+}
+
+/// Aggregates a dump. A socket is outbound when it is not a listener and its local port is
+/// not a listening port of the namespace (an accepted socket shares its listener's port, and
+/// `__inet_hash_connect` never hands `connect()` a port that `bind()` holds).
+pub fn aggregate(sockets: &[TcpSocket], range: &PortRange) -> SocketGauges {
+    let mut g = SocketGauges {
+        sockets: sockets.len() as u64,
+        ..SocketGauges::default()
+    };
+    let mut listening: HashSet<u16> = HashSet::new();
+    for s in sockets.iter().filter(|s| s.state == TcpState::Listen) {
+        listening.insert(s.local.port());
+        g.listeners.push(Listener {
+            local: s.local,
+            accept_queue: s.recv_q,
+            backlog: s.send_q,
+        });
+    }
+    g.listeners.sort_by_key(|l| l.local);
+    let mut dest: BTreeMap<SocketAddr, DestinationAcc> = BTreeMap::new();
+    for s in sockets {
+        *g.states.slot(s.state) += 1;
+        g.timewait_sockets += u64::from(s.timewait);
+        if s.state == TcpState::Listen || listening.contains(&s.local.port()) {
+            continue;
+        }
+        let d = dest.entry(s.remote).or_default();
+        match s.state {
+            TcpState::Established => {
+                d.established += 1;
+                d.srtt.extend(s.srtt_us);
+            }
+            TcpState::SynSent => d.syn_sent += 1,
+            TcpState::TimeWait => d.time_wait += 1,
+            _ => d.other += 1,
+        }
+        if range.contains(s.local.port()) {
+            *d.ports_by_local.entry(s.local.ip()).or_default() += 1;
+        }
+    }
+    let usable = u64::from(range.usable);
+    for (remote, mut d) in dest {
+        let ports_in_use = d.ports_by_local.values().copied().max().unwrap_or(0);
+        let headroom = usable.saturating_sub(ports_in_use);
+        if g.min_headroom
+            .as_ref()
+            .is_none_or(|m| headroom < m.headroom)
+        {
+            g.min_headroom = Some(MinHeadroom {
+                remote,
+                ports_in_use,
+                headroom,
+            });
+        }
+        g.destinations.push(DestinationGauges {
+            remote,
+            established: d.established,
+            syn_sent: d.syn_sent,
+            time_wait: d.time_wait,
+            other: d.other,
+            ports_in_use,
+            headroom,
+            srtt: SrttSummary::of(&mut d.srtt),
+        });
+    }
+    g
+}
+
+/// One sample of one network namespace.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct NetnsSample {
+    /// The namespace (its `ip netns` name or path).
+    pub netns: String,
+    /// Its inode number.
+    pub netns_inode: u64,
+    /// When the dump started, on the shared monotonic clock ([`crate::clock::now_ns`]).
+    pub at_ns: u64,
+    /// What the dumps cost, µs of wall time.
+    pub dump_us: u64,
+    /// Socket gauges.
+    #[serde(flatten)]
+    pub gauges: SocketGauges,
+    /// The ephemeral-port range the headroom is computed against.
+    pub port_range: PortRange,
+    /// The namespace's TCP counters, read right after the dump.
+    pub counters: NetCounters,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::netstat;
+
+    fn v4(s: &str) -> SocketAddr {
+        s.parse().unwrap()
+    }
+
+    fn sock(state: TcpState, local: &str, remote: &str) -> TcpSocket {
+        TcpSocket {
+            state,
+            local: v4(local),
+            remote: v4(remote),
+            timewait: matches!(state, TcpState::TimeWait),
+            srtt_us: None,
+            rttvar_us: None,
+            recv_q: 0,
+            send_q: 0,
+            cookie: 0,
+        }
+    }
+
+    #[test]
+    fn aggregate_splits_inbound_from_outbound_and_computes_headroom() {
+        let range = netstat::port_range(40000, 40099, &[(40090, 40099)], 2);
+        assert_eq!(range.usable, 90);
+        let mut listener = sock(TcpState::Listen, "0.0.0.0:8080", "0.0.0.0:0");
+        listener.recv_q = 3;
+        listener.send_q = 128;
+        let mut est = sock(TcpState::Established, "10.0.0.1:40001", "10.0.0.2:80");
+        est.srtt_us = Some(100);
+        let mut est2 = sock(TcpState::Established, "10.0.0.1:40002", "10.0.0.2:80");
+        est2.srtt_us = Some(300);
+        let mut tw_fin = sock(TcpState::FinWait2, "10.0.0.1:40004", "10.0.0.2:80");
+        tw_fin.timewait = true;
+        let sockets = vec![
+            listener,
+            // Inbound: accepted on the listening port, in any state.
+            sock(TcpState::Established, "10.0.0.1:8080", "10.0.0.9:50000"),
+            sock(TcpState::TimeWait, "10.0.0.1:8080", "10.0.0.9:50001"),
+            est,
+            est2,
+            sock(TcpState::TimeWait, "10.0.0.1:40003", "10.0.0.2:80"),
+            tw_fin,
+            sock(TcpState::SynSent, "10.0.0.1:40005", "10.0.0.2:80"),
+            // Reserved and out-of-range local ports hold no ephemeral port.
+            sock(TcpState::TimeWait, "10.0.0.1:40095", "10.0.0.2:80"),
+            sock(TcpState::TimeWait, "10.0.0.1:2000", "10.0.0.2:80"),
+            // A second local address: its ports are counted on their own.
+            sock(TcpState::TimeWait, "10.0.1.1:40001", "10.0.0.2:80"),
+            sock(TcpState::TimeWait, "10.0.0.1:40001", "10.0.0.3:5432"),
+        ];
+        let g = aggregate(&sockets, &range);
+        assert_eq!(g.sockets, 12);
+        assert_eq!(g.states.listen, 1);
+        assert_eq!(g.states.established, 3);
+        assert_eq!(g.states.time_wait, 6);
+        assert_eq!(g.states.fin_wait2, 1);
+        assert_eq!(g.states.syn_sent, 1);
+        assert_eq!(g.timewait_sockets, 7);
+        assert_eq!(
+            g.listeners,
+            vec![Listener {
+                local: v4("0.0.0.0:8080"),
+                accept_queue: 3,
+                backlog: 128
+            }]
+        );
+        assert_eq!(g.destinations.len(), 2);
+        let d = g.destination(v4("10.0.0.2:80")).unwrap();
+        assert_eq!(
+            (d.established, d.syn_sent, d.time_wait, d.other),
+            (2, 1, 4, 1)
+        );
+        // 10.0.0.1 holds 40001..=40005 (5 ports); 10.0.1.1 holds 1.
+        assert_eq!(d.ports_in_use, 5);
+        assert_eq!(d.headroom, 85);
+        let srtt = d.srtt.as_ref().unwrap();
+        assert_eq!(
+            (
+                srtt.count,
+                srtt.min_us,
+                srtt.p50_us,
+                srtt.max_us,
+                srtt.mean_us
+            ),
+            (2, 100, 100, 300, 200)
+        );
+        let other = g.destination(v4("10.0.0.3:5432")).unwrap();
+        assert_eq!((other.ports_in_use, other.headroom), (1, 89));
+        assert!(other.srtt.is_none());
+        assert_eq!(
+            g.min_headroom,
+            Some(MinHeadroom {
+                remote: v4("10.0.0.2:80"),
+                ports_in_use: 5,
+                headroom: 85
+            })
+        );
+        assert!(g.destination(v4("10.0.0.9:50000")).is_none());
+    }
+
+    #[test]
+    fn samples_serialize_with_stable_snake_case_names() {
+        let range = netstat::port_range(32768, 60999, &[], 2);
+        let mut est = sock(TcpState::Established, "10.0.0.1:40000", "10.0.0.2:80");
+        est.srtt_us = Some(50);
+        let s = NetnsSample {
+            netns: "gw".into(),
+            netns_inode: 4026532000,
+            at_ns: 1,
+            dump_us: 2,
+            gauges: aggregate(&[est], &range),
+            port_range: range,
+            counters: NetCounters::default(),
+        };
+        let v = serde_json::to_value(&s).unwrap();
+        assert_eq!(v["states"]["established"], 1);
+        assert_eq!(v["states"]["time_wait"], 0);
+        assert_eq!(v["timewait_sockets"], 0);
+        assert_eq!(v["destinations"][0]["remote"], "10.0.0.2:80");
+        assert_eq!(v["destinations"][0]["headroom"], 28_231);
+        assert_eq!(v["destinations"][0]["srtt"]["p50_us"], 50);
+        assert_eq!(v["min_headroom"]["headroom"], 28_231);
+        assert_eq!(v["port_range"]["usable"], 28_232);
+        assert_eq!(v["counters"]["listen_overflows"], 0);
+        assert!(v["counters"]["time_wait_overflows"].is_null());
+    }
+}

@@ -1,0 +1,200 @@
+//! `--scale`: 10 000 herd players on their own h2c connections against the same nginx, and
+//! what the driver cost to hold them.
+
+use std::{fmt::Write as _, path::Path, process::Command};
+
+use anyhow::{Context as _, Result, bail};
+
+use super::{
+    Args,
+    harness::{CLIENT_CORE, SERVER_CORE, nofile, prepare, proc_cpu, run_client},
+    nginx::{H2C_PORT, Nginx},
+    table::{herd_commit, thousands},
+    tools::ops,
+};
+
+/// The scale run: every player on its own h2c connection, a call every 5 s.
+fn scale_scenario(players: usize, hold: u64) -> String {
+    let ops = ops();
+    format!(
+        "# Written by cargo xtask bench-driver --scale.
+[target]
+url = \"http://127.0.0.1:{H2C_PORT}\"
+transport = \"h2c\"
+connections = \"per_player\"
+timeout = \"10s\"
+connect_timeout = \"10s\"
+
+[player]
+tick = \"5s\"
+
+{ops}
+[[step]]
+players = {players}
+duration = \"10s\"
+ramp = \"10s\"
+
+[[step]]
+players = {players}
+duration = \"{hold}s\"
+"
+    )
+}
+
+/// The scale run; returns a markdown table.
+pub fn bench_scale(root: &Path, args: &Args) -> Result<String> {
+    let (herd, dir) = prepare(root)?;
+    let nginx = Nginx::start(&dir.0, args.players + 1024)?;
+    if nofile() < args.players as u64 + 1024 {
+        bail!(
+            "{} players need {} file descriptors per process; the hard RLIMIT_NOFILE is {}",
+            args.players,
+            args.players + 1024,
+            nofile()
+        );
+    }
+    let scenario = dir.0.join("scale.toml");
+    std::fs::write(&scenario, scale_scenario(args.players, args.hold))?;
+    let json = dir.0.join("scale.json");
+    let mut cmd = Command::new(&herd);
+    cmd.arg("drive")
+        .arg(&scenario)
+        .arg("--json")
+        .arg(&json)
+        .arg("--grace")
+        .arg("10s");
+    let worker = nginx.worker();
+    let server_before = worker.map_or(0.0, proc_cpu);
+    let exit = run_client(&mut cmd, &dir.0.join("scale.out"))?;
+    let server_cpu_s = worker.map_or(0.0, proc_cpu) - server_before;
+    drop(nginx);
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json)?).context("reading herd's JSON report")?;
+    let mut outcomes: std::collections::BTreeMap<String, u64> = Default::default();
+    for s in report["phases"].as_array().context("phases")? {
+        for o in s["ops"].as_array().into_iter().flatten() {
+            for oc in o["outcomes"].as_array().into_iter().flatten() {
+                *outcomes
+                    .entry(oc["outcome"].as_str().unwrap_or("?").to_owned())
+                    .or_default() += oc["count"].as_u64().unwrap_or(0);
+            }
+        }
+    }
+    let ok = outcomes.get("ok").copied().unwrap_or(0);
+    let total: u64 = outcomes.values().sum();
+    let others: Vec<String> = outcomes
+        .iter()
+        .filter(|(k, _)| *k != "ok")
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect();
+    let intervals = report["intervals"].as_array().context("intervals")?;
+    let peak_rss_interval = intervals
+        .iter()
+        .filter_map(|i| i["driver"]["rss_bytes"].as_u64())
+        .max()
+        .unwrap_or(0);
+    let held: Vec<&serde_json::Value> = intervals
+        .iter()
+        .filter(|i| i["phase_index"].as_u64() == Some(1))
+        .collect();
+    let cpu_held = held
+        .iter()
+        .filter_map(|i| i["driver"]["cpu_percent"].as_f64())
+        .sum::<f64>()
+        / held.len().max(1) as f64;
+    let lag_p99 = held
+        .iter()
+        .filter_map(|i| i["driver"]["lag_p99_us"].as_u64())
+        .max()
+        .unwrap_or(0);
+    let step_p99: Vec<String> = report["phases"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|s| s["ops"].as_array().into_iter().flatten())
+        .map(|o| format!("{} µs", o["latency"]["p99_us"].as_u64().unwrap_or(0)))
+        .collect();
+    let mut t = String::new();
+    writeln!(t, "| measure | value |\n|---|---:|")?;
+    writeln!(
+        t,
+        "| players (own h2c connection each, an open stream, a call every 5 s) | {} |",
+        args.players
+    )?;
+    writeln!(t, "| plan | arrive over 10 s, hold {} s |", args.hold)?;
+    writeln!(
+        t,
+        "| driver peak RSS (rusage) | {:.1} MiB |",
+        exit.peak_rss_kib as f64 / 1024.0
+    )?;
+    writeln!(
+        t,
+        "| driver peak RSS (herd's own 1 s samples) | {:.1} MiB |",
+        peak_rss_interval as f64 / 1_048_576.0
+    )?;
+    writeln!(
+        t,
+        "| driver CPU, whole process | {:.2} CPU-s in {:.1} s wall ({:.1} % of its core) |",
+        exit.cpu_s,
+        exit.wall_s,
+        100.0 * exit.cpu_s / exit.wall_s
+    )?;
+    writeln!(
+        t,
+        "| driver CPU while held (herd's samples, mean) | {cpu_held:.1} % |"
+    )?;
+    writeln!(
+        t,
+        "| event-loop lag p99 while held (worst interval) | {lag_p99} µs |"
+    )?;
+    writeln!(
+        t,
+        "| saturated intervals | {} of {} |",
+        report["saturated_intervals"].as_u64().unwrap_or(0),
+        intervals.len()
+    )?;
+    writeln!(
+        t,
+        "| ops | {} ({} ok{}{}) |",
+        thousands(total as f64),
+        thousands(ok as f64),
+        if others.is_empty() { "" } else { ", " },
+        others.join(", ")
+    )?;
+    writeln!(t, "| op p99 per step | {} |", step_p99.join(", "))?;
+    writeln!(
+        t,
+        "| connects / reconnects / connect errors | {} / {} / {} |",
+        report["connects"].as_u64().unwrap_or(0),
+        report["reconnects"].as_u64().unwrap_or(0),
+        report["connect_errors"].as_u64().unwrap_or(0)
+    )?;
+    for st in report["streams"].as_array().into_iter().flatten() {
+        let errors: Vec<String> = st["errors"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        writeln!(
+            t,
+            "| stream `{}`: opened / reconnects / events / errors | {} / {} / {} / {} |",
+            st["op"].as_str().unwrap_or("?"),
+            thousands(st["opened"].as_f64().unwrap_or(0.0)),
+            st["reconnects"].as_u64().unwrap_or(0),
+            thousands(st["events"].as_f64().unwrap_or(0.0)),
+            if errors.is_empty() {
+                "0".to_owned()
+            } else {
+                errors.join(", ")
+            }
+        )?;
+    }
+    writeln!(t, "| nginx CPU over the run | {:.2} CPU-s |", server_cpu_s)?;
+    writeln!(
+        t,
+        "\nherd commit {}; nginx on core {SERVER_CORE}, herd on core {CLIENT_CORE}.",
+        herd_commit(root)
+    )?;
+    Ok(t)
+}
