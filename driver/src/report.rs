@@ -226,6 +226,10 @@ pub struct RunReport {
     /// Per phase, then the hammer.
     #[serde(alias = "steps")]
     pub phases: Vec<PhaseReport>,
+    /// Each op's expected outcomes (`[outcome] expected`, an op's `expected`): part of
+    /// normal play, counted apart from `ok` and from errors.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub expected: BTreeMap<String, Vec<Outcome>>,
     /// The timeline.
     pub intervals: Vec<IntervalReport>,
     /// Streams, long polls and groups over the whole run.
@@ -245,6 +249,11 @@ impl RunReport {
             .filter(|o| o.outcome == outcome)
             .map(|o| o.count)
             .sum()
+    }
+
+    /// The outcomes the scenario expects of `op` (empty when none).
+    pub fn expected_of(&self, op: &str) -> &[Outcome] {
+        self.expected.get(op).map_or(&[], Vec::as_slice)
     }
 
     /// Ops recorded for `op` over all phases and the hammer.

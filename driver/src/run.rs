@@ -127,6 +127,7 @@ where
                 Connections::Pool(n) => format!("pool of {n}"),
             },
             op_names: scenario.ops.iter().map(|o| o.name.clone()).collect(),
+            expected: scenario.expected_outcomes(),
             steps: plan.len(),
             phases: plan.iter().map(|p| (p.name.clone(), p.kind)).collect(),
             started: started.clone(),

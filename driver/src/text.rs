@@ -4,6 +4,7 @@
 use std::fmt::Write as _;
 
 use crate::{
+    outcome::Outcome,
     report::{OpStats, PhaseReport, RunReport},
     scenario::PhaseKind,
 };
@@ -25,9 +26,10 @@ pub fn count(n: u64) -> String {
     out
 }
 
-/// Outcomes as `ok 1 200, timeout 3 (0.2 %)`: counts, most frequent first, with the share
-/// of each outcome that is not `ok`.
-fn outcomes(op: &OpStats) -> String {
+/// Outcomes as `ok 1 200, not_your_turn 40 (3.20 %, expected), timeout 3 (0.24 %)`:
+/// counts, most frequent first, with the share of each outcome that is not `ok`, and the
+/// outcomes the scenario expects (part of normal play) marked so.
+fn outcomes(op: &OpStats, expected: &[Outcome]) -> String {
     op.outcomes
         .iter()
         .map(|o| {
@@ -35,22 +37,32 @@ fn outcomes(op: &OpStats) -> String {
                 format!("ok {}", count(o.count))
             } else {
                 let share = o.count as f64 * 100.0 / op.count.max(1) as f64;
-                format!("{} {} ({share:.2} %)", o.outcome.name(), count(o.count))
+                let expected = if expected.contains(&o.outcome) {
+                    ", expected"
+                } else {
+                    ""
+                };
+                format!(
+                    "{} {} ({share:.2} %{expected})",
+                    o.outcome.name(),
+                    count(o.count)
+                )
             }
         })
         .collect::<Vec<_>>()
         .join(", ")
 }
 
-/// An op's figures as every table prints them: count, req/s, p50, p99, max and outcomes.
-pub(crate) fn op_cells(o: &OpStats) -> [String; 6] {
+/// An op's figures as every table prints them: count, req/s, p50, p99, max and outcomes
+/// (`expected`: the op's expected outcomes).
+pub(crate) fn op_cells(o: &OpStats, expected: &[Outcome]) -> [String; 6] {
     [
         count(o.count),
         format!("{:.1}", o.rate),
         duration_us(o.latency.p50_us),
         duration_us(o.latency.p99_us),
         duration_us(o.latency.max_us),
-        outcomes(o),
+        outcomes(o, expected),
     ]
 }
 
@@ -136,7 +148,7 @@ pub fn table(report: &RunReport) -> String {
             .ops
             .iter()
             .map(|o| {
-                let [n, rate, p50, p99, max, outs] = op_cells(o);
+                let [n, rate, p50, p99, max, outs] = op_cells(o, report.expected_of(&o.op));
                 [o.op.clone(), n, rate, p50, p99, max, outs]
             })
             .collect();
@@ -187,6 +199,7 @@ mod tests {
             latency: l,
         };
         let report = RunReport {
+            expected: Default::default(),
             scenario: "game.toml".into(),
             target: "127.0.0.1:8081".into(),
             transport: "h2c".into(),

@@ -323,6 +323,15 @@ async fn record(
         seq: [0; 3],
     };
     store.put(meta.id, Source::Slo, 0, 0, &scenario.slo).await?;
+    store
+        .put(
+            meta.id,
+            Source::Expected,
+            0,
+            0,
+            &scenario.expected_outcomes(),
+        )
+        .await?;
     if let Some(s) = seeded {
         // Counts, tables and time only: never the database's URL.
         store

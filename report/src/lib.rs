@@ -60,6 +60,8 @@ pub struct RunData {
     pub slo: Vec<herd_driver::scenario::Slo>,
     /// What `herd run` seeded before the load, if the scenario has a `[seed]`.
     pub seeded: Option<seeding::SeedRecord>,
+    /// Each op's expected outcomes: part of normal play, counted apart from `ok` and errors.
+    pub expected: std::collections::BTreeMap<String, Vec<herd_driver::Outcome>>,
     /// What became of the seeded rows (absent until the cleanup is recorded).
     pub seed_cleanup: Option<seeding::CleanupRecord>,
 }

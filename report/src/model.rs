@@ -919,6 +919,7 @@ pub(crate) mod tests {
             slo: vec![],
             seeded: None,
             seed_cleanup: None,
+            expected: Default::default(),
         }
     }
 

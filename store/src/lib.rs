@@ -5,7 +5,7 @@
 //! process being killed), PostgreSQL when given a `postgres://` URL. Rows hold the interval as
 //! JSON: the schema stays stable while the interval types grow, and old runs stay readable.
 
-use std::path::Path;
+use std::{collections::BTreeMap, path::Path};
 
 use anyhow::{Context as _, Result, bail};
 use herd_driver::RunReport;
@@ -35,6 +35,8 @@ pub enum Source {
     Seed,
     /// What became of the seeded rows after it (`herd_report::seeding::CleanupRecord`).
     SeedCleanup,
+    /// Each op's expected outcomes (`BTreeMap<String, Vec<herd_driver::Outcome>>`).
+    Expected,
 }
 
 impl Source {
@@ -49,6 +51,7 @@ impl Source {
             Source::Slo => "slo",
             Source::Seed => "seed",
             Source::SeedCleanup => "seed_cleanup",
+            Source::Expected => "expected",
         }
     }
 }
@@ -281,6 +284,13 @@ impl Store {
         let slo: Vec<Vec<herd_driver::scenario::Slo>> = self.rows(meta.id, Source::Slo).await?;
         let mut seeded: Vec<SeedRecord> = self.rows(meta.id, Source::Seed).await?;
         let mut cleanup: Vec<CleanupRecord> = self.rows(meta.id, Source::SeedCleanup).await?;
+        let mut expected: Vec<BTreeMap<String, Vec<herd_driver::Outcome>>> =
+            self.rows(meta.id, Source::Expected).await?;
+        // Runs recorded before the row existed: the driver's final report carries it too.
+        let expected = expected
+            .pop()
+            .or_else(|| finals.last().map(|r| r.expected.clone()))
+            .unwrap_or_default();
         Ok(RunData {
             phases: self.rows(meta.id, Source::Phase).await?,
             driver: self.rows(meta.id, Source::Driver).await?,
@@ -290,6 +300,7 @@ impl Store {
             slo: slo.into_iter().next().unwrap_or_default(),
             seeded: seeded.pop(),
             seed_cleanup: cleanup.pop(),
+            expected,
             meta,
         })
     }

@@ -140,6 +140,7 @@ async fn write_compare_reads_two_stored_runs_and_writes_both_pages() {
         }
         store.put(run.id, Source::Phase, 0, 0, &step).await.unwrap();
         let report = RunReport {
+            expected: Default::default(),
             scenario: "demo.toml".into(),
             target: "127.0.0.1:8080".into(),
             transport: "h2c".into(),

@@ -184,6 +184,8 @@ pub(crate) struct Setup {
     pub transport: String,
     pub connections: String,
     pub op_names: Vec<String>,
+    /// Each op's expected outcomes, for the final report.
+    pub expected: std::collections::BTreeMap<String, Vec<Outcome>>,
     /// Phases of the plan's sequence; the hammer is phase `steps` after them.
     pub steps: usize,
     /// Each sequential phase's name and kind.
@@ -548,6 +550,7 @@ impl Aggregator {
             saturated_intervals: self.intervals.iter().filter(|i| i.driver.saturated).count()
                 as u64,
             phases,
+            expected: self.s.expected.clone(),
             intervals: std::mem::take(&mut self.intervals),
             play: self.s.play.total(),
         }
@@ -598,6 +601,7 @@ mod tests {
             transport: "h1".into(),
             connections: "per_player".into(),
             op_names: vec!["a".into(), "b".into()],
+            expected: Default::default(),
             steps: 1,
             phases: vec![("step 1".into(), crate::scenario::PhaseKind::Step)],
             started: started.clone(),

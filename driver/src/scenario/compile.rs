@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::{
     Arrival, Dur, Hammer, Invalid, Op, Pace, PhaseKind, PlayerSettings, Scenario, Seg, Step, at,
     find_op, is_ident, key,
-    op::{DEFAULT_TIMEOUT, compile_op},
+    op::{DEFAULT_TIMEOUT, compile_op, expected_outcome},
     players, pointer, positive,
     raw::{RawArrival, RawScenario, RawSlo},
     reads, seed, shapes,
@@ -42,9 +42,26 @@ pub(super) fn compile(file: &str, raw: RawScenario) -> Result<Scenario, Invalid>
         Some(c) => Some(pointer(&c, &[key("outcome"), key("code")])?),
         None => None,
     };
+    // The scenario-wide expected outcomes: a domain code needs some op that reads codes.
+    let reads_codes = default_code.is_some() || raw.ops.iter().any(|o| o.code.is_some());
+    let mut default_expected = Vec::new();
+    for (k, name) in raw.outcome.expected.iter().enumerate() {
+        let path = [key("outcome"), key("expected"), Seg::Index(k)];
+        let e = expected_outcome(name, &path, reads_codes, "no op reads a code")?;
+        if !default_expected.contains(&e) {
+            default_expected.push(e);
+        }
+    }
     let mut ops = Vec::new();
     for (i, o) in raw.ops.into_iter().enumerate() {
-        let op = compile_op(i, o, default_timeout, &default_code, &mut names)?;
+        let op = compile_op(
+            i,
+            o,
+            default_timeout,
+            &default_code,
+            &default_expected,
+            &mut names,
+        )?;
         if ops.iter().any(|p: &Op| p.name == op.name) {
             return Err(at(
                 &[key("op"), Seg::Index(i), key("name")],

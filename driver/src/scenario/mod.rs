@@ -193,6 +193,16 @@ impl Scenario {
         })
     }
 
+    /// Each op's expected outcomes (ops without any left out), for reports to count apart
+    /// from `ok` and from errors.
+    pub fn expected_outcomes(&self) -> std::collections::BTreeMap<String, Vec<crate::Outcome>> {
+        self.ops
+            .iter()
+            .filter(|o| !o.expected.is_empty())
+            .map(|o| (o.name.clone(), o.expected.clone()))
+            .collect()
+    }
+
     /// The index of the op named `name`.
     pub fn op(&self, name: &str) -> Option<usize> {
         self.ops.iter().position(|o| o.name == name)

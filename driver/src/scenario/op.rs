@@ -5,7 +5,10 @@ use std::time::Duration;
 use http::{HeaderName, HeaderValue, Method};
 
 use super::{Invalid, OpKind, Seg, at, is_ident, key, players, pointer, positive, raw::RawOp};
-use crate::template::{BUILTINS, Template, VarNames};
+use crate::{
+    outcome::Outcome,
+    template::{BUILTINS, Template, VarNames},
+};
 
 /// What the response must satisfy for the op to count as `ok`.
 #[derive(Debug, Clone, Default)]
@@ -41,8 +44,53 @@ pub struct Op {
     pub check: Check,
     /// JSON pointer to a domain code in the response body.
     pub code: Option<String>,
+    /// Outcomes that are part of normal play for this op (`[outcome] expected` and its own
+    /// `expected`): reports count them apart from `ok` and from errors.
+    pub expected: Vec<Outcome>,
     /// A request, or a stream / long poll each player keeps open.
     pub kind: OpKind,
+}
+
+impl Op {
+    /// True when `o` is one of the op's expected outcomes.
+    pub fn expects(&self, o: &Outcome) -> bool {
+        self.expected.contains(o)
+    }
+}
+
+/// Checks one `expected` entry at `path`: a name herd can produce for an op that reads
+/// domain codes when `reads_codes`. `ok` is what everything is measured against, and a
+/// domain code needs a `code` pointer to ever be an outcome.
+pub(super) fn expected_outcome(
+    name: &str,
+    path: &[Seg],
+    reads_codes: bool,
+    whose: &str,
+) -> Result<Outcome, Invalid> {
+    let o: Outcome = name.into();
+    match &o {
+        Outcome::Ok => Err(at(
+            path,
+            "`ok` is what the other outcomes are told apart from; list only outcomes that are not ok but part of normal play (e.g. a game's `not_your_turn`, a limiter's `rate_limited`)",
+        )),
+        Outcome::Domain(code)
+            if code.starts_with("transport_error") || code.starts_with("http_") =>
+        {
+            Err(at(
+                path,
+                format!(
+                    "`{name}` is not an outcome herd has: transport errors are transport_error.connect, .reset, .protocol or .tls_*; statuses are http_1xx … http_5xx"
+                ),
+            ))
+        }
+        Outcome::Domain(_) if !reads_codes => Err(at(
+            path,
+            format!(
+                "`{name}` would be a domain code, but {whose}, so it can never be an outcome: set [outcome] code (or the op's code) to the JSON pointer where the response carries it, e.g. code = \"/error/code\""
+            ),
+        )),
+        _ => Ok(o),
+    }
 }
 
 /// Default bound on one op: long enough for a slow service, short enough that a stalled
@@ -54,6 +102,7 @@ pub(super) fn compile_op(
     o: RawOp,
     default_timeout: Duration,
     default_code: &Option<String>,
+    default_expected: &[Outcome],
     names: &mut VarNames,
 ) -> Result<Op, Invalid> {
     let here = |k: &str| vec![key("op"), Seg::Index(i), key(k)];
@@ -133,6 +182,15 @@ pub(super) fn compile_op(
         Some(c) => Some(pointer(c, &here("code"))?),
         None => None,
     };
+    let mut expected = default_expected.to_vec();
+    for (k, name) in o.expected.iter().enumerate() {
+        let path = [key("op"), Seg::Index(i), key("expected"), Seg::Index(k)];
+        let whose = format!("op `{}` reads no code", o.name);
+        let e = expected_outcome(name, &path, code.is_some(), &whose)?;
+        if !expected.contains(&e) {
+            expected.push(e);
+        }
+    }
     let kind = players::compile_kind(
         players::RawOpKind {
             kind: o.kind,
@@ -161,6 +219,7 @@ pub(super) fn compile_op(
             sha256,
         },
         code,
+        expected,
         kind,
     };
     if op.kind.is_background() {

@@ -105,6 +105,8 @@ pub(super) struct RawPlayer {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawOutcome {
     pub(super) code: Option<String>,
+    #[serde(default)]
+    pub(super) expected: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -124,6 +126,8 @@ pub(super) struct RawOp {
     #[serde(default)]
     pub(super) check: RawCheck,
     pub(super) code: Option<String>,
+    #[serde(default)]
+    pub(super) expected: Vec<String>,
     pub(super) kind: Option<players::RawKind>,
     pub(super) format: Option<StreamFormat>,
     pub(super) event_type: Option<String>,

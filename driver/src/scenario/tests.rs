@@ -1,6 +1,7 @@
 use http::Method;
 
 use super::{op::DEFAULT_TIMEOUT, *};
+use crate::outcome::Outcome;
 
 const MINIMAL: &str = r#"
 [target]
@@ -236,4 +237,82 @@ fn objectives_parse_and_bad_ones_point_at_their_key() {
     // An A/B run can tighten an objective without editing the file.
     let s = Scenario::parse("s.toml", &src, &["slo.state=\"p99 < 50ms\"".into()]).unwrap();
     assert_eq!(s.slo[0].limit, 50_000.0);
+}
+
+#[test]
+fn expected_outcomes_join_the_ops_and_bad_ones_point_at_their_entry() {
+    let src = r#"
+[target]
+url = "http://127.0.0.1:8080"
+
+[outcome]
+code = "/error/code"
+expected = ["not_your_turn", "rate_limited"]
+
+[[op]]
+name = "move"
+path = "/move"
+expected = ["game_finished", "not_your_turn"]
+
+[[op]]
+name = "state"
+path = "/state"
+
+[[step]]
+players = 1
+duration = "1s"
+"#;
+    let s = Scenario::parse("s.toml", src, &[]).unwrap();
+    let mv = &s.ops[0];
+    assert_eq!(
+        mv.expected,
+        [
+            Outcome::Domain("not_your_turn".into()),
+            Outcome::RateLimited,
+            Outcome::Domain("game_finished".into())
+        ]
+    );
+    assert!(mv.expects(&Outcome::RateLimited) && !mv.expects(&Outcome::Timeout));
+    assert_eq!(s.ops[1].expected.len(), 2, "the scenario's list, no more");
+
+    // `ok`, a misspelt herd class, and a domain code no op can read: each at its entry.
+    let minimal_with = |outcome: &str| format!("{MINIMAL}\n[outcome]\n{outcome}\n");
+    let d = diag(&minimal_with(r#"expected = ["timeout", "ok"]"#), &[]);
+    // MINIMAL is 14 lines; the list is on line 15 and `"ok"` starts at column 24.
+    assert_eq!(
+        (d.key.as_str(), d.line, d.column),
+        ("outcome.expected[1]", 15, 24),
+        "{d:?}"
+    );
+    assert!(
+        d.message.contains("`ok` is what the other outcomes"),
+        "{}",
+        d.message
+    );
+    let d = diag(&minimal_with(r#"expected = ["transport_error"]"#), &[]);
+    assert!(
+        d.message.contains("transport_error.connect"),
+        "{}",
+        d.message
+    );
+    let d = diag(&minimal_with(r#"expected = ["not_your_turn"]"#), &[]);
+    assert!(
+        d.message
+            .contains("no op reads a code, so it can never be an outcome"),
+        "{}",
+        d.message
+    );
+    let d = diag(
+        &MINIMAL.replace(
+            "path = \"/state\"",
+            "path = \"/state\"\nexpected = [\"busy\"]",
+        ),
+        &[],
+    );
+    assert_eq!(d.key, "op[0].expected[0]");
+    assert!(
+        d.message.contains("op `state` reads no code"),
+        "{}",
+        d.message
+    );
 }

@@ -61,7 +61,7 @@ pub(crate) fn catalog_table(report: &RunReport) -> String {
             .to_owned();
         match s.ops.first() {
             Some(o) => {
-                let [n, rate, p50, p99, max, outs] = op_cells(o);
+                let [n, rate, p50, p99, max, outs] = op_cells(o, report.expected_of(&o.op));
                 rows.push([route, s.players.to_string(), n, rate, p50, p99, max, outs]);
             }
             None => rows.push([
@@ -147,6 +147,7 @@ mod tests {
             late_after_us: 10_000,
         });
         let report = RunReport {
+            expected: Default::default(),
             play: Default::default(),
             scenario: "s.toml".into(),
             target: "127.0.0.1:1".into(),
