@@ -2,6 +2,7 @@
 //! when the test panics: the drop runs during unwinding).
 
 use std::{
+    ffi::OsStr,
     ops::Deref,
     path::{Path, PathBuf},
     sync::atomic::{AtomicU32, Ordering},
@@ -53,6 +54,13 @@ impl Deref for TempDir {
 impl AsRef<Path> for TempDir {
     fn as_ref(&self) -> &Path {
         &self.0
+    }
+}
+
+/// So a command takes it as an argument (`.arg(&dir)`).
+impl AsRef<OsStr> for TempDir {
+    fn as_ref(&self) -> &OsStr {
+        self.0.as_os_str()
     }
 }
 
