@@ -15,8 +15,13 @@ pub struct TempDir(PathBuf);
 impl TempDir {
     /// Creates `herd-<tag>-<pid>-<n>`: the process id keeps parallel test binaries apart, the
     /// counter the tests of one binary. A directory of that name left by an earlier process
-    /// with the same id (one that was killed) is emptied first.
+    /// with the same id (one that was killed) is emptied first. Panics if it cannot.
     pub fn new(tag: &str) -> Self {
+        Self::try_new(tag).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`Self::new`], with the error (naming the directory) returned.
+    pub fn try_new(tag: &str) -> std::io::Result<Self> {
         static N: AtomicU32 = AtomicU32::new(0);
         let path = std::env::temp_dir().join(format!(
             "herd-{tag}-{}-{}",
@@ -24,9 +29,13 @@ impl TempDir {
             N.fetch_add(1, Ordering::Relaxed)
         ));
         let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path)
-            .unwrap_or_else(|e| panic!("creating the test directory {}: {e}", path.display()));
-        Self(path)
+        match std::fs::create_dir_all(&path) {
+            Ok(()) => Ok(Self(path)),
+            Err(e) => Err(std::io::Error::new(
+                e.kind(),
+                format!("creating the temporary directory {}: {e}", path.display()),
+            )),
+        }
     }
 
     /// The directory.
