@@ -4,14 +4,13 @@
 
 use std::{
     net::SocketAddr,
-    path::PathBuf,
-    sync::atomic::{AtomicU32, Ordering},
     time::{Duration, Instant},
 };
 
 use bytes::Bytes;
 use clap::Parser as _;
 use herd_contour::{Backend, ContourCmd, Gateway, store::token_hash};
+use herd_testkit::TempDir;
 use http::{Method, Request, StatusCode, header};
 use http_body_util::{BodyExt as _, Full};
 use hyper::body::Incoming;
@@ -19,34 +18,9 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::{Value, json};
 use tokio::{net::TcpStream, sync::oneshot, task::JoinHandle};
 
-/// A directory removed with everything in it when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
-        let p = std::env::temp_dir().join(format!(
-            "herd-contour-{tag}-{}-{}-{nanos}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-
-    fn db_url(&self) -> String {
-        format!("sqlite:{}", self.0.join("game.db").display())
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+/// The URL of a SQLite database in `dir`, created on first open.
+fn db_url(dir: &TempDir) -> String {
+    format!("sqlite:{}", dir.join("game.db").display())
 }
 
 #[derive(clap::Parser)]
@@ -323,8 +297,8 @@ fn code(v: &Value) -> &str {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_through_the_gateway_reach_the_backend_and_its_database() {
-    let dir = TempDir::new("api");
-    let db = dir.db_url();
+    let dir = TempDir::new("contour-api");
+    let db = db_url(&dir);
     let backend = start_backend(&db, &[]).await;
     seed(&db, 3).await;
     let gateway = start_gateway(backend.addr, &[]).await;
@@ -436,8 +410,8 @@ async fn calls_through_the_gateway_reach_the_backend_and_its_database() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn subscribe_streams_ticks_and_game_events_until_the_client_goes_away() {
-    let dir = TempDir::new("subscribe");
-    let db = dir.db_url();
+    let dir = TempDir::new("contour-subscribe");
+    let db = db_url(&dir);
     let backend = start_backend(&db, &[]).await;
     seed(&db, 2).await;
     let gateway = start_gateway(backend.addr, &["--tick", "100ms"]).await;
@@ -517,8 +491,8 @@ async fn subscribe_streams_ticks_and_game_events_until_the_client_goes_away() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_limiter_answers_429_with_retry_after_on_its_op_only() {
-    let dir = TempDir::new("limit");
-    let db = dir.db_url();
+    let dir = TempDir::new("contour-limit");
+    let db = db_url(&dir);
     let backend = start_backend(&db, &[]).await;
     seed(&db, 2).await;
     let gateway = start_gateway(
@@ -605,8 +579,8 @@ struct Churn {
 /// `callers` players, each on its own h2c connection, make `per_caller` calls through a
 /// gateway whose backend idle cap is `max_idle`; counts what the backend accepted.
 async fn churn(max_idle: usize, callers: usize, per_caller: usize) -> Churn {
-    let dir = TempDir::new("churn");
-    let db = dir.db_url();
+    let dir = TempDir::new("contour-churn");
+    let db = db_url(&dir);
     let backend = start_backend(&db, &[]).await;
     seed(&db, callers as i64).await;
     let idle = max_idle.to_string();
@@ -708,7 +682,7 @@ async fn an_idle_cap_of_2_churns_backend_connections_and_512_reuses_them() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn errors_name_what_is_wrong() {
-    let dir = TempDir::new("errors");
+    let dir = TempDir::new("contour-errors");
     let ContourCmd::Backend(a) =
         parse(&["backend", "--listen", "127.0.0.1:0", "--db", "mysql://db/x"])
     else {
@@ -721,7 +695,7 @@ async fn errors_name_what_is_wrong() {
         "{e:#}"
     );
 
-    let missing = format!("sqlite:{}", dir.0.join("no/such/dir/absent.db").display());
+    let missing = format!("sqlite:{}", dir.join("no/such/dir/absent.db").display());
     let ContourCmd::Backend(a) = parse(&["backend", "--listen", "127.0.0.1:0", "--db", &missing])
     else {
         unreachable!()
@@ -833,8 +807,8 @@ impl Drop for Proc {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_processes_say_ready_serve_and_exit_on_sigterm_with_a_stream_open() {
-    let dir = TempDir::new("procs");
-    let db = dir.db_url();
+    let dir = TempDir::new("contour-procs");
+    let db = db_url(&dir);
     let backend = Proc::spawn(&[
         "backend",
         "--listen",

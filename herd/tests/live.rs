@@ -4,67 +4,24 @@
 
 use std::{
     collections::BTreeMap,
-    convert::Infallible,
     path::PathBuf,
     process::{Command, Stdio},
-    sync::{
-        Arc,
-        atomic::{AtomicU64, Ordering::SeqCst},
-    },
 };
 
-use bytes::Bytes;
-use http_body_util::Full;
-use hyper::{Request, Response, server::conn::http1, service::service_fn};
-use hyper_util::rt::TokioIo;
+use herd_testkit::{Proto, Reply, Server, TempDir};
 
-/// A directory removed with everything in it when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> Self {
-        let p = std::env::temp_dir().join(format!("herd-live-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&p).unwrap();
-        Self(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// An HTTP/1.1 keep-alive server on 127.0.0.1 that counts requests and answers `ok`.
-fn serve(rt: &tokio::runtime::Runtime) -> (String, Arc<AtomicU64>) {
-    let listener = rt
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let served = Arc::new(AtomicU64::new(0));
-    let count = served.clone();
-    rt.spawn(async move {
-        while let Ok((s, _)) = listener.accept().await {
-            let count = count.clone();
-            tokio::spawn(async move {
-                let svc = service_fn(move |_req: Request<hyper::body::Incoming>| {
-                    count.fetch_add(1, SeqCst);
-                    async { Ok::<_, Infallible>(Response::new(Full::new(Bytes::from("ok")))) }
-                });
-                let _ = http1::Builder::new()
-                    .serve_connection(TokioIo::new(s), svc)
-                    .await;
-            });
-        }
-    });
-    (url, served)
+/// An HTTP/1.1 keep-alive server on 127.0.0.1 that counts requests and answers `ok`, on a
+/// runtime of its own (herd runs as a child process).
+fn serve() -> Server {
+    Server::http(Proto::H1)
+        .fallback(Reply::ok().body("ok"))
+        .start_blocking()
 }
 
 /// A two-step scenario (1 player, then 2) of 600 ms each against `url`.
 fn scenario(dir: &TempDir, url: &str) -> PathBuf {
-    let file = dir.0.join("live.toml");
-    std::fs::write(
-        &file,
+    dir.write(
+        "live.toml",
         format!(
             "[target]\nurl = \"{url}\"\n[player]\nthink = \"10ms\"\n\
              [[op]]\nname = \"ping\"\npath = \"/\"\n\
@@ -72,8 +29,6 @@ fn scenario(dir: &TempDir, url: &str) -> PathBuf {
              [[step]]\nplayers = 2\nduration = \"600ms\"\narrival = \"burst\"\n"
         ),
     )
-    .unwrap();
-    file
 }
 
 /// The `key=value` fields of a plain line's totals (before the first ` | `).
@@ -95,11 +50,10 @@ fn millis(v: &str) -> f64 {
 
 #[test]
 fn piped_stdout_gets_one_plain_line_per_interval() {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let (url, served) = serve(&rt);
-    let dir = TempDir::new("pipe");
-    let file = scenario(&dir, &url);
-    let json = dir.0.join("run.json");
+    let server = serve();
+    let dir = TempDir::new("live-pipe");
+    let file = scenario(&dir, &server.url());
+    let json = dir.join("run.json");
     let out = Command::new(env!("CARGO_BIN_EXE_herd"))
         .args(["drive", file.to_str().unwrap(), "--interval", "200ms"])
         .args(["--grace", "1s", "--json", json.to_str().unwrap()])
@@ -164,16 +118,15 @@ fn piped_stdout_gets_one_plain_line_per_interval() {
     // Every op the driver recorded shows in exactly one interval's line.
     let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert_eq!(ops, report["requests"].as_u64().unwrap(), "{stdout}");
-    assert_eq!(ops, served.load(SeqCst));
+    assert_eq!(ops, server.requests());
     assert!(ops > 20, "{ops} requests");
 }
 
 #[test]
 fn a_terminal_gets_the_block_redrawn_in_place() {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let (url, served) = serve(&rt);
-    let dir = TempDir::new("tty");
-    let file = scenario(&dir, &url);
+    let server = serve();
+    let dir = TempDir::new("live-tty");
+    let file = scenario(&dir, &server.url());
     // `script` runs herd on a pseudo-terminal and copies what herd drew to its own stdout.
     let cmd = format!(
         "{} drive {} --interval 200ms --grace 1s",
@@ -203,5 +156,5 @@ fn a_terminal_gets_the_block_redrawn_in_place() {
     );
     assert!(blocks >= 5, "{screen}");
     assert!(!screen.lines().any(|l| l.starts_with("t=")), "{screen}");
-    assert!(served.load(SeqCst) > 20);
+    assert!(server.requests() > 20);
 }

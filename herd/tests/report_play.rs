@@ -3,7 +3,6 @@
 //! JSON reports carry the stream row and the open-model row with exactly those counts.
 
 use std::{
-    path::PathBuf,
     process::{Command, Stdio},
     sync::{
         Arc,
@@ -11,115 +10,50 @@ use std::{
     },
 };
 
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-
-/// A directory removed with everything in it when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> Self {
-        let p = std::env::temp_dir().join(format!("herd-report-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        Self(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// What the server saw.
-#[derive(Default)]
-struct Seen {
-    /// `/events` streams opened.
-    streams: AtomicU64,
-    /// Events written to them.
-    events: AtomicU64,
-    /// `/tick` requests (only the rate step sends them).
-    ticks: AtomicU64,
-    /// `/ping` requests (the players).
-    pings: AtomicU64,
-}
+use herd_testkit::{Proto, Reply, Server, TempDir};
 
 /// Events each stream gets: two `move`, one `chat`; then the stream stays open, silent.
 const EVENTS: [&str; 3] = ["move", "chat", "move"];
 
 /// An HTTP/1.1 server on 127.0.0.1: `/events` answers a chunked SSE stream of [`EVENTS`]
-/// and holds it open; anything else answers `ok`, keep-alive.
-fn serve(rt: &tokio::runtime::Runtime) -> (String, Arc<Seen>) {
-    let listener = rt
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let seen = Arc::new(Seen::default());
-    let counts = seen.clone();
-    rt.spawn(async move {
-        while let Ok((mut s, _)) = listener.accept().await {
-            let seen = counts.clone();
-            tokio::spawn(async move {
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 4096];
-                loop {
-                    // One request head (GETs: no body).
-                    let end = loop {
-                        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                            break i + 4;
-                        }
-                        match s.read(&mut chunk).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                        }
-                    };
-                    let head = String::from_utf8_lossy(&buf[..end]).into_owned();
-                    buf.drain(..end);
-                    let path = head.split(' ').nth(1).unwrap_or("").to_owned();
-                    if path == "/events" {
-                        seen.streams.fetch_add(1, SeqCst);
-                        let mut out = String::from(
-                            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
-                             transfer-encoding: chunked\r\n\r\n",
-                        );
-                        for e in EVENTS {
-                            let ev = format!("event: {e}\ndata: {{}}\n\n");
-                            out.push_str(&format!("{:x}\r\n{ev}\r\n", ev.len()));
-                        }
-                        if s.write_all(out.as_bytes()).await.is_err() {
-                            return;
-                        }
-                        seen.events.fetch_add(EVENTS.len() as u64, SeqCst);
-                        // Hold the stream until the player closes it.
-                        while matches!(s.read(&mut chunk).await, Ok(n) if n > 0) {}
-                        return;
-                    }
-                    match path.as_str() {
-                        "/tick" => seen.ticks.fetch_add(1, SeqCst),
-                        _ => seen.pings.fetch_add(1, SeqCst),
-                    };
-                    let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
-                    if s.write_all(ok).await.is_err() {
+/// and holds it open; anything else answers `ok`, keep-alive. It counts `/events` streams
+/// opened, `/tick` (only the rate step sends them) and `/ping` requests (the players) by
+/// path; the returned counter, the events written to the streams.
+fn serve() -> (Server, Arc<AtomicU64>) {
+    let events = Arc::new(AtomicU64::new(0));
+    let written = events.clone();
+    let sse = Reply::ok()
+        .header("content-type", "text/event-stream")
+        .stream(move |c| {
+            let written = written.clone();
+            async move {
+                for e in EVENTS {
+                    if !c.send(format!("event: {e}\ndata: {{}}\n\n")).await {
                         return;
                     }
                 }
-            });
-        }
-    });
-    (url, seen)
+                written.fetch_add(EVENTS.len() as u64, SeqCst);
+                // Hold the stream until the player closes it.
+                c.closed().await;
+            }
+        });
+    let server = Server::http(Proto::H1)
+        .route("/events", sse)
+        .fallback(Reply::ok().body("ok"))
+        .start_blocking();
+    (server, events)
 }
 
 #[test]
 fn a_runs_report_shows_its_stream_and_open_model_rows_with_the_servers_counts() {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let (url, seen) = serve(&rt);
-    let dir = TempDir::new("play");
-    let file = dir.0.join("play.toml");
+    let (server, events) = serve();
+    let url = server.url();
+    let dir = TempDir::new("report-play");
     // A catalog of one route (5 pings, 2 at a time); two players ping and hold one SSE
     // stream each for 800 ms; then 20 ticks/s for 1 s, open model (players leave when the
     // rate step begins).
-    std::fs::write(
-        &file,
+    let file = dir.write(
+        "play.toml",
         format!(
             "[target]\nurl = \"{url}\"\n[player]\nthink = \"50ms\"\n\
              [[op]]\nname = \"ping\"\npath = \"/ping\"\n\
@@ -129,9 +63,8 @@ fn a_runs_report_shows_its_stream_and_open_model_rows_with_the_servers_counts() 
              [[step]]\nplayers = 2\nduration = \"800ms\"\narrival = \"burst\"\n\
              [[rate]]\nrate = 20\nduration = \"1s\"\nops = [\"tick\"]\n"
         ),
-    )
-    .unwrap();
-    let out_dir = dir.0.join("out");
+    );
+    let out_dir = dir.join("out");
     let out = Command::new(env!("CARGO_BIN_EXE_herd"))
         .args(["run", file.to_str().unwrap(), "--no-probe", "--quiet"])
         .args(["--interval", "200ms", "--grace", "1s"])
@@ -147,12 +80,12 @@ fn a_runs_report_shows_its_stream_and_open_model_rows_with_the_servers_counts() 
         String::from_utf8_lossy(&out.stderr)
     );
     let (streams, events, ticks) = (
-        seen.streams.load(SeqCst),
-        seen.events.load(SeqCst),
-        seen.ticks.load(SeqCst),
+        server.path_count("/events"),
+        events.load(SeqCst),
+        server.path_count("/tick"),
     );
     assert_eq!(streams, 2, "one stream per player");
-    let pings = seen.pings.load(SeqCst);
+    let pings = server.path_count("/ping");
     assert!(pings > 5, "{pings}");
 
     let md = std::fs::read_to_string(out_dir.join("run-1.md")).unwrap();

@@ -1,23 +1,22 @@
 //! `herd run` with a `[seed]`: seeded before the load into a real SQLite database holding the
 //! demo backend's schema, driven against that backend, cleaned up after it.
 
-use std::{path::PathBuf, time::Duration};
+use std::time::Duration;
 
 use herd::{cmd::run::RunArgs, session};
 use herd_contour::store::{Store, StoreOptions};
+use herd_testkit::TempDir;
 
 /// A temporary directory holding a SQLite database with the demo contour's real schema
 /// (created by the backend's own `Store::open`) and a file with its URL.
 struct Db {
-    dir: PathBuf,
+    dir: TempDir,
     url: String,
 }
 
 impl Db {
     async fn new(name: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("herd-seed-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = TempDir::new(&format!("seed-run-{name}"));
         let url = format!("sqlite:{}", dir.join("target.db").display());
         let opts = StoreOptions {
             max_connections: 1,
@@ -26,7 +25,7 @@ impl Db {
         };
         let store = Store::open(&format!("{url}?mode=rwc"), opts).await.unwrap();
         store.close().await;
-        std::fs::write(dir.join("seed-url"), format!("{url}\n")).unwrap();
+        dir.write("seed-url", format!("{url}\n"));
         Db { dir, url }
     }
 
@@ -53,12 +52,6 @@ impl Db {
         .unwrap();
         p.close().await;
         (a, s, t)
-    }
-}
-
-impl Drop for Db {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

@@ -237,7 +237,8 @@ pub fn program_ids_of(pid: u32) -> Vec<u32> {
 /// 127.0.0.1 only, trust authentication, run as the `postgres` user (the server refuses root).
 /// Stopped and deleted on drop, also when the test panics.
 pub struct Postgres {
-    dir: std::path::PathBuf,
+    /// Removed after [`Drop`] has stopped the server.
+    dir: herd_testkit::TempDir,
     bin: std::path::PathBuf,
     /// `postgres://postgres@127.0.0.1:PORT/postgres`
     pub url: String,
@@ -255,17 +256,15 @@ impl Postgres {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
-        let dir = std::env::temp_dir().join(format!("herd-pg-{}-{port}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir)?;
         let pg = Postgres {
             url: format!("postgres://postgres@127.0.0.1:{port}/postgres"),
-            dir: dir.clone(),
+            dir: herd_testkit::TempDir::new(&format!("pg-{port}")),
             bin: bin.clone(),
         };
+        let dir = pg.dir.path();
         let chown = Command::new("chown")
             .args(["-R", "postgres:postgres"])
-            .arg(&dir)
+            .arg(dir)
             .status()?;
         if !chown.success() {
             bail!("chown of {} to postgres failed", dir.display());
@@ -315,6 +314,5 @@ impl Drop for Postgres {
             .arg(self.dir.join("data"))
             .args(["-m", "immediate", "-w", "stop"])
             .output();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

@@ -10,18 +10,12 @@ use std::{
 
 use herd_report::Report;
 use herd_store::Store;
+use herd_testkit::TempDir;
 use integration_test::{herd_cmd, privileged};
 
 /// Whole demos run one at a time: two at once share the 2 cores, and the churn they measure
 /// depends on the load they get.
 static DEMO: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn tmp(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("herd-it-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
 
 fn reports(out: &std::path::Path) -> Vec<Report> {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -44,7 +38,7 @@ fn the_buggy_pool_churns_and_is_named_while_the_fixed_one_is_not() {
         return;
     }
     let _one = DEMO.lock().unwrap_or_else(|e| e.into_inner());
-    let out = tmp("demo");
+    let out = TempDir::new("it-demo");
     let st = herd_cmd()
         .args([
             "demo",
@@ -120,7 +114,6 @@ fn the_buggy_pool_churns_and_is_named_while_the_fixed_one_is_not() {
         leftovers.iter().all(|n| !n.starts_with(&me)),
         "{leftovers:?}"
     );
-    std::fs::remove_dir_all(&out).unwrap();
 }
 
 /// Starts the contour backend on loopback and returns it with its address.
@@ -148,7 +141,7 @@ fn a_broken_objective_fails_the_run_and_is_reported_per_step() {
     if !privileged("a_broken_objective_fails_the_run") {
         return;
     }
-    let out = tmp("slo");
+    let out = TempDir::new("it-slo");
     let (mut be, addr) = backend(&out);
     let scenario = |limit: &str| {
         let f = out.join(format!("slo-{}.toml", limit.replace(' ', "")));
@@ -206,7 +199,6 @@ fn a_broken_objective_fails_the_run_and_is_reported_per_step() {
     assert!(md.contains("**FAIL**"), "{md}");
     // Without the probe every probe cell says why.
     assert!(md.contains("--no-probe"), "{md}");
-    std::fs::remove_dir_all(&out).unwrap();
 }
 
 #[test]
@@ -214,7 +206,7 @@ fn a_run_killed_with_sigkill_still_reports_every_recorded_interval() {
     if !privileged("a_run_killed_with_sigkill_still_reports") {
         return;
     }
-    let out = tmp("kill");
+    let out = TempDir::new("it-kill");
     // A real HTTP/1.1 server on loopback: the contour's backend, with its own database.
     let (mut backend, addr) = backend(&out);
     let scenario = out.join("kill.toml");
@@ -273,7 +265,6 @@ fn a_run_killed_with_sigkill_still_reports_every_recorded_interval() {
     );
     let md = std::fs::read_to_string(out.join(format!("run-{}.md", r.run.id))).unwrap();
     assert!(md.contains("status **running**"), "{md}");
-    std::fs::remove_dir_all(&out).unwrap();
 }
 
 #[test]
@@ -282,7 +273,7 @@ fn ctrl_c_during_the_demo_removes_every_container_and_keeps_what_was_recorded() 
         return;
     }
     let _one = DEMO.lock().unwrap_or_else(|e| e.into_inner());
-    let out = tmp("demo-int");
+    let out = TempDir::new("it-demo-int");
     let mut demo = herd_cmd()
         .args([
             "demo",
@@ -382,5 +373,4 @@ fn ctrl_c_during_the_demo_removes_every_container_and_keeps_what_was_recorded() 
             r
         });
     assert_eq!((accounts, sessions, tracking), (0, 0, 0));
-    std::fs::remove_dir_all(&out).unwrap();
 }

@@ -3,12 +3,13 @@
 //! backend's own lookup accepts, and a cleanup that leaves the target's own rows untouched.
 
 use std::{
-    path::{Path, PathBuf},
+    path::Path,
     process::Output,
     time::{Duration, Instant},
 };
 
 use herd_contour::store::{Store, StoreOptions};
+use herd_testkit::TempDir;
 use integration_test::{Postgres, herd_cmd, privileged};
 
 const SCENARIO: &str = r#"[target]
@@ -66,24 +67,14 @@ async fn snapshot(pool: &sqlx::PgPool) -> (Vec<(i64, String, String)>, Vec<(Stri
     (a, s, t)
 }
 
-struct Dir(PathBuf);
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 #[test]
 fn seeds_the_seeds_accounts_into_postgresql_and_removes_only_them() {
     if !privileged("seeds_the_seeds_accounts_into_postgresql_and_removes_only_them") {
         return;
     }
     let pg = Postgres::start().unwrap();
-    let dir = Dir(std::env::temp_dir().join(format!("herd-it-seed-pg-{}", std::process::id())));
-    std::fs::create_dir_all(&dir.0).unwrap();
-    let scenario = dir.0.join("seed.toml");
-    std::fs::write(&scenario, SCENARIO).unwrap();
+    let dir = TempDir::new("it-seed-pg");
+    let scenario = dir.write("seed.toml", SCENARIO);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -181,10 +172,8 @@ fn a_bad_or_unreachable_postgresql_fails_without_its_password() {
         return;
     }
     let pg = Postgres::start().unwrap();
-    let dir = Dir(std::env::temp_dir().join(format!("herd-it-seed-pgbad-{}", std::process::id())));
-    std::fs::create_dir_all(&dir.0).unwrap();
-    let scenario = dir.0.join("seed.toml");
-    std::fs::write(&scenario, SCENARIO).unwrap();
+    let dir = TempDir::new("it-seed-pgbad");
+    let scenario = dir.write("seed.toml", SCENARIO);
     // A database without the target's tables (trust auth accepts any password).
     let port = pg
         .url

@@ -43,7 +43,7 @@ fn runs_recorded_in_postgresql_read_back_and_report() {
         assert_eq!(again.meta(Some(run.id)).await.unwrap().status, "finished");
         run.id
     });
-    let out = std::env::temp_dir().join(format!("herd-it-pg-{}", std::process::id()));
+    let out = herd_testkit::TempDir::new("it-pg");
     let st = herd_cmd()
         .args(["report", "--store", &pg.url, "--out"])
         .arg(&out)
@@ -56,5 +56,4 @@ fn runs_recorded_in_postgresql_read_back_and_report() {
         md.contains("# herd run 1 — pg") && md.contains("3 probe intervals"),
         "{md}"
     );
-    std::fs::remove_dir_all(&out).unwrap();
 }

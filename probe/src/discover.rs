@@ -216,10 +216,8 @@ mod tests {
 
     #[test]
     fn docker_names_come_from_the_engine_api() {
-        let dir = std::env::temp_dir().join(format!("herd-docker-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = herd_testkit::TempDir::new("docker");
         let sock = dir.join("docker.sock");
-        let _ = std::fs::remove_file(&sock);
         let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
         let server = std::thread::spawn(move || {
             // One request, then a 404 for the second.
@@ -239,7 +237,6 @@ mod tests {
         assert_eq!(names.name(ID).as_deref(), Some("gateway"), "cached");
         assert_eq!(names.name("other"), None);
         server.join().unwrap();
-        std::fs::remove_dir_all(&dir).unwrap();
         assert_eq!(DockerNames::at(dir.join("absent.sock")).name(ID), None);
     }
 }

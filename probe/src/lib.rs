@@ -16,11 +16,14 @@ pub mod clock;
 pub mod containers;
 pub mod discover;
 mod error;
+#[cfg(any(test, feature = "fake"))]
+pub mod fake;
 pub mod netstat;
 pub mod prometheus;
 pub mod sample;
 pub mod sampler;
 pub mod sockdiag;
+mod source;
 mod tracefs;
 
 use std::collections::HashMap;
@@ -32,6 +35,7 @@ use aya::{
 };
 pub use error::ProbeError;
 use probe_common::{CgroupCounters, Counter, Loss, N_COUNTERS, PairKey, PairStats, globals};
+pub use source::CounterSource;
 
 /// The eBPF object built by `build.rs` from the `probe-ebpf` crate.
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/probe-ebpf"));

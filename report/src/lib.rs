@@ -14,6 +14,8 @@ pub mod markdown;
 pub mod model;
 pub mod play;
 pub mod seeding;
+#[cfg(test)]
+mod snapshot_tests;
 
 use std::path::{Path, PathBuf};
 

@@ -1,24 +1,23 @@
 //! The executor against real SQLite databases holding the demo contour's real schema
 //! (created by its backend's own `Store::open`): exact rows in, exact rows out.
 
-use std::{path::PathBuf, time::Duration};
+use std::time::Duration;
 
 use herd_contour::store::{Store, StoreOptions, token_hash};
 use herd_driver::Scenario;
 use herd_seed::{SeedDb, SeedSpec, Seeding, TableRows, spec::SeedUrl};
+use herd_testkit::TempDir;
 
 /// A temporary directory holding a SQLite database with the demo contour's real schema
 /// (created by the backend's own `Store::open`) and a file with its URL.
 struct Db {
-    dir: PathBuf,
+    dir: TempDir,
     url: String,
 }
 
 impl Db {
     async fn new(name: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("herd-seed-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = TempDir::new(&format!("seed-{name}"));
         let url = format!("sqlite:{}", dir.join("target.db").display());
         let opts = StoreOptions {
             max_connections: 1,
@@ -27,7 +26,7 @@ impl Db {
         };
         let store = Store::open(&format!("{url}?mode=rwc"), opts).await.unwrap();
         store.close().await;
-        std::fs::write(dir.join("seed-url"), format!("{url}\n")).unwrap();
+        dir.write("seed-url", format!("{url}\n"));
         Db { dir, url }
     }
 
@@ -96,12 +95,6 @@ session = "INSERT INTO sessions (token_hash, account_id) VALUES ({{token_hash}},
         .unwrap();
         p.close().await;
         (a, s, t)
-    }
-}
-
-impl Drop for Db {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

@@ -334,7 +334,7 @@ mod tests {
 
     #[tokio::test]
     async fn rows_survive_a_reopen_in_order() {
-        let dir = std::env::temp_dir().join(format!("herd-store-{}", std::process::id()));
+        let dir = herd_testkit::TempDir::new("store");
         let url = default_url(&dir);
         {
             let s = Store::open(&url).await.unwrap();
@@ -373,7 +373,5 @@ mod tests {
         );
         s.finish(meta.id, "finished").await.unwrap();
         assert_eq!(s.list().await.unwrap()[0].status, "finished");
-        drop(s);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

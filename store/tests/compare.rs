@@ -165,9 +165,8 @@ async fn write_compare_reads_two_stored_runs_and_writes_both_pages() {
         (store, run.id)
     };
 
-    let dir = std::env::temp_dir().join(format!("herd-compare-{}", std::process::id()));
-    // A store left by an earlier failed run would shift the run ids.
-    let _ = std::fs::remove_dir_all(&dir);
+    // A directory of its own: a store left by an earlier run would shift the run ids.
+    let dir = herd_testkit::TempDir::new("compare");
     let store = Store::open(&default_url(&dir)).await.unwrap();
     let (store, a) = record(store, "pool-2", 100, 150, 500_000).await;
     let (store, b) = record(store, "pool-512", 1, 0, 200_000).await;
@@ -200,6 +199,6 @@ async fn write_compare_reads_two_stored_runs_and_writes_both_pages() {
     // An unknown run is named, with where to look.
     let err = store.load_comparison(a, 99).await.unwrap_err();
     assert!(format!("{err:#}").contains("run 99 is not in"), "{err:#}");
+    // The store closes before its directory goes.
     drop(store);
-    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -1311,14 +1311,12 @@ mod tests {
 
     #[test]
     fn cpio_entries_are_newc_and_aligned() {
-        let dir = std::env::temp_dir().join(format!("herd-cpio-{}", std::process::id()));
-        fs::create_dir_all(&dir).unwrap();
+        let dir = herd_testkit::TempDir::new("cpio");
         let path = dir.join("a.cpio");
         let mut c = Cpio::create(&path).unwrap();
         c.bytes("/a/b/c", 0o644, b"hello").unwrap();
         c.finish().unwrap();
         let data = fs::read(&path).unwrap();
-        fs::remove_dir_all(&dir).unwrap();
         // Entries a, a/b, a/b/c, the trailer; every header starts 4-aligned.
         let magic = b"070701";
         let at: Vec<usize> = data

@@ -130,7 +130,7 @@ arrival = "burst"
     // Burst: step 1's two players connect together. Gradual: step 2's three new players
     // arrive over a 300 ms ramp, at 0, 100 and 200 ms; each connect may lag its arrival by
     // a few tens of ms on a busy machine, so the spread is checked, not each gap.
-    let accepted = server.stats.accepted.lock().unwrap().clone();
+    let accepted = server.accepted();
     assert!(
         accepted[1] - accepted[0] < Duration::from_millis(50),
         "{accepted:?}"

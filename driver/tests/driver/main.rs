@@ -2,7 +2,6 @@
 
 mod support;
 mod support_stream;
-mod tls_support;
 
 mod counts;
 mod groups;

@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use herd_driver::{Scenario, scenario::Connections};
+use herd_testkit::TempDir;
 
 fn examples() -> Vec<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/scenarios");
@@ -78,10 +79,11 @@ fn every_full_scenario_in_the_docs_parses() {
 
 #[test]
 fn an_error_in_a_file_names_the_file_line_column_and_valid_keys() {
-    let dir = std::env::temp_dir().join(format!("herd-driver-scenarios-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let f = dir.join("bad.toml");
-    std::fs::write(&f, "[target]\nurl = \"http://127.0.0.1:1\"\n\n[[op]]\nname = \"a\"\npath = \"/a\"\nwieght = 2\n").unwrap();
+    let dir = TempDir::new("driver-scenarios");
+    let f = dir.write(
+        "bad.toml",
+        "[target]\nurl = \"http://127.0.0.1:1\"\n\n[[op]]\nname = \"a\"\npath = \"/a\"\nwieght = 2\n",
+    );
     let e = Scenario::load(&f, &[]).unwrap_err();
     let d = e.diagnostic().expect("a located error");
     assert_eq!((d.line, d.column, d.key.as_str()), (7, 1, "op[0].wieght"));
@@ -101,5 +103,4 @@ fn an_error_in_a_file_names_the_file_line_column_and_valid_keys() {
         missing.starts_with("reading scenario ") && missing.contains("nope.toml"),
         "{missing}"
     );
-    std::fs::remove_dir_all(&dir).unwrap();
 }

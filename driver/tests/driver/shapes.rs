@@ -8,7 +8,7 @@ use herd_driver::{
 };
 
 use crate::{
-    shapes_server::ShapeServer,
+    shapes_server::{self, ShapeServer},
     support::{Proto, QUIET, options, scenario_at},
 };
 
@@ -62,7 +62,7 @@ async fn an_open_model_shows_a_stall_that_a_closed_model_hides() {
     let _quiet = QUIET.write().await;
 
     // Drop: 40 requests wait out the stall, the arrivals after them are dropped.
-    let server = ShapeServer::start(Proto::H1, STALL_AFTER, STALL).await;
+    let server = shapes_server::start(Proto::H1, STALL_AFTER, STALL).await;
     let report = run(&open_src("drop", 40), &server).await;
     let phase = &report.phases[0];
     let o = open(phase);
@@ -95,7 +95,7 @@ async fn an_open_model_shows_a_stall_that_a_closed_model_hides() {
     // out late, after it, answered at once. Timed from their actual send, only the 2 stalled
     // requests would be slow (0.5 %, below p99); timed from their intended send time, half
     // the step is.
-    let server = ShapeServer::start(Proto::H1, STALL_AFTER, STALL).await;
+    let server = shapes_server::start(Proto::H1, STALL_AFTER, STALL).await;
     let report = run(&open_src("queue", 2), &server).await;
     let phase = &report.phases[0];
     let o = open(phase);
@@ -120,7 +120,7 @@ async fn an_open_model_shows_a_stall_that_a_closed_model_hides() {
 
     // Closed model, same server: 4 players back to back. Only the 4 requests caught in the
     // stall see it, so the maximum shows it and p99 does not.
-    let server = ShapeServer::start(Proto::H1, STALL_AFTER, STALL).await;
+    let server = shapes_server::start(Proto::H1, STALL_AFTER, STALL).await;
     let src = "[target]\nurl = \"{url}\"\n[player]\nthink = \"5ms\"\n[[op]]\nname = \"stall\"\npath = \"/stall\"\n[[step]]\nplayers = 4\nduration = \"2s\"\narrival = \"burst\"\n";
     let report = run(src, &server).await;
     let op = &report.phases[0].ops[0];
@@ -147,7 +147,7 @@ async fn rate_steps_send_rate_times_duration_and_the_server_counts_them_all() {
         (Proto::H1, ""),
         (Proto::H2c, "connections = \"pool\"\npool_size = 2"),
     ] {
-        let server = ShapeServer::plain(proto).await;
+        let server = shapes_server::plain(proto).await;
         let src = format!(
             r#"
 [target]
@@ -181,14 +181,14 @@ duration = "800ms"
         assert_eq!(sent, 280, "{proto:?}: nothing dropped at the default bound");
         assert_eq!(report.requests, 280);
         assert_eq!(server.requests(), 280, "{proto:?}: the server's own count");
-        assert_eq!(server.count("/a") + server.count("/b"), 280);
-        assert_eq!(report.op_count("a"), server.count("/a"));
+        assert_eq!(server.path_count("/a") + server.path_count("/b"), 280);
+        assert_eq!(report.op_count("a"), server.path_count("/a"));
         // Weighted 3:1 by the ops' weights.
         assert!(
-            server.count("/a") > server.count("/b"),
+            server.path_count("/a") > server.path_count("/b"),
             "a {} b {}",
-            server.count("/a"),
-            server.count("/b")
+            server.path_count("/a"),
+            server.path_count("/b")
         );
         if conns.is_empty() {
             let peak = report
@@ -221,7 +221,7 @@ duration = "800ms"
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_soak_adds_players_every_period_then_holds() {
     let _load = QUIET.read().await;
-    let server = ShapeServer::plain(Proto::H2c).await;
+    let server = shapes_server::plain(Proto::H2c).await;
     let src = r#"
 [target]
 url = "{url}"
@@ -264,7 +264,7 @@ hold = "400ms"
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_catalog_runs_each_route_k_times_then_the_steps_then_the_rates() {
     let _load = QUIET.read().await;
-    let server = ShapeServer::plain(Proto::H1).await;
+    let server = shapes_server::plain(Proto::H1).await;
     let src = r#"
 [target]
 url = "{url}"
@@ -315,9 +315,9 @@ ops = ["slow"]
         assert_eq!(s.players, 3);
     }
     // Exact per route: the catalog's 25, the step's players (home only), the rate's 20.
-    assert_eq!(server.count("/status/404"), 25);
-    assert_eq!(server.count("/delay/5"), 25 + 20);
-    assert_eq!(server.count("/home"), report.op_count("home"));
+    assert_eq!(server.path_count("/status/404"), 25);
+    assert_eq!(server.path_count("/delay/5"), 25 + 20);
+    assert_eq!(server.path_count("/home"), report.op_count("home"));
     assert_eq!(report.requests, server.requests());
     // The players left before the rate step: its table holds only its own op.
     let rate: Vec<&str> = report.phases[4].ops.iter().map(|o| o.op.as_str()).collect();
@@ -373,7 +373,7 @@ duration = "600ms"
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_staggered_stop_spreads_the_leaving() {
     let _load = QUIET.read().await;
-    let server = ShapeServer::plain(Proto::H2c).await;
+    let server = shapes_server::plain(Proto::H2c).await;
     let report = run(
         &stagger_src("leave = \"400ms\"", "[stop]\nspread = \"600ms\""),
         &server,
@@ -388,7 +388,7 @@ async fn a_staggered_stop_spreads_the_leaving() {
             ("stop", PhaseKind::Stop)
         ]
     );
-    let last = |p: u64| server.last(&format!("/p/{p}")).unwrap();
+    let last = |p: u64| server.last_at(&format!("/p/{p}")).unwrap();
     // Newest first: player 3 at step 2's start, player 2 200 ms later; then player 1 at
     // the stop's start, player 0 300 ms later.
     let gap_step = last(2) - last(3);
@@ -405,10 +405,10 @@ async fn a_staggered_stop_spreads_the_leaving() {
     eprintln!("staggered: step 2 leaving {gap_step:?} apart, stop {gap_stop:?} apart");
 
     // Without the spread, the two of step 2 leave together.
-    let server = ShapeServer::plain(Proto::H2c).await;
+    let server = shapes_server::plain(Proto::H2c).await;
     let report = run(&stagger_src("", ""), &server).await;
     assert_eq!(report.requests, server.requests());
-    let last = |p: u64| server.last(&format!("/p/{p}")).unwrap();
+    let last = |p: u64| server.last_at(&format!("/p/{p}")).unwrap();
     let gap = if last(2) > last(3) {
         last(2) - last(3)
     } else {
@@ -469,7 +469,7 @@ async fn the_shape_examples_run_shortened() {
             vec!["soak 1", "soak hold", "stop"],
         ),
     ] {
-        let server = ShapeServer::plain(proto).await;
+        let server = shapes_server::plain(proto).await;
         let mut sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
         sets.push(format!("target.url={}", server.url()));
         let scenario = Scenario::load(&dir.join(file), &sets).unwrap_or_else(|e| panic!("{e}"));
@@ -480,7 +480,7 @@ async fn the_shape_examples_run_shortened() {
         assert_eq!(report.requests, server.requests(), "{file}");
         assert_eq!(
             report.outcome_count("games.list", "ok"),
-            server.count("/v1/games"),
+            server.path_count("/v1/games"),
             "{file}"
         );
     }
@@ -536,7 +536,7 @@ async fn a_stop_ends_a_rate_step_or_a_route_within_the_grace() {
         "[[rate]]\nrate = 50\nduration = \"10s\"",
         "[catalog]\nrequests = 1000\nconcurrency = 3",
     ] {
-        let server = ShapeServer::plain(Proto::H2c).await;
+        let server = shapes_server::plain(Proto::H2c).await;
         let src = format!(
             "[target]\nurl = \"{{url}}\"\ntransport = \"h2c\"\n[[op]]\nname = \"stuck\"\npath = \"/delay/5000\"\n{shape}\n"
         );

@@ -1,5 +1,5 @@
-//! An in-process test server on 127.0.0.1:0 (HTTP/1.1 or h2c) that counts what it served,
-//! and helpers to run scenarios against it.
+//! The driver's test server — the testkit's loopback server (HTTP/1.1 or h2c) with the
+//! routes these tests call — and helpers to run scenarios against it.
 //!
 //! Routes: `/ok`; `/delay/{ms}`; `/status/{code}`; `/code/{name}` (200 with
 //! `{"error":{"code":name}}`); `/limited` (a token bucket: 200 or 429 + `Retry-After: 1`);
@@ -8,8 +8,7 @@
 //! (`name` repeated 100 times).
 
 use std::{
-    convert::Infallible,
-    net::SocketAddr,
+    ops::Deref,
     sync::{
         Arc, Mutex,
         atomic::{AtomicU64, Ordering::SeqCst},
@@ -17,33 +16,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use bytes::Bytes;
 use herd_driver::{RunOptions, RunReport, Scenario};
-use http_body_util::{BodyExt as _, Full};
-use hyper::{Request, Response, body::Incoming, server::conn, service::service_fn};
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use tokio::{
-    io::{AsyncRead, AsyncWrite},
-    net::{TcpListener, TcpStream},
-    sync::Notify,
-    task::JoinHandle,
-};
-
-/// The protocol the server speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Proto {
-    H1,
-    H2c,
-}
-
-impl Proto {
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::H1 => "h1",
-            Self::H2c => "h2c",
-        }
-    }
-}
+pub use herd_testkit::Proto;
+use herd_testkit::{Reply, Server};
+use serde_json::json;
 
 /// A token bucket: starts full, refills continuously; a 429 says `Retry-After: 1`.
 pub struct Bucket {
@@ -77,7 +53,7 @@ impl Bucket {
     }
 }
 
-/// What the server counted besides [`Counts`].
+/// What the routes counted besides the server's own counts.
 #[derive(Default)]
 pub struct Stats {
     pub granted: AtomicU64,
@@ -85,28 +61,47 @@ pub struct Stats {
     games: AtomicU64,
     /// First and last `/limited` request.
     pub limited_window: Mutex<Option<(Instant, Instant)>>,
-    /// When each connection was accepted.
-    pub accepted: Mutex<Vec<Instant>>,
+}
+
+/// A test server, what its routes count besides (`S`) and, for most, a hold on [`QUIET`]
+/// for reading. It reads as the testkit's [`Server`] (url, requests, connections, ...).
+pub struct Held<S> {
+    server: Server,
+    pub stats: Arc<S>,
+    _load: Option<tokio::sync::RwLockReadGuard<'static, ()>>,
+}
+
+impl<S> Deref for Held<S> {
+    type Target = Server;
+
+    fn deref(&self) -> &Server {
+        &self.server
+    }
+}
+
+impl<S> Held<S> {
+    /// `server` and its route state, holding [`QUIET`] for reading while it lives.
+    pub async fn loaded(server: Server, stats: Arc<S>) -> Self {
+        let load = QUIET.read().await;
+        Self {
+            server,
+            stats,
+            _load: Some(load),
+        }
+    }
 }
 
 /// The server of this file, with the routes above.
-pub type TestServer = Server<Stats>;
+pub type TestServer = Held<Stats>;
 
-struct State {
-    stats: Arc<Stats>,
-    bucket: Bucket,
-}
-
-impl Server<Stats> {
+impl Held<Stats> {
     pub async fn start(proto: Proto) -> Self {
         Self::with_bucket(proto, Bucket::new(1e9, 0.0)).await
     }
 
     pub async fn with_bucket(proto: Proto, bucket: Bucket) -> Self {
-        let load = QUIET.read().await;
-        let mut server = Self::unlocked(proto, bucket).await;
-        server.load = Some(load);
-        server
+        let (server, stats) = routes(proto, bucket).await;
+        Self::loaded(server, stats).await
     }
 
     /// A server for a test that holds [`QUIET`] for writing.
@@ -120,241 +115,73 @@ impl Server<Stats> {
 
     /// A server that does not hold [`QUIET`].
     pub async fn unlocked(proto: Proto, bucket: Bucket) -> Self {
-        let stats = Arc::new(Stats::default());
-        let state = Arc::new(State {
-            stats: stats.clone(),
-            bucket,
-        });
-        Server::listen("http", stats, None, move |stream, counts| {
-            state.stats.accepted.lock().unwrap().push(Instant::now());
-            serve_droppable(stream, proto, counts.clone(), state.clone())
-        })
-        .await
-    }
-}
-
-/// What every test server counts, in one place.
-#[derive(Default)]
-pub struct Counts {
-    /// TCP connections accepted (before any TLS handshake).
-    pub connections: AtomicU64,
-    /// Requests, each counted as it arrives, before its route runs.
-    pub requests: AtomicU64,
-}
-
-/// A test server: its accept loop on 127.0.0.1:0, its [`Counts`], what its routes count
-/// besides (`S`) and, for most, a hold on [`QUIET`] for reading. Dropping it aborts the
-/// loop and, with it, every connection it serves.
-pub struct Server<S> {
-    pub stats: Arc<S>,
-    pub counts: Arc<Counts>,
-    scheme: &'static str,
-    addr: SocketAddr,
-    task: JoinHandle<()>,
-    load: Option<tokio::sync::RwLockReadGuard<'static, ()>>,
-}
-
-impl<S> Drop for Server<S> {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-impl<S> Server<S> {
-    /// Binds 127.0.0.1:0 and hands each accepted connection (TCP_NODELAY set, counted) to
-    /// `conn`, whose future is served on a task of its own. `conn` runs in the accept loop,
-    /// so what it records is recorded before the connection is served.
-    pub async fn listen<C, F>(
-        scheme: &'static str,
-        stats: Arc<S>,
-        load: Option<tokio::sync::RwLockReadGuard<'static, ()>>,
-        mut conn: C,
-    ) -> Self
-    where
-        C: FnMut(TcpStream, &Arc<Counts>) -> F + Send + 'static,
-        F: Future<Output = ()> + Send + 'static,
-    {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let counts = Arc::new(Counts::default());
-        let c = counts.clone();
-        let task = tokio::spawn(async move {
-            let mut conns = tokio::task::JoinSet::new();
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    return;
-                };
-                c.connections.fetch_add(1, SeqCst);
-                stream.set_nodelay(true).unwrap();
-                conns.spawn(conn(stream, &c));
-            }
-        });
+        let (server, stats) = routes(proto, bucket).await;
         Self {
+            server,
             stats,
-            counts,
-            scheme,
-            addr,
-            task,
-            load,
+            _load: None,
         }
     }
-
-    /// `http://127.0.0.1:port` (`https://` for TLS).
-    pub fn url(&self) -> String {
-        format!("{}://{}", self.scheme, self.addr)
-    }
-
-    pub fn requests(&self) -> u64 {
-        self.counts.requests.load(SeqCst)
-    }
-
-    pub fn connections(&self) -> u64 {
-        self.counts.connections.load(SeqCst)
-    }
-}
-
-/// Serves one connection with `handler` until it ends, counting each request in `counts`:
-/// HTTP/1.1, or HTTP/2 with prior knowledge for [`Proto::H2c`] (on a TLS stream: h2 as ALPN
-/// chose it).
-pub async fn serve<I, H, F, B>(io: I, proto: Proto, counts: Arc<Counts>, handler: H)
-where
-    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    H: Fn(Request<Incoming>) -> F + Send + 'static,
-    F: Future<Output = Result<Response<B>, Infallible>> + Send + 'static,
-    B: hyper::body::Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    let svc = service_fn(move |req| {
-        counts.requests.fetch_add(1, SeqCst);
-        handler(req)
-    });
-    let io = TokioIo::new(io);
-    let _ = match proto {
-        Proto::H1 => conn::http1::Builder::new().serve_connection(io, svc).await,
-        Proto::H2c => {
-            conn::http2::Builder::new(TokioExecutor::new())
-                .serve_connection(io, svc)
-                .await
-        }
-    };
-}
-
-/// [`serve`] with this server's routes, until the connection ends or `/drop` drops it.
-async fn serve_droppable(stream: TcpStream, proto: Proto, counts: Arc<Counts>, state: Arc<State>) {
-    let drop_now = Arc::new(Notify::new());
-    let d = drop_now.clone();
-    let fd = std::os::fd::AsRawFd::as_raw_fd(&stream);
-    let c = serve(stream, proto, counts, move |req| {
-        handle(req, state.clone(), d.clone())
-    });
-    until_dropped(c, &drop_now, fd).await
-}
-
-/// Serves the connection until it ends or a handler asks to drop it; a dropped connection
-/// closes with a reset (zero linger), so the client sees it break under its request.
-async fn until_dropped<F: std::future::Future>(c: F, drop_now: &Notify, fd: std::os::fd::RawFd) {
-    tokio::pin!(c);
-    tokio::select! {
-        _ = &mut c => return,
-        _ = drop_now.notified() => {}
-    }
-    let linger = libc::linger {
-        l_onoff: 1,
-        l_linger: 0,
-    };
-    // SAFETY: `c` still owns the socket, so fd is open; setsockopt reads `linger` for the
-    // size given.
-    unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_LINGER,
-            (&raw const linger).cast(),
-            size_of::<libc::linger>() as libc::socklen_t,
-        );
-    }
-}
-
-fn json(status: u16, v: serde_json::Value) -> Response<Full<Bytes>> {
-    let mut r = Response::new(Full::new(Bytes::from(v.to_string())));
-    *r.status_mut() = hyper::StatusCode::from_u16(status).unwrap();
-    r.headers_mut()
-        .insert("content-type", "application/json".parse().unwrap());
-    r
 }
 
 pub fn blob(name: &str) -> Vec<u8> {
     name.repeat(100).into_bytes()
 }
 
-async fn handle(
-    req: Request<Incoming>,
-    state: Arc<State>,
-    drop_now: Arc<Notify>,
-) -> Result<Response<Full<Bytes>>, Infallible> {
-    let stats = &state.stats;
-    let path = req.uri().path().to_owned();
-    let full_path = req
-        .uri()
-        .path_and_query()
-        .map(|p| p.as_str().to_owned())
-        .unwrap_or_default();
-    let auth = req
-        .headers()
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_owned();
-    let body = req
-        .into_body()
-        .collect()
-        .await
-        .map(|b| b.to_bytes())
-        .unwrap_or_default();
-    let segs: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-    let r = match segs.as_slice() {
-        ["ok"] => json(200, serde_json::json!({"ok": true, "n": 1})),
-        ["delay", ms] => {
-            tokio::time::sleep(Duration::from_millis(ms.parse().unwrap())).await;
-            json(200, serde_json::json!({"ok": true}))
-        }
-        ["status", code] => json(code.parse().unwrap(), serde_json::json!({})),
-        ["code", name] => json(200, serde_json::json!({"error": {"code": name}})),
-        ["limited"] => {
+async fn routes(proto: Proto, bucket: Bucket) -> (Server, Arc<Stats>) {
+    let stats = Arc::new(Stats::default());
+    let (limiter, games) = (Arc::new((bucket, stats.clone())), stats.clone());
+    let server = Server::http(proto)
+        .route("/ok", Reply::ok().json(json!({"ok": true, "n": 1})))
+        .route_fn("/delay/{ms}", |req| async move {
+            Reply::ok()
+                .json(json!({"ok": true}))
+                .after(Duration::from_millis(req.num("ms")))
+        })
+        .route_fn("/status/{code}", |req| async move {
+            Reply::new(req.num("code") as u16).json(json!({}))
+        })
+        .route_fn("/code/{name}", |req| async move {
+            Reply::ok().json(json!({"error": {"code": req.param("name")}}))
+        })
+        .route_fn("/limited", move |_| {
+            let (bucket, stats) = &*limiter;
             let now = Instant::now();
             {
                 let mut w = stats.limited_window.lock().unwrap();
                 let first = w.map_or(now, |(f, _)| f);
                 *w = Some((first, now));
             }
-            if state.bucket.take() {
+            let reply = if bucket.take() {
                 stats.granted.fetch_add(1, SeqCst);
-                json(200, serde_json::json!({"ok": true}))
+                Reply::ok().json(json!({"ok": true}))
             } else {
                 stats.limited.fetch_add(1, SeqCst);
-                let mut r = json(429, serde_json::json!({"error": {"code": "slow_down"}}));
-                r.headers_mut()
-                    .insert("retry-after", state.bucket.retry_after_s.into());
-                r
-            }
-        }
-        ["drop"] => {
-            drop_now.notify_one();
-            std::future::pending::<()>().await;
-            unreachable!("the connection is dropped with this handler")
-        }
-        ["game", "new"] => {
-            let n = stats.games.fetch_add(1, SeqCst) + 1;
-            json(200, serde_json::json!({"game": {"id": format!("g-{n}")}}))
-        }
-        ["echo", ..] => json(
-            200,
-            serde_json::json!({"path": full_path, "auth": auth, "body": String::from_utf8_lossy(&body)}),
-        ),
-        ["blob", name] => Response::new(Full::new(Bytes::from(blob(name)))),
-        _ => json(404, serde_json::json!({"error": {"code": "no_route"}})),
-    };
-    Ok(r)
+                Reply::new(429)
+                    .json(json!({"error": {"code": "slow_down"}}))
+                    .header("retry-after", bucket.retry_after_s)
+            };
+            async move { reply }
+        })
+        .route("/drop", Reply::reset())
+        .route_fn("/game/new", move |_| {
+            let n = games.games.fetch_add(1, SeqCst) + 1;
+            async move { Reply::ok().json(json!({"game": {"id": format!("g-{n}")}})) }
+        })
+        .route_fn("/echo/{*rest}", |req| async move {
+            Reply::ok().json(json!({
+                "path": req.path_and_query(),
+                "auth": req.header("authorization").unwrap_or(""),
+                "body": String::from_utf8_lossy(&req.body),
+            }))
+        })
+        .route_fn("/blob/{name}", |req| async move {
+            Reply::ok().body(blob(req.param("name")))
+        })
+        .fallback(Reply::new(404).json(json!({"error": {"code": "no_route"}})))
+        .start()
+        .await;
+    (server, stats)
 }
 
 /// Every test that makes load holds this for reading (a [`TestServer`] holds it while it
@@ -373,7 +200,7 @@ pub fn options() -> RunOptions {
 }
 
 /// Parses `src` with `{url}` replaced by the server's URL.
-pub fn scenario(src: &str, server: &TestServer) -> Scenario {
+pub fn scenario(src: &str, server: &Server) -> Scenario {
     scenario_at(src, &server.url())
 }
 

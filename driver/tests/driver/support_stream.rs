@@ -1,5 +1,5 @@
-//! A second loopback test server (HTTP/1.1 or h2c) for the player model: event streams,
-//! long polls and games, counting what it sent and served.
+//! The routes for the player model on the testkit's loopback server (HTTP/1.1 or h2c):
+//! event streams, long polls and games, counting what they sent and served.
 //!
 //! Routes (`{p}` is the player id, so every player's history is its own):
 //! - `/sse/{p}/{n}/{m}`, `/ndjson/{p}/{n}/{m}`: each opening sends `n` events whose types
@@ -22,43 +22,20 @@
 
 use std::{
     collections::BTreeMap,
-    convert::Infallible,
-    pin::Pin,
     sync::{
         Arc, Mutex,
         atomic::{AtomicU64, Ordering::SeqCst},
     },
-    task::{Context, Poll},
     time::Duration,
 };
 
-use bytes::Bytes;
-use http_body_util::BodyExt as _;
-use hyper::{
-    Request, Response,
-    body::{Body, Frame},
-};
-use tokio::sync::mpsc;
+use herd_testkit::{Reply, Req, Server};
+use serde_json::json;
 
+use crate::support::Held;
 pub use crate::support::Proto;
-use crate::support::{Counts, Server, serve};
 
-/// A response body fed through a channel; an `Err` item breaks it.
-pub struct ChanBody(mpsc::Receiver<Result<Bytes, std::io::Error>>);
-
-impl Body for ChanBody {
-    type Data = Bytes;
-    type Error = std::io::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
-        self.0.poll_recv(cx).map(|o| o.map(|r| r.map(Frame::data)))
-    }
-}
-
-/// What the server counted besides [`Counts`].
+/// What the routes counted besides the server's own counts.
 #[derive(Default)]
 pub struct Stats {
     /// Events sent, by type.
@@ -78,23 +55,24 @@ impl Stats {
     pub fn sent(&self, kind: &str) -> u64 {
         self.sent.lock().unwrap().get(kind).copied().unwrap_or(0)
     }
+
+    /// Counts one more of `key` in `map` and returns the new count.
+    fn bump(map: &Mutex<BTreeMap<String, u64>>, key: String) -> u64 {
+        let mut m = map.lock().unwrap();
+        let c = m.entry(key).or_default();
+        *c += 1;
+        *c
+    }
 }
 
 /// The server of this file, with the routes above.
-pub type StreamServer = Server<Stats>;
+pub type StreamServer = Held<Stats>;
 
-impl Server<Stats> {
+impl Held<Stats> {
     pub async fn start(proto: Proto) -> Self {
-        let load = crate::support::QUIET.read().await;
         let stats = Arc::new(Stats::default());
-        let st = stats.clone();
-        Server::listen("http", stats, Some(load), move |stream, counts| {
-            let (st, c) = (st.clone(), counts.clone());
-            serve(stream, proto, counts.clone(), move |req| {
-                handle(req, st.clone(), c.clone())
-            })
-        })
-        .await
+        let server = routes(Server::http(proto), &stats).start().await;
+        Self::loaded(server, stats).await
     }
 
     pub fn opens(&self, key: &str) -> u64 {
@@ -108,210 +86,202 @@ impl Server<Stats> {
     }
 }
 
-fn body(status: u16, bytes: impl Into<Bytes>) -> Response<ChanBody> {
-    let (tx, rx) = mpsc::channel(1);
-    let bytes = bytes.into();
-    if !bytes.is_empty() {
-        tx.try_send(Ok(bytes)).unwrap();
-    }
-    let mut r = Response::new(ChanBody(rx));
-    *r.status_mut() = hyper::StatusCode::from_u16(status).unwrap();
-    r
-}
-
-fn json(v: serde_json::Value) -> Response<ChanBody> {
-    body(200, v.to_string())
-}
-
 const TYPES: [&str; 3] = ["move", "move", "chat"];
 
 /// An event stream: `n` events, then (for the player's first `m` openings) a break
 /// (`clean`: an end), else held open until the client goes away.
-fn stream(
-    st: &Stats,
-    kind: &str,
-    player: &str,
-    n: u64,
-    m: u64,
-    ndjson: bool,
-    clean: bool,
-) -> Response<ChanBody> {
-    let open = {
-        let mut opens = st.opens.lock().unwrap();
-        let c = opens.entry(format!("{kind}/{player}")).or_default();
-        *c += 1;
-        *c
-    };
-    let (tx, rx) = mpsc::channel(n as usize + 1);
-    {
+fn stream(st: &Stats, kind: &str, req: &Req, ndjson: bool, clean: bool) -> Reply {
+    let (n, m) = (req.num("n"), req.num("m"));
+    let open = Stats::bump(&st.opens, format!("{kind}/{}", req.param("p")));
+    let events: Vec<String> = {
         let mut sent = st.sent.lock().unwrap();
-        for i in 0..n {
-            let t = TYPES[i as usize % 3];
-            let ev = if ndjson {
-                format!("{{\"type\":\"{t}\",\"i\":{i}}}\n")
-            } else {
-                format!(": keep-alive\nevent: {t}\ndata: {{\"type\":\"{t}\",\"i\":{i}}}\n\n")
-            };
-            tx.try_send(Ok(Bytes::from(ev))).unwrap();
-            *sent.entry(t.to_owned()).or_default() += 1;
-        }
-    }
-    tokio::spawn(async move {
-        // Let the events leave before the break, so the client counts them all.
-        tokio::time::sleep(Duration::from_millis(30)).await;
-        if open <= m {
-            if !clean {
-                let _ = tx
-                    .send(Err(std::io::Error::other("stream broken on purpose")))
-                    .await;
-            }
-            return;
-        }
-        tx.closed().await;
-    });
-    let mut r = Response::new(ChanBody(rx));
+        (0..n)
+            .map(|i| {
+                let t = TYPES[i as usize % 3];
+                *sent.entry(t.to_owned()).or_default() += 1;
+                if ndjson {
+                    format!("{{\"type\":\"{t}\",\"i\":{i}}}\n")
+                } else {
+                    format!(": keep-alive\nevent: {t}\ndata: {{\"type\":\"{t}\",\"i\":{i}}}\n\n")
+                }
+            })
+            .collect()
+    };
     let ct = if ndjson {
         "application/x-ndjson"
     } else {
         "text/event-stream"
     };
-    r.headers_mut().insert("content-type", ct.parse().unwrap());
-    r
+    Reply::ok().header("content-type", ct).stream(move |c| {
+        let events = events.clone();
+        async move {
+            for ev in events {
+                c.send(ev).await;
+            }
+            // Let the events leave before the break, so the client counts them all.
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            if open <= m {
+                if !clean {
+                    c.fail().await;
+                }
+                return;
+            }
+            c.closed().await;
+        }
+    })
 }
 
-/// `counts` is only read: [`serve`] counted this request before it got here.
-async fn handle(
-    req: Request<hyper::body::Incoming>,
-    st: Arc<Stats>,
-    counts: Arc<Counts>,
-) -> Result<Response<ChanBody>, Infallible> {
-    let path = req.uri().path().to_owned();
-    let _ = req.into_body().collect().await;
-    let segs: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-    let n = |s: &str| s.parse::<u64>().unwrap();
-    let r = match segs.as_slice() {
-        ["ok"] => json(serde_json::json!({"ok": true})),
-        ["sse", p, c, m] => stream(&st, "sse", p, n(c), n(m), false, false),
-        ["ndjson", p, c, m] => stream(&st, "ndjson", p, n(c), n(m), true, false),
-        ["end", p, c, m] => stream(&st, "end", p, n(c), n(m), false, true),
-        ["poll", p, k] => {
-            let i = {
-                let mut opens = st.opens.lock().unwrap();
-                let c = opens.entry(format!("poll/{p}")).or_default();
-                *c += 1;
-                *c - 1
-            };
-            if i >= n(k) {
-                // Held until the client goes away.
-                std::future::pending::<()>().await;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            let mut polls = st.polls.lock().unwrap();
-            match i % 3 {
-                0 => {
-                    polls.0 += 1;
-                    json(serde_json::json!({"type": "news"}))
-                }
-                1 => {
-                    polls.1 += 1;
-                    body(204, "")
-                }
-                _ => {
-                    polls.2 += 1;
-                    body(200, "")
-                }
-            }
+/// The routes above on `b`, counting into `st`.
+fn routes(b: herd_testkit::Builder, st: &Arc<Stats>) -> herd_testkit::Builder {
+    // Each route's closure gets its own handle on the stats.
+    let st = || st.clone();
+    let on = |st: Arc<Stats>, f: fn(&Stats, &Req) -> Reply| {
+        move |req: Req| {
+            let r = f(&st, &req);
+            async move { r }
         }
-        ["game", "create"] => {
-            let c = st.creates.fetch_add(1, SeqCst) + 1;
-            json(serde_json::json!({"game": {"id": format!("g-{c}")}}))
-        }
-        ["game", "create-flaky"] => {
-            let c = st.creates.fetch_add(1, SeqCst) + 1;
-            if c % 2 == 1 {
-                st.failed_creates.fetch_add(1, SeqCst);
-                body(500, "{}")
-            } else {
-                json(serde_json::json!({"game": {"id": format!("g-{c}")}}))
-            }
-        }
-        ["game", id, "join"] => {
-            *st.joins
-                .lock()
-                .unwrap()
-                .entry((*id).to_owned())
-                .or_default() += 1;
-            json(serde_json::json!({"joined": true}))
-        }
-        ["game", id, what @ ("state" | "play")] => {
-            let c = {
-                let mut calls = st.calls.lock().unwrap();
-                let c = calls.entry((*id).to_owned()).or_default();
-                *c += 1;
-                *c
-            };
-            match (*what, c > 2) {
-                ("state", false) => json(serde_json::json!({"state": "playing"})),
-                ("state", true) => json(serde_json::json!({"state": "finished"})),
-                (_, false) => json(serde_json::json!({"ok": true})),
-                (_, true) => json(serde_json::json!({"error": {"code": "game_finished"}})),
-            }
-        }
-        ["v1", "session"] => {
-            let c = counts.requests.load(SeqCst);
-            json(serde_json::json!({"session": {"token": format!("t-{c}")}}))
-        }
-        ["v1", "games"] => {
-            let c = st.creates.fetch_add(1, SeqCst) + 1;
-            json(serde_json::json!({"game": {"id": format!("g-{c}")}}))
-        }
-        ["v1", "games", id, "players"] => {
-            *st.joins
-                .lock()
-                .unwrap()
-                .entry((*id).to_owned())
-                .or_default() += 1;
-            json(serde_json::json!({"seat": 1}))
-        }
-        ["v1", "games", _] => json(serde_json::json!({"state": "playing"})),
-        ["v1", "games", id, "plays"] => {
-            let c = {
-                let mut calls = st.calls.lock().unwrap();
-                let c = calls.entry((*id).to_owned()).or_default();
-                *c += 1;
-                *c
-            };
-            if c >= 5 {
-                json(serde_json::json!({"error": {"code": "game_finished"}}))
-            } else {
-                json(serde_json::json!({"accepted": true}))
-            }
-        }
-        ["v1", "events"] => {
-            let (tx, rx) = mpsc::channel(4);
-            let st = st.clone();
-            tokio::spawn(async move {
-                let mut kind = "hello";
-                loop {
-                    let ev = format!("event: {kind}\ndata: {{\"type\":\"{kind}\"}}\n\n");
-                    if tx.send(Ok(Bytes::from(ev))).await.is_err() {
-                        return;
-                    }
-                    *st.sent.lock().unwrap().entry(kind.to_owned()).or_default() += 1;
-                    kind = "turn";
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            });
-            let mut r = Response::new(ChanBody(rx));
-            r.headers_mut()
-                .insert("content-type", "text/event-stream".parse().unwrap());
-            r
-        }
-        ["v1", "lobby", "wait"] => {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            body(204, "")
-        }
-        _ => body(404, "{}"),
     };
-    Ok(r)
+    b.route("/ok", Reply::ok().json(json!({"ok": true})))
+        .route_fn(
+            "/sse/{p}/{n}/{m}",
+            on(st(), |st, req| stream(st, "sse", req, false, false)),
+        )
+        .route_fn(
+            "/ndjson/{p}/{n}/{m}",
+            on(st(), |st, req| stream(st, "ndjson", req, true, false)),
+        )
+        .route_fn(
+            "/end/{p}/{n}/{m}",
+            on(st(), |st, req| stream(st, "end", req, false, true)),
+        )
+        .route_fn("/poll/{p}/{k}", {
+            let st = st();
+            move |req| {
+                let st = st.clone();
+                async move {
+                    let i = Stats::bump(&st.opens, format!("poll/{}", req.param("p"))) - 1;
+                    if i >= req.num("k") {
+                        return Reply::hold();
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    let mut polls = st.polls.lock().unwrap();
+                    match i % 3 {
+                        0 => {
+                            polls.0 += 1;
+                            Reply::ok().body(json!({"type": "news"}).to_string())
+                        }
+                        1 => {
+                            polls.1 += 1;
+                            Reply::new(204)
+                        }
+                        _ => {
+                            polls.2 += 1;
+                            Reply::ok()
+                        }
+                    }
+                }
+            }
+        })
+        .route_fn(
+            "/game/create",
+            on(st(), |st, _| {
+                let c = st.creates.fetch_add(1, SeqCst) + 1;
+                game(c)
+            }),
+        )
+        .route_fn(
+            "/game/create-flaky",
+            on(st(), |st, _| {
+                let c = st.creates.fetch_add(1, SeqCst) + 1;
+                if c % 2 == 1 {
+                    st.failed_creates.fetch_add(1, SeqCst);
+                    Reply::new(500).body("{}")
+                } else {
+                    game(c)
+                }
+            }),
+        )
+        .route_fn(
+            "/game/{id}/join",
+            on(st(), |st, req| {
+                Stats::bump(&st.joins, req.param("id").to_owned());
+                ok(json!({"joined": true}))
+            }),
+        )
+        .route_fn(
+            "/game/{id}/{what}",
+            on(st(), |st, req| {
+                let what = req.param("what");
+                if what != "state" && what != "play" {
+                    return Reply::new(404).body("{}");
+                }
+                let c = Stats::bump(&st.calls, req.param("id").to_owned());
+                match (what, c > 2) {
+                    ("state", false) => ok(json!({"state": "playing"})),
+                    ("state", true) => ok(json!({"state": "finished"})),
+                    (_, false) => ok(json!({"ok": true})),
+                    (_, true) => ok(json!({"error": {"code": "game_finished"}})),
+                }
+            }),
+        )
+        .route_fn("/v1/session", |req| async move {
+            // The request's own number: the server counted it before its route ran.
+            ok(json!({"session": {"token": format!("t-{}", req.number)}}))
+        })
+        .route_fn(
+            "/v1/games",
+            on(st(), |st, _| game(st.creates.fetch_add(1, SeqCst) + 1)),
+        )
+        .route_fn(
+            "/v1/games/{id}/players",
+            on(st(), |st, req| {
+                Stats::bump(&st.joins, req.param("id").to_owned());
+                ok(json!({"seat": 1}))
+            }),
+        )
+        .route("/v1/games/{id}", ok(json!({"state": "playing"})))
+        .route_fn(
+            "/v1/games/{id}/plays",
+            on(st(), |st, req| {
+                if Stats::bump(&st.calls, req.param("id").to_owned()) >= 5 {
+                    ok(json!({"error": {"code": "game_finished"}}))
+                } else {
+                    ok(json!({"accepted": true}))
+                }
+            }),
+        )
+        .route("/v1/events", {
+            let st = st();
+            Reply::ok()
+                .header("content-type", "text/event-stream")
+                .stream(move |c| {
+                    let st = st.clone();
+                    async move {
+                        let mut kind = "hello";
+                        loop {
+                            let ev = format!("event: {kind}\ndata: {{\"type\":\"{kind}\"}}\n\n");
+                            if !c.send(ev).await {
+                                return;
+                            }
+                            *st.sent.lock().unwrap().entry(kind.to_owned()).or_default() += 1;
+                            kind = "turn";
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                        }
+                    }
+                })
+        })
+        .route(
+            "/v1/lobby/wait",
+            Reply::new(204).after(Duration::from_millis(100)),
+        )
+        .fallback(Reply::new(404).body("{}"))
+}
+
+/// 200 with `v` as its body (these routes answer JSON without saying so, as before).
+fn ok(v: serde_json::Value) -> Reply {
+    Reply::ok().body(v.to_string())
+}
+
+fn game(n: u64) -> Reply {
+    ok(json!({"game": {"id": format!("g-{n}")}}))
 }

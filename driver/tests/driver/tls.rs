@@ -2,14 +2,26 @@
 //! over h2 and HTTP/1.1 over TLS, trust by `ca` and `insecure`, and TLS or ALPN failures as
 //! classified outcomes of a run that still ends with results.
 
-use herd_driver::{Scenario, transport};
+use std::{path::Path, sync::Arc};
 
-use crate::{
-    support::{Proto, TestServer, run},
-    tls_support::{Pki, TempFile, TlsServer, TlsStats},
-};
+use herd_driver::{Scenario, transport};
+use herd_testkit::{Reply, Server, ServerCert, TempDir, TestCa};
+
+use crate::support::{Held, Proto, TestServer, run};
 
 const H2_AND_H1: &[&[u8]] = &[b"h2", b"http/1.1"];
+
+/// A TLS server with `cert`, selecting from `alpn` (empty: no ALPN at all); every path
+/// answers `{"ok":true}`. It counts handshakes, resumed ones and HTTP/2 requests.
+type TlsServer = Held<()>;
+
+async fn tls_server(cert: &ServerCert, alpn: &[&[u8]]) -> TlsServer {
+    let server = Server::tls(cert, alpn)
+        .fallback(Reply::ok().json(serde_json::json!({"ok": true})))
+        .start()
+        .await;
+    Held::loaded(server, Arc::new(())).await
+}
 
 /// A scenario against `url`: `players` players for 600 ms, `extra` lines added to `[target]`.
 fn scenario(url: &str, transport: &str, extra: &str, players: usize) -> Scenario {
@@ -34,16 +46,17 @@ arrival = "burst"
     Scenario::parse("test.toml", &src, &[]).unwrap_or_else(|e| panic!("{e}"))
 }
 
-fn ca_line(ca: &TempFile) -> String {
-    format!("ca = {:?}", ca.0.display().to_string())
+fn ca_line(ca: &Path) -> String {
+    format!("ca = {:?}", ca.display().to_string())
 }
 
 /// Every request the driver counts reached the server over the protocol asked for, on one
 /// connection per player (or the pool's).
 async fn counts(transport: &str, trust: &str, pool: Option<usize>) {
-    let pki = Pki::new(&["localhost", "127.0.0.1"]);
-    let ca = TempFile::new(&format!("{transport}-{trust}-ca.pem"), &pki.ca_pem);
-    let server = TlsServer::start(&pki, H2_AND_H1).await;
+    let test_ca = TestCa::new();
+    let dir = TempDir::new("driver-tls");
+    let ca = test_ca.write_pem(&dir);
+    let server = tls_server(&test_ca.server_cert(&["localhost", "127.0.0.1"]), H2_AND_H1).await;
     let mut extra = match trust {
         "ca" => ca_line(&ca),
         _ => "insecure = true".to_owned(),
@@ -60,7 +73,7 @@ async fn counts(transport: &str, trust: &str, pool: Option<usize>) {
         report.requests
     );
     assert_eq!(report.outcome_count("ok", "ok"), report.requests);
-    let h2 = server.count(|s: &TlsStats| &s.h2_requests);
+    let h2 = server.h2_requests();
     assert_eq!(
         h2,
         if transport == "h2" { served } else { 0 },
@@ -68,13 +81,9 @@ async fn counts(transport: &str, trust: &str, pool: Option<usize>) {
     );
     let want = pool.unwrap_or(5) as u64;
     assert_eq!(server.connections(), want);
-    assert_eq!(server.count(|s: &TlsStats| &s.handshakes), want);
+    assert_eq!(server.handshakes(), want);
     // Players are distinct clients: none resumes a session another player's connect got.
-    assert_eq!(
-        server.count(|s: &TlsStats| &s.resumed),
-        0,
-        "resumed handshakes"
-    );
+    assert_eq!(server.resumed(), 0, "resumed handshakes");
     assert_eq!(
         (report.connects, report.reconnects, report.connect_errors),
         (want, 0, 0)
@@ -112,8 +121,8 @@ async fn connect_error(s: &Scenario) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_untrusted_certificate_is_a_tls_outcome_for_every_op() {
-    let pki = Pki::new(&["localhost", "127.0.0.1"]);
-    let server = TlsServer::start(&pki, H2_AND_H1).await;
+    let test_ca = TestCa::new();
+    let server = tls_server(&test_ca.server_cert(&["localhost", "127.0.0.1"]), H2_AND_H1).await;
     for transport in ["h2", "h1"] {
         let s = scenario(&server.url(), transport, "", 3);
         let msg = connect_error(&s).await;
@@ -136,15 +145,16 @@ async fn an_untrusted_certificate_is_a_tls_outcome_for_every_op() {
             "the run still has its timeline"
         );
     }
-    assert_eq!(server.count(|s: &TlsStats| &s.handshakes), 0);
+    assert_eq!(server.handshakes(), 0);
     assert_eq!(server.requests(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_certificate_for_another_name_is_a_tls_outcome() {
-    let pki = Pki::new(&["elsewhere.test"]);
-    let ca = TempFile::new("other-name-ca.pem", &pki.ca_pem);
-    let server = TlsServer::start(&pki, H2_AND_H1).await;
+    let test_ca = TestCa::new();
+    let dir = TempDir::new("driver-tls");
+    let ca = test_ca.write_pem(&dir);
+    let server = tls_server(&test_ca.server_cert(&["elsewhere.test"]), H2_AND_H1).await;
     let s = scenario(&server.url(), "h2", &ca_line(&ca), 2);
     let msg = connect_error(&s).await;
     assert!(
@@ -161,9 +171,10 @@ async fn a_certificate_for_another_name_is_a_tls_outcome() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_expired_certificate_is_its_own_tls_outcome() {
-    let pki = Pki::with(&["127.0.0.1"], true);
-    let ca = TempFile::new("expired-ca.pem", &pki.ca_pem);
-    let server = TlsServer::start(&pki, H2_AND_H1).await;
+    let test_ca = TestCa::new();
+    let dir = TempDir::new("driver-tls");
+    let ca = test_ca.write_pem(&dir);
+    let server = tls_server(&test_ca.expired_cert(&["127.0.0.1"]), H2_AND_H1).await;
     let s = scenario(&server.url(), "h1", &ca_line(&ca), 2);
     let msg = connect_error(&s).await;
     assert!(
@@ -186,8 +197,8 @@ async fn an_expired_certificate_is_its_own_tls_outcome() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn h2_against_an_http1_only_server_is_a_protocol_error_naming_its_choice() {
-    let pki = Pki::new(&["127.0.0.1"]);
-    let server = TlsServer::start(&pki, &[b"http/1.1"]).await;
+    let cert = TestCa::new().server_cert(&["127.0.0.1"]);
+    let server = tls_server(&cert, &[b"http/1.1"]).await;
     let s = scenario(&server.url(), "h2", "insecure = true", 2);
     let msg = connect_error(&s).await;
     assert!(
@@ -204,7 +215,7 @@ async fn h2_against_an_http1_only_server_is_a_protocol_error_naming_its_choice()
     assert_eq!(server.requests(), 0);
 
     // A server without ALPN at all gets the same verdict, worded for it.
-    let plain = TlsServer::start(&pki, &[]).await;
+    let plain = tls_server(&cert, &[]).await;
     let s = scenario(&plain.url(), "h2", "insecure = true", 1);
     let msg = connect_error(&s).await;
     assert!(msg.contains("the server selected no protocol"), "{msg}");
@@ -266,10 +277,11 @@ fn tls_keys_are_checked_against_the_scheme() {
         msg.contains("t.toml:3:6: target.ca: cannot read the CA file no-such-ca.pem"),
         "{msg}"
     );
-    let not_pem = TempFile::new("not-pem.pem", "hello\n");
+    let dir = TempDir::new("driver-tls");
+    let not_pem = dir.write("not-pem.pem", "hello\n");
     let msg = err(&format!(
         "[target]\nurl = \"https://127.0.0.1:1\"\nca = {:?}\n{base}",
-        not_pem.0.display().to_string()
+        not_pem.display().to_string()
     ));
     assert!(
         msg.contains("holds no `-----BEGIN CERTIFICATE-----` block"),
@@ -288,8 +300,8 @@ fn tls_keys_are_checked_against_the_scheme() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_insecure_flag_accepts_what_the_file_alone_refuses() {
-    let pki = Pki::new(&["127.0.0.1"]);
-    let server = TlsServer::start(&pki, H2_AND_H1).await;
+    let cert = TestCa::new().server_cert(&["127.0.0.1"]);
+    let server = tls_server(&cert, H2_AND_H1).await;
     let mut s = scenario(&server.url(), "h2", "", 2);
     // What `herd drive --insecure` does after the file is checked.
     assert!(s.target.accept_any_certificate());
@@ -309,8 +321,8 @@ async fn the_insecure_flag_accepts_what_the_file_alone_refuses() {
 /// cost at 10 000 players).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_connect_resumes_an_earlier_session() {
-    let pki = Pki::new(&["127.0.0.1"]);
-    let server = TlsServer::start(&pki, H2_AND_H1).await;
+    let cert = TestCa::new().server_cert(&["127.0.0.1"]);
+    let server = tls_server(&cert, H2_AND_H1).await;
     for kind in ["h2", "h1"] {
         let s = scenario(&server.url(), kind, "insecure = true", 1);
         let t = transport::for_target(&s.target);
@@ -327,6 +339,6 @@ async fn no_connect_resumes_an_earlier_session() {
             assert_eq!(c.send(req).await.unwrap().status, 200);
         }
     }
-    assert_eq!(server.count(|s: &TlsStats| &s.handshakes), 6);
-    assert_eq!(server.count(|s: &TlsStats| &s.resumed), 0);
+    assert_eq!(server.handshakes(), 6);
+    assert_eq!(server.resumed(), 0);
 }

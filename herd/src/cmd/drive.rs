@@ -153,51 +153,9 @@ fn heading(s: &Scenario) -> String {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::{
-        Arc,
-        atomic::{AtomicU64, Ordering::SeqCst},
-    };
-
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    use herd_testkit::{Proto, Reply, Server, TempDir};
 
     use super::*;
-
-    /// A keep-alive HTTP/1.1 server on 127.0.0.1 that answers every request with `ok`.
-    fn serve_ok(runtime: &tokio::runtime::Runtime) -> (String, Arc<AtomicU64>) {
-        let listener = runtime
-            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-            .unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let served = Arc::new(AtomicU64::new(0));
-        let count = served.clone();
-        runtime.spawn(async move {
-            loop {
-                let Ok((mut s, _)) = listener.accept().await else {
-                    return;
-                };
-                let count = count.clone();
-                tokio::spawn(async move {
-                    let mut buf = Vec::new();
-                    let mut chunk = [0u8; 4096];
-                    loop {
-                        while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                            buf.drain(..end + 4);
-                            count.fetch_add(1, SeqCst);
-                            let reply = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
-                            if s.write_all(reply).await.is_err() {
-                                return;
-                            }
-                        }
-                        match s.read(&mut chunk).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                        }
-                    }
-                });
-            }
-        });
-        (url, served)
-    }
 
     fn args(scenario: PathBuf, set: Vec<String>, json: Option<PathBuf>) -> DriveArgs {
         DriveArgs {
@@ -213,46 +171,37 @@ mod tests {
 
     #[test]
     fn drives_a_scenario_and_writes_json() {
-        let dir = std::env::temp_dir().join(format!("herd-drive-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let file = dir.join("ok.toml");
-        std::fs::write(
-            &file,
+        let dir = TempDir::new("drive");
+        let file = dir.write(
+            "ok.toml",
             "[target]\nurl = \"http://127.0.0.1:1\"\n[player]\nthink = \"10ms\"\n[[op]]\nname = \"ok\"\npath = \"/\"\n[[step]]\nplayers = 2\nduration = \"400ms\"\n",
-        )
-        .unwrap();
-        let server_rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
-        let (url, served) = serve_ok(&server_rt);
+        );
+        // `run` makes its own runtime: the server runs on one of its own.
+        let server = Server::http(Proto::H1)
+            .fallback(Reply::ok().body("ok"))
+            .start_blocking();
         let out = dir.join("run.json");
         run(&args(
             file,
-            vec![format!("target.url={url}")],
+            vec![format!("target.url={}", server.url())],
             Some(out.clone()),
         ))
         .unwrap();
         let report: herd_driver::RunReport =
             serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
-        assert_eq!(report.requests, served.load(SeqCst));
+        assert_eq!(report.requests, server.requests());
         assert!(report.requests > 10, "{} requests", report.requests);
         assert_eq!(report.outcome_count("ok", "ok"), report.requests);
         assert!(!report.intervals.is_empty());
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn a_bad_key_names_file_line_column_and_the_valid_keys() {
-        let dir = std::env::temp_dir().join(format!("herd-drive-bad-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let file = dir.join("bad.toml");
-        std::fs::write(
-            &file,
+        let dir = TempDir::new("drive-bad");
+        let file = dir.write(
+            "bad.toml",
             "[target]\nurl = \"http://127.0.0.1:1\"\ntrasnport = \"h2c\"\n",
-        )
-        .unwrap();
+        );
         let e = run(&args(file.clone(), vec![], None)).unwrap_err();
         let msg = format!("{e:#}");
         assert!(
@@ -266,6 +215,5 @@ mod tests {
             msg.contains("`transport`, `connections`, `pool_size`"),
             "{msg}"
         );
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

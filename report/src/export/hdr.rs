@@ -157,8 +157,7 @@ mod tests {
                 o.histogram = Some(LatencyHistogram::encode(&h));
             }
         }
-        let dir = std::env::temp_dir().join(format!("herd-hdr-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = herd_testkit::TempDir::new("hdr");
         let files = write_logs(&d, &dir).unwrap();
         assert_eq!(
             files,
@@ -197,7 +196,6 @@ mod tests {
         let head = String::from_utf8_lossy(&text);
         assert!(head.contains("#[BaseTime: "), "{head}");
         assert!(head.contains("#[MaxValueDivisor: 1000.000]"), "{head}");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

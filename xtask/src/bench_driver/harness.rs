@@ -11,6 +11,7 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail};
+use herd_testkit::TempDir;
 
 /// The core nginx runs on; the clients get [`CLIENT_CORE`].
 pub(super) const SERVER_CORE: usize = 0;
@@ -48,24 +49,6 @@ fn check_interrupted() -> Result<()> {
         bail!("interrupted by Ctrl-C; nginx and the temporary directory are removed");
     }
     Ok(())
-}
-
-/// A directory under the system temp dir, removed on drop.
-pub(super) struct TempDir(pub(super) PathBuf);
-
-impl TempDir {
-    fn new() -> Result<Self> {
-        let dir = std::env::temp_dir().join(format!("herd-bench-driver-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        Ok(Self(dir))
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// In the child before exec: run on `core` only, with [`nofile`] descriptors, and (for a
@@ -176,5 +159,8 @@ pub(super) fn prepare(root: &Path) -> Result<(PathBuf, TempDir)> {
         bail!("the driver benchmark pins the server and the client to separate cores: it needs 2");
     }
     catch_sigint();
-    Ok((root.join("target/release/herd"), TempDir::new()?))
+    Ok((
+        root.join("target/release/herd"),
+        TempDir::try_new("bench-driver")?,
+    ))
 }

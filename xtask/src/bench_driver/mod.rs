@@ -60,13 +60,13 @@ pub struct Args {
 /// The side-by-side comparison; returns the markdown tables.
 pub fn bench_driver(root: &Path, args: &Args) -> Result<String> {
     let (herd, dir) = prepare(root)?;
-    let nginx = Nginx::start(&dir.0, 4096)?;
+    let nginx = Nginx::start(&dir, 4096)?;
     let mut samples: Vec<(Tool, Sample)> = Vec::new();
     for rep in 0..args.reps {
         // Rotate the order, so drift over the run (other load, thermal) favours nobody.
         for k in 0..TOOLS.len() {
             let tool = TOOLS[(k + rep) % TOOLS.len()];
-            let s = run_tool(tool, &herd, &dir.0, args.seconds, &nginx)?;
+            let s = run_tool(tool, &herd, &dir, args.seconds, &nginx)?;
             eprintln!(
                 "xtask bench-driver: rep {rep} {:<12} {:>5}: {:>9} requests ({} errors), client {:.2} CPU-s ({:.2} user), {:.3} CPU-s/100k, {:.0} req/s, server {:.0} % of its core, {:.1}s wall",
                 tool.name(),

@@ -44,7 +44,7 @@ duration = \"{hold}s\"
 /// The scale run; returns a markdown table.
 pub fn bench_scale(root: &Path, args: &Args) -> Result<String> {
     let (herd, dir) = prepare(root)?;
-    let nginx = Nginx::start(&dir.0, args.players + 1024)?;
+    let nginx = Nginx::start(&dir, args.players + 1024)?;
     if nofile() < args.players as u64 + 1024 {
         bail!(
             "{} players need {} file descriptors per process; the hard RLIMIT_NOFILE is {}",
@@ -53,9 +53,9 @@ pub fn bench_scale(root: &Path, args: &Args) -> Result<String> {
             nofile()
         );
     }
-    let scenario = dir.0.join("scale.toml");
+    let scenario = dir.join("scale.toml");
     std::fs::write(&scenario, scale_scenario(args.players, args.hold))?;
-    let json = dir.0.join("scale.json");
+    let json = dir.join("scale.json");
     let mut cmd = Command::new(&herd);
     cmd.arg("drive")
         .arg(&scenario)
@@ -65,7 +65,7 @@ pub fn bench_scale(root: &Path, args: &Args) -> Result<String> {
         .arg("10s");
     let worker = nginx.worker();
     let server_before = worker.map_or(0.0, proc_cpu);
-    let exit = run_client(&mut cmd, &dir.0.join("scale.out"))?;
+    let exit = run_client(&mut cmd, &dir.join("scale.out"))?;
     let server_cpu_s = worker.map_or(0.0, proc_cpu) - server_before;
     drop(nginx);
     let report: serde_json::Value =
