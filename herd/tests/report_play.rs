@@ -121,7 +121,7 @@ fn a_runs_report_shows_its_stream_and_open_model_rows_with_the_servers_counts() 
 
     // The rate step: 20 scheduled, every tick the server saw was sent, none lost between.
     let o = &json["open"][0];
-    assert_eq!(o["step"], "rate 1");
+    assert_eq!(o["phase"], "rate 1");
     assert_eq!(o["scheduled"].as_u64(), Some(20));
     assert_eq!(o["sent"].as_u64(), Some(ticks), "{o}");
     assert_eq!(ticks + o["dropped_starts"].as_u64().unwrap(), 20, "{o}");
@@ -150,7 +150,7 @@ fn a_runs_report_shows_its_stream_and_open_model_rows_with_the_servers_counts() 
         "{md}"
     );
     // The catalog: one table, one row per route, not repeated in the per-step table.
-    assert!(md.contains("## Route catalog\n\n1 routes"), "{md}");
+    assert!(md.contains("## Route catalog\n\n1 route, "), "{md}");
     assert!(md.contains("| ping | 2 | 5 | "), "{md}");
     assert!(!md.contains("| catalog ping | catalog |"), "{md}");
     let html = std::fs::read_to_string(out_dir.join("run-1.html")).unwrap();

@@ -5,7 +5,6 @@
 
 use std::{
     collections::BTreeMap,
-    fmt::Write as _,
     path::{Path, PathBuf},
 };
 
@@ -13,6 +12,7 @@ use anyhow::{Context as _, Result};
 use serde::{Deserialize, Serialize};
 
 use super::{
+    doc::{Block, Column, Document, Table, Text, Value, ValueKind},
     findings::Finding,
     model::{Cell, ContainerRow, OpRow, PairRow, Report, RunSummary},
 };
@@ -744,174 +744,112 @@ fn verdict(r: &Row) -> Option<bool> {
     Some((y < x) == lower)
 }
 
-fn run_line(r: &RunSummary, code: fn(&str) -> String) -> String {
-    format!(
-        "run {} {} (scenario {}, status {}, {:.0} s, {} requests, {} not ok)",
-        r.id,
-        code(&r.name),
-        code(&r.scenario),
-        r.status,
-        r.duration_s,
-        r.requests,
-        r.errors
-    )
+fn run_line(r: &RunSummary) -> Text {
+    Text::plain(format!("run {} ", r.id))
+        .code(&r.name)
+        .then(" (scenario ")
+        .code(&r.scenario)
+        .then(format!(
+            ", status {}, {:.0} s, {} requests, {} not ok)",
+            r.status, r.duration_s, r.requests, r.errors
+        ))
 }
 
-fn md_code(s: &str) -> String {
-    format!("`{s}`")
+/// A side's, delta's or ratio's cell: its text, or why it is missing.
+fn shown(value: &Cell, text: String, verdict: Option<bool>) -> Value {
+    match (value, verdict) {
+        (Cell::Missing(why), _) => Value::marked(text, ValueKind::Missing(why.clone())),
+        (Cell::Value(_), Some(true)) => Value::marked(text, ValueKind::Better),
+        (Cell::Value(_), Some(false)) => Value::marked(text, ValueKind::Worse),
+        (Cell::Value(_), None) => Value::plain(text),
+    }
 }
 
-fn html_code(s: &str) -> String {
-    format!("<code>{}</code>", esc(s))
+/// The before/after table: one group of rows per part (pairs, containers, ops, the run);
+/// deltas and ratios marked better or worse.
+pub fn before_after(c: &Comparison) -> Table {
+    let mut t = Table::new(vec![
+        Column::left("what"),
+        Column::left("metric"),
+        Column::right(format!("before: run {}", c.before.id)),
+        Column::right(format!("after: run {}", c.after.id)),
+        Column::right("delta"),
+        Column::right("ratio"),
+    ]);
+    let mut section = None;
+    for r in &c.rows {
+        if section != Some(r.section) {
+            section = Some(r.section);
+            t.group(match r.section {
+                Section::Pair => "Connections per source → destination",
+                Section::Container => "Containers (peaks over the load steps)",
+                Section::Op => "Ops over the whole run",
+                Section::Run => "Run totals",
+            });
+        }
+        let v = verdict(r);
+        t.row(vec![
+            what(r).into(),
+            r.metric.clone().into(),
+            shown(&r.before.value, show_side(r.unit, &r.before), None),
+            shown(&r.after.value, show_side(r.unit, &r.after), None),
+            shown(&r.delta, show_delta(r.unit, &r.delta), v),
+            shown(&r.ratio, show_ratio(&r.ratio), v),
+        ]);
+    }
+    t
 }
 
 /// The before/after table alone, in Markdown (what `herd compare` prints).
 pub fn table(c: &Comparison) -> String {
-    // A `|` inside a reason would split its cell.
-    let md = |s: String| s.replace('|', "\\|").replace('\n', " ");
-    let mut o = String::new();
-    let _ = writeln!(
-        o,
-        "| what | metric | before: run {} | after: run {} | delta | ratio |\n|---|---|---:|---:|---:|---:|",
-        c.before.id, c.after.id
-    );
-    for r in &c.rows {
-        let _ = writeln!(
-            o,
-            "| {} | {} | {} | {} | {} | {} |",
-            md(what(r)),
-            md(r.metric.clone()),
-            md(show_side(r.unit, &r.before)),
-            md(show_side(r.unit, &r.after)),
-            md(show_delta(r.unit, &r.delta)),
-            md(show_ratio(&r.ratio))
-        );
-    }
-    o
+    crate::markdown::table(&before_after(c))
 }
 
-/// The Markdown page: header, the table, both runs' findings, notes.
-pub fn markdown(c: &Comparison) -> String {
-    let mut o = String::new();
-    let _ = writeln!(
-        o,
-        "# herd compare — run {} → run {}\n\n- before: {}\n- after: {}\n",
-        c.before.id,
-        c.after.id,
-        run_line(&c.before, md_code),
-        run_line(&c.after, md_code)
-    );
-    let _ = writeln!(o, "## Before / after\n\n{}", table(c));
-    let _ = writeln!(o, "## Findings\n");
+/// The comparison's page: both runs, the table, both runs' findings, notes.
+pub fn document(c: &Comparison) -> Document {
+    let mut b = vec![
+        Block::List(vec![
+            Text::plain("before: ").then_all(run_line(&c.before)),
+            Text::plain("after: ").then_all(run_line(&c.after)),
+        ]),
+        Block::Heading(2, "Before / after".into()),
+        Block::Table(before_after(c)),
+        Block::Heading(2, "Findings".into()),
+    ];
     for (label, r, fs) in [
         ("before", &c.before, &c.before_findings),
         ("after", &c.after, &c.after_findings),
     ] {
+        b.push(Block::Heading(3, format!("run {} ({label})", r.id)));
         if fs.is_empty() {
-            let _ = writeln!(o, "- run {} ({label}): none", r.id);
+            b.push(Block::Para(Text::plain("None.")));
         }
         for f in fs {
-            let _ = writeln!(o, "- run {} ({label}): **{}** — {}", r.id, f.kind, f.title);
+            b.push(Block::Finding {
+                kind: f.kind.clone(),
+                title: f.title.clone(),
+                detail: String::new(),
+                evidence: Vec::new(),
+            });
         }
     }
-    let _ = writeln!(o, "\n## Notes\n");
-    for n in &c.notes {
-        let _ = writeln!(o, "- {n}");
+    b.push(Block::Heading(2, "Notes".into()));
+    b.push(Block::List(c.notes.iter().map(Text::plain).collect()));
+    Document {
+        title: format!("herd compare — run {} → run {}", c.before.id, c.after.id),
+        blocks: b,
     }
-    o
 }
 
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
+/// The Markdown page.
+pub fn markdown(c: &Comparison) -> String {
+    crate::markdown::document(&document(c))
 }
 
 /// The HTML page: self-contained (inline CSS, no scripts, no network); improvements green,
 /// regressions red.
 pub fn html(c: &Comparison) -> String {
-    let mut o = String::new();
-    let _ = write!(
-        o,
-        "<!doctype html><html lang=en><meta charset=utf-8><title>herd compare — run {} → run {}</title><style>\
-         body{{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222}}\
-         table{{border-collapse:collapse;margin:.5em 0 1.5em}}td,th{{border:1px solid #ccc;padding:3px 7px;text-align:right}}\
-         td.l,th.l{{text-align:left}}th{{background:#f3f3f3}}th.section{{background:#e6e6e6;text-align:left}}\
-         .na{{color:#999}}.better{{color:#1a7f37;font-weight:600}}.worse{{color:#d62728;font-weight:600}}\
-         .finding{{border-left:4px solid #d62728;padding:.3em .8em;margin:.6em 0;background:#fff6f6}}</style>",
-        c.before.id, c.after.id
-    );
-    let _ = write!(
-        o,
-        "<h1>herd compare — run {} → run {}</h1><ul><li>before: {}<li>after: {}</ul>",
-        c.before.id,
-        c.after.id,
-        run_line(&c.before, html_code),
-        run_line(&c.after, html_code)
-    );
-    let _ = write!(
-        o,
-        "<h2>Before / after</h2><table><tr><th class=l>what<th class=l>metric<th>before: run {}<th>after: run {}<th>delta<th>ratio",
-        c.before.id, c.after.id
-    );
-    let mut section = None;
-    for r in &c.rows {
-        if section != Some(r.section) {
-            section = Some(r.section);
-            let title = match r.section {
-                Section::Pair => "Connections per source → destination",
-                Section::Container => "Containers (peaks over the load steps)",
-                Section::Op => "Ops over the whole run",
-                Section::Run => "Run totals",
-            };
-            let _ = write!(o, "<tr><th class=section colspan=6>{title}");
-        }
-        let grey = |c: &Cell, text: String| match c {
-            Cell::Missing(_) => format!("<span class=na>{}</span>", esc(&text)),
-            Cell::Value(_) => esc(&text),
-        };
-        let class = match verdict(r) {
-            Some(true) => " class=better",
-            Some(false) => " class=worse",
-            None => "",
-        };
-        let ratio_class = if r.ratio.value().is_some() { class } else { "" };
-        let _ = write!(
-            o,
-            "<tr><td class=l>{}<td class=l>{}<td>{}<td>{}<td{class}>{}<td{ratio_class}>{}",
-            esc(&what(r)),
-            esc(&r.metric),
-            grey(&r.before.value, show_side(r.unit, &r.before)),
-            grey(&r.after.value, show_side(r.unit, &r.after)),
-            grey(&r.delta, show_delta(r.unit, &r.delta)),
-            grey(&r.ratio, show_ratio(&r.ratio))
-        );
-    }
-    o.push_str("</table><h2>Findings</h2>");
-    for (label, r, fs) in [
-        ("before", &c.before, &c.before_findings),
-        ("after", &c.after, &c.after_findings),
-    ] {
-        let _ = write!(o, "<h3>run {} ({label})</h3>", r.id);
-        if fs.is_empty() {
-            o.push_str("<p>None.</p>");
-        }
-        for f in fs {
-            let _ = write!(
-                o,
-                "<div class=finding><b>{}</b> — {}</div>",
-                esc(&f.kind),
-                esc(&f.title)
-            );
-        }
-    }
-    o.push_str("<h2>Notes</h2><ul>");
-    for n in &c.notes {
-        let _ = write!(o, "<li>{}", esc(n));
-    }
-    o.push_str("</ul></html>\n");
-    o
+    crate::html::document(&document(c))
 }
 
 /// Writes `compare-<A>-<B>.md` and `.html` into `dir`.
@@ -1280,8 +1218,11 @@ mod tests {
                 "empty cell in: {line}"
             );
         }
-        assert!(md.contains("run 1 (before): **churn_cliff**"), "{md}");
-        assert!(md.contains("run 2 (after): none"), "{md}");
+        assert!(
+            md.contains("### run 1 (before)\n\n- **churn_cliff** — "),
+            "{md}"
+        );
+        assert!(md.contains("### run 2 (after)\n\nNone."), "{md}");
 
         // The JSON form keeps raw numbers and units, and flags implied values.
         let json = serde_json::to_value(&c).unwrap();

@@ -59,7 +59,7 @@ const STORM_PER_PLAYER_MIN: f64 = 0.5;
 pub fn stream_storm(r: &Report, d: &RunData) -> Vec<Finding> {
     let mut out = Vec::new();
     for row in &r.streams {
-        let Some(s) = d.phases.iter().find(|s| s.phase == row.step) else {
+        let Some(s) = d.phases.iter().find(|s| s.phase == row.phase) else {
             continue;
         };
         let minutes = s.duration_ms as f64 / 60_000.0;
@@ -78,7 +78,7 @@ pub fn stream_storm(r: &Report, d: &RunData) -> Vec<Finding> {
                  minute), {errors} stream errors ({}) — the streams keep breaking",
                 row.op,
                 row.stream_kind,
-                row.step,
+                row.phase,
                 row.reconnects,
                 s.duration_ms as f64 / 1e3,
                 s.players,
@@ -91,7 +91,7 @@ pub fn stream_storm(r: &Report, d: &RunData) -> Vec<Finding> {
                 .into(),
             evidence: vec![format!(
                 "{} / {}: opened {}, reconnects {}, events {}, errors {}",
-                row.step,
+                row.phase,
                 row.op,
                 row.opened,
                 row.reconnects,

@@ -5,7 +5,9 @@
 //! says why it has none. No runtime, no database, no command line here: everything is
 //! tested on data built in memory.
 
+pub mod chart;
 pub mod compare;
+pub mod doc;
 pub mod export;
 pub mod findings;
 pub mod gate;
@@ -13,6 +15,7 @@ pub mod html;
 pub mod markdown;
 pub mod model;
 pub mod play;
+pub mod sections;
 pub mod seeding;
 #[cfg(test)]
 mod snapshot_tests;

@@ -14,9 +14,9 @@ use super::model::Cell;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StreamRow {
     /// Phase name (`step 1`, `rate 1`, `soak hold`, …).
-    pub step: String,
-    /// Phase kind: `step`, `soak`, `stop`, `rate`, `catalog` or `hammer`.
-    pub kind: String,
+    pub phase: String,
+    /// Phase kind.
+    pub kind: PhaseKind,
     /// Op name.
     pub op: String,
     /// `sse`, `ndjson`, `chunks` or `long_poll`.
@@ -43,9 +43,9 @@ pub struct StreamRow {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GroupRow {
     /// Phase name.
-    pub step: String,
+    pub phase: String,
     /// Phase kind.
-    pub kind: String,
+    pub kind: PhaseKind,
     /// Groups whose every member created or joined, so play began.
     pub formed: u64,
     /// Groups that met their finish condition.
@@ -61,7 +61,7 @@ pub struct GroupRow {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct OpenRow {
     /// Phase name (`rate 1`, …).
-    pub step: String,
+    pub phase: String,
     /// Target rate, arrivals per second.
     pub rate: f64,
     /// Seconds the phase ran.
@@ -101,8 +101,8 @@ pub fn rows(steps: &[PhaseReport]) -> (Vec<StreamRow>, Vec<GroupRow>, Vec<OpenRo
                 None => Cell::Missing("no opening received an event".into()),
             };
             streams.push(StreamRow {
-                step: s.phase.clone(),
-                kind: s.kind.to_string(),
+                phase: s.phase.clone(),
+                kind: s.kind,
                 op: st.op.clone(),
                 stream_kind: st.kind.clone(),
                 events: st.events,
@@ -118,8 +118,8 @@ pub fn rows(steps: &[PhaseReport]) -> (Vec<StreamRow>, Vec<GroupRow>, Vec<OpenRo
         if !s.play.groups.is_zero() {
             let g = s.play.groups;
             groups.push(GroupRow {
-                step: s.phase.clone(),
-                kind: s.kind.to_string(),
+                phase: s.phase.clone(),
+                kind: s.kind,
                 formed: g.formed,
                 finished: g.finished,
                 failed: g.failed,
@@ -128,7 +128,7 @@ pub fn rows(steps: &[PhaseReport]) -> (Vec<StreamRow>, Vec<GroupRow>, Vec<OpenRo
         }
         if let Some(o) = &s.open {
             open.push(OpenRow {
-                step: s.phase.clone(),
+                phase: s.phase.clone(),
                 rate: o.rate,
                 duration_s: s.duration_ms as f64 / 1e3,
                 scheduled: o.scheduled,
@@ -313,7 +313,7 @@ mod tests {
         let r = Report::build(&data());
         assert_eq!(r.streams.len(), 2);
         let s = &r.streams[0];
-        assert_eq!((s.step.as_str(), s.kind.as_str()), ("step 1", "step"));
+        assert_eq!((s.phase.as_str(), s.kind), ("step 1", PhaseKind::Step));
         assert_eq!((s.events, s.opened, s.reconnects), (340, 12, 2));
         assert_eq!(s.events_per_s, 170.0);
         assert_eq!(s.first_event_p99_us, Cell::Value(12_000.0));
@@ -346,7 +346,7 @@ mod tests {
         assert_eq!(row(&md, "step 1", "5")[2..], ["3", "1", "2"]);
         let html = html::render(&r);
         assert!(html.contains("Stream and long-poll events per second"));
-        assert!(html.contains("<td>step 1<td class=l>events<td class=l>sse<td>340"));
+        assert!(html.contains("<td class=l>step 1<td class=l>events<td class=l>sse<td>340"));
         assert!(html.contains("<h2>Groups per step</h2>"));
     }
 

@@ -191,7 +191,7 @@ async fn write_compare_reads_two_stored_runs_and_writes_both_pages() {
         assert!(md.contains(needle), "missing {needle:?} in:\n{md}");
     }
     assert!(
-        md.contains(&format!("run {a} (before): **churn_cliff**")),
+        md.contains(&format!("### run {a} (before)\n\n- **churn_cliff** — ")),
         "{md}"
     );
     let page = std::fs::read_to_string(&files[1]).unwrap();
