@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use super::{
     doc::{Block, Column, Document, Table, Text, Value, ValueKind},
     findings::Finding,
-    model::{Cell, ContainerRow, OpRow, PairRow, Report, RunSummary},
+    model::{Cell, ContainerRow, OpTotal, PairRow, Report, RunSummary},
 };
 
 /// The part of the comparison a row belongs to; rows come in this order.
@@ -295,10 +295,10 @@ pub fn compare(a: &Report, b: &Report) -> Comparison {
     }
 
     notes.push(
-        "Op latencies over a run are count-weighted means of the per-step percentiles (the \
-         store keeps each step's percentiles, not its histogram): close to the run's own \
-         percentiles, not equal to them. Max is the largest of any step; req/s is the op's \
-         count over the time of the steps it ran in."
+        "Op latencies over a run are the percentiles of the run's merged histogram of the op \
+         (every phase it ran in; the hammer's requests are the separate op hammer:<op>); req/s \
+         is the op's count over the time of the phases it ran in; errors leave out the \
+         outcomes the scenario expects."
             .into(),
     );
     notes.push(
@@ -558,76 +558,53 @@ fn container_rows(a: &Report, b: &Report, rows: &mut Vec<Row>) {
     }
 }
 
-/// One op over a whole run.
-#[derive(Default)]
-struct OpTotal {
-    count: u64,
-    /// Σ count × p50 (µs), Σ count × p99 (µs): for count-weighted means.
-    p50_w: f64,
-    p99_w: f64,
-    max_us: u64,
-    not_ok: u64,
-    /// Seconds of the steps the op ran in, from each step's count and rate.
-    secs: f64,
-}
-
-/// Per op over the whole run: p50, p99, max, error share, req/s.
+/// Per op over the whole run, from each run's merged histograms: mean, p50, p90, p99,
+/// p99.9, max, error share (expected outcomes are not errors), req/s.
 fn op_rows(a: &Report, b: &Report, rows: &mut Vec<Row>) {
     let ids = [a.run.id, b.run.id];
-    let total = |r: &Report, op: &str| -> Option<OpTotal> {
-        let mut t: Option<OpTotal> = None;
-        for o in r.ops.iter().filter(|o: &&OpRow| o.op == op) {
-            let t = t.get_or_insert_with(OpTotal::default);
-            t.count += o.count;
-            t.p50_w += o.count as f64 * o.p50_us as f64;
-            t.p99_w += o.count as f64 * o.p99_us as f64;
-            t.max_us = t.max_us.max(o.max_us);
-            t.not_ok += o
-                .outcomes
-                .iter()
-                .filter(|(k, _)| !k.is_ok())
-                .map(|(_, n)| n)
-                .sum::<u64>();
-            if o.rate > 0.0 {
-                t.secs += o.count as f64 / o.rate;
-            }
-        }
-        t
-    };
     let names = union_in_order(
-        a.ops.iter().map(|o| o.op.as_str()),
-        b.ops.iter().map(|o| o.op.as_str()),
+        a.totals.iter().map(|o| o.op.as_str()),
+        b.totals.iter().map(|o| o.op.as_str()),
     );
     for op in &names {
-        let totals = [total(a, op), total(b, op)];
+        let totals = [
+            a.totals.iter().find(|t| t.op == *op),
+            b.totals.iter().find(|t| t.op == *op),
+        ];
         type Metric = fn(&OpTotal) -> Cell;
-        let metrics: [(&str, Unit, Better, Metric); 5] = [
+        let metrics: [(&str, Unit, Better, Metric); 8] = [
+            ("mean", Unit::Micros, Better::Lower, |t| {
+                t.latency.get(|l| l.mean_us)
+            }),
             ("p50", Unit::Micros, Better::Lower, |t| {
-                Cell::Value(t.p50_w / t.count as f64)
+                t.latency.get(|l| l.p50_us as f64)
+            }),
+            ("p90", Unit::Micros, Better::Lower, |t| {
+                t.latency.get(|l| l.p90_us as f64)
             }),
             ("p99", Unit::Micros, Better::Lower, |t| {
-                Cell::Value(t.p99_w / t.count as f64)
+                t.latency.get(|l| l.p99_us as f64)
+            }),
+            ("p99.9", Unit::Micros, Better::Lower, |t| {
+                t.latency.get(|l| l.p999_us as f64)
             }),
             ("max", Unit::Micros, Better::Lower, |t| {
-                Cell::Value(t.max_us as f64)
+                t.latency.get(|l| l.max_us as f64)
             }),
             (
-                "error share (not ok / count)",
+                "error share (errors / count; expected outcomes apart)",
                 Unit::Share,
                 Better::Lower,
-                |t| Cell::Value(t.not_ok as f64 / t.count as f64),
+                |t| Cell::Value(t.split.error_share()),
             ),
             ("req/s", Unit::PerSecond, Better::Higher, |t| {
-                Cell::Value(t.count as f64 / t.secs)
+                Cell::Value(t.rate)
             }),
         ];
         for (metric, unit, better, f) in metrics {
             let side = |i: usize| -> Side {
-                match &totals[i] {
+                match totals[i] {
                     None => Side::missing(format!("op not run in run {}", ids[i])),
-                    Some(t) if metric == "req/s" && t.secs <= 0.0 => {
-                        Side::missing("no step time recorded")
-                    }
                     Some(t) if t.count == 0 && metric != "req/s" => {
                         Side::missing("no requests recorded")
                     }
@@ -870,7 +847,13 @@ mod tests {
     use super::*;
     use herd_driver::scenario::PhaseKind;
 
-    use crate::model::Log2Row;
+    use hdrhistogram::Histogram;
+    use herd_driver::{
+        measure::histogram::{new_histogram, record},
+        report::LatencyHistogram,
+    };
+
+    use crate::model::{Latencies, Log2Row, OpRow, SCHEMA_VERSION, Split, totals};
 
     fn summary(id: i64, requests: u64, errors: u64, probe_intervals: u64) -> RunSummary {
         RunSummary {
@@ -879,8 +862,14 @@ mod tests {
             scenario: "demo.toml".into(),
             status: "finished".into(),
             started_unix_ms: 0,
+            started_at: "1970-01-01T00:00:00Z".into(),
             duration_s: 60.0,
             requests,
+            split: Split {
+                ok: requests - errors,
+                expected: 0,
+                errors,
+            },
             errors,
             saturated_intervals: 0,
             probe_intervals,
@@ -888,11 +877,28 @@ mod tests {
         }
     }
 
+    /// `count` samples in ms: half at `p[0]`, up to 99 % at `p[1]`, the rest at `p[2]`.
+    fn samples(count: u64, p: [u64; 3]) -> Histogram<u64> {
+        let mut h = new_histogram();
+        for i in 0..count {
+            let ms = if i < count / 2 {
+                p[0]
+            } else if i < count * 99 / 100 {
+                p[1]
+            } else {
+                p[2]
+            };
+            record(&mut h, ms * 1000);
+        }
+        h
+    }
+
     fn op(step: &str, name: &str, count: u64, rate: f64, p: [u64; 3], not_ok: u64) -> OpRow {
         let mut outcomes = BTreeMap::from([(herd_driver::Outcome::Ok, count - not_ok)]);
         if not_ok > 0 {
             outcomes.insert("transport_error".into(), not_ok);
         }
+        let h = samples(count, p);
         OpRow {
             phase: step.into(),
             kind: PhaseKind::Step,
@@ -901,11 +907,21 @@ mod tests {
             op: name.into(),
             count,
             rate,
-            p50_us: p[0] * 1000,
-            p99_us: p[1] * 1000,
-            max_us: p[2] * 1000,
+            latency: Latencies::of(&h),
+            split: Split {
+                ok: count - not_ok,
+                expected: 0,
+                errors: not_ok,
+            },
             outcomes,
+            histogram: Some(LatencyHistogram::encode(&h)),
         }
+    }
+
+    /// A report of these rows, with the whole-run totals they make.
+    fn with(mut r: Report) -> Report {
+        r.totals = totals(&r.ops);
+        r
     }
 
     fn container(step: &str, name: &str, burst: f64, share: f64, mem: Cell) -> ContainerRow {
@@ -969,13 +985,20 @@ mod tests {
             title: format!("{kind} title"),
             detail: String::new(),
             evidence: vec![],
+            numbers: BTreeMap::new(),
+            phase: None,
+            container: None,
         }
     }
 
     /// The seeds' buggy pass: the gateway churns ~440 connections/s to the backend, 26 500
     /// sockets in TIME_WAIT, CPU bursts to 1.75 cores, game.state p99 500 ms.
     fn buggy() -> Report {
-        Report {
+        with(Report {
+            schema_version: SCHEMA_VERSION,
+            herd_version: "test".into(),
+            expected: BTreeMap::new(),
+            totals: vec![],
             run: summary(1, 4000, 40, 60),
             streams: vec![],
             groups: vec![],
@@ -1017,13 +1040,17 @@ mod tests {
             slo: vec![],
             findings: vec![finding("churn_cliff"), finding("throttling_bursts")],
             notes: vec![],
-        }
+        })
     }
 
     /// The fixed pass: the backend came up at another address, the pool keeps ~225
     /// connections, TIME_WAIT is gone, game.state p99 200 ms, a new op and a DNS pair appear.
     fn fixed() -> Report {
-        Report {
+        with(Report {
+            schema_version: SCHEMA_VERSION,
+            herd_version: "test".into(),
+            expected: BTreeMap::new(),
+            totals: vec![],
             run: summary(2, 4500, 0, 60),
             streams: vec![],
             groups: vec![],
@@ -1070,7 +1097,7 @@ mod tests {
             slo: vec![],
             findings: vec![],
             notes: vec![],
-        }
+        })
     }
 
     fn find<'a>(c: &'a Comparison, subject: &str, metric: &str) -> &'a Row {
@@ -1158,19 +1185,29 @@ mod tests {
             Cell::Missing("memory.peak needs kernel 5.19".into())
         );
 
-        // Ops over the whole run, count-weighted: p99 (1000×200 + 3000×600) / 4000 = 500 ms.
+        // Ops over the whole run, from the merged histogram: exactly the percentiles of
+        // every sample of both steps, recorded in one histogram here.
+        let mut all = samples(1000, [20, 200, 400]);
+        all.add(samples(3000, [100, 600, 900])).unwrap();
+        let whole = Latencies::of(&all);
         let p99 = find(&c, "game.state", "p99");
-        assert_eq!(p99.before.value, Cell::Value(500_000.0));
-        assert_eq!(p99.after.value, Cell::Value(200_000.0));
-        assert_eq!(p99.delta, Cell::Value(-300_000.0));
-        assert_eq!(p99.ratio, Cell::Value(0.4));
+        assert_eq!(p99.before.value, Cell::Value(whole.p99_us as f64));
+        // 600 ms: 3 000 of the 4 000 samples sit at 100 and 600 ms, so the 99th percentile
+        // is the second step's p99, not a mean of the two steps' p99s (500 ms).
+        assert!(whole.p99_us.abs_diff(600_000) <= 600, "{whole:?}");
+        let mut after = samples(1000, [10, 200, 250]);
+        after.add(samples(3000, [20, 200, 260])).unwrap();
+        assert_eq!(
+            p99.after.value,
+            Cell::Value(Latencies::of(&after).p99_us as f64)
+        );
         assert_eq!(
             find(&c, "game.state", "p50").before.value,
-            Cell::Value(80_000.0)
+            Cell::Value(whole.p50_us as f64)
         );
         assert_eq!(
             find(&c, "game.state", "max").before.value,
-            Cell::Value(900_000.0)
+            Cell::Value(whole.max_us as f64)
         );
         let errs = find(&c, "game.state", "error share");
         assert_eq!(errs.before.value, Cell::Value(0.01));
@@ -1198,11 +1235,11 @@ mod tests {
         for needle in [
             "| pair gateway → backend | TIME_WAIT peak | 26500 | 0 | -26500 | → 0 |",
             "| container gateway | CPU burst peak (busiest 100 ms) | 175 % | 26 % | -149 % | ÷6.73 |",
-            "| op game.state | p99 | 500 ms | 200 ms | -300 ms | ÷2.50 |",
+            "| op game.state | p99 | 600 ms | 200 ms | -400 ms | ÷3.00 |",
             "| run | findings: churn_cliff | 1 | 0 | -1 | → 0 |",
             "| pair gateway → 10.0.0.9:53 | new connections/s | 0.0 | 0.5 | +0.5 | n/a (before is 0) |",
             "| pair host → gateway | TIME_WAIT peak | ≈ 60 (implied) | n/a (no connection from host to gateway in run 2) |",
-            "| op game.state | error share (not ok / count) | 1.0 % | 0.0 % | -1.0 pp | → 0 |",
+            "| op game.state | error share (errors / count; expected outcomes apart) | 1.0 % | 0.0 % | -1.0 pp | → 0 |",
             "| pair gateway → backend | ESTABLISHED peak | 2 | 225 | +223 | ×112 |",
             "| pair gateway → backend | churn ratio (new connections per request) | 0.50 | 0.0040 | -0.50 | ÷125 |",
         ] {

@@ -19,6 +19,7 @@ pub mod sections;
 pub mod seeding;
 #[cfg(test)]
 mod snapshot_tests;
+pub mod units;
 
 use std::path::{Path, PathBuf};
 

@@ -455,7 +455,9 @@ mod tests {
         assert_eq!(
             f[0].evidence,
             [
-                "step 1 / events: opened 12, reconnects 40, events 340, errors ended 30, transport_error.reset 10"
+                "step 1 / events: opened 12, reconnects 40, events 340, errors 40 (ended 30, \
+                 transport_error.reset 10), over 2 s with 10 players: 120.0 reconnects per player \
+                 per minute"
             ]
         );
         assert!(markdown::render(&r).contains("**stream_storm**"));

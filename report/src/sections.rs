@@ -8,7 +8,7 @@ use herd_driver::{scenario::PhaseKind, units::latency};
 use crate::{
     chart::Chart,
     doc::{Block, Column, Document, Table, Text, Value, ValueKind},
-    model::{Cell, Report, TimelinePoint},
+    model::{Cell, LatencyCell, Report, TimelineContainer, TimelinePoint},
     play::{self, counts},
 };
 
@@ -80,8 +80,13 @@ pub fn document(r: &Report) -> Document {
             .then(", status ")
             .strong(&r.run.status)
             .then(format!(
-                ", {:.0} s, {} requests ({} not ok), {} probe intervals.",
-                r.run.duration_s, r.run.requests, r.run.errors, r.run.probe_intervals
+                ", {:.0} s, {} requests: {} ok, {} expected, {} errors; {} probe intervals.",
+                r.run.duration_s,
+                r.run.requests,
+                r.run.split.ok,
+                r.run.split.expected,
+                r.run.split.errors,
+                r.run.probe_intervals
             )),
     ));
     if let Some(seeding) = &r.run.seeding {
@@ -124,14 +129,18 @@ fn findings(b: &mut Vec<Block>, r: &Report) {
     }
 }
 
-fn step_marks(t: &[TimelinePoint]) -> Vec<(f64, String)> {
+/// Where each phase starts: the start of its first interval, named.
+fn phase_marks(t: &[TimelinePoint]) -> Vec<(f64, String)> {
     let mut out = Vec::new();
     let mut last = None;
     for p in t {
         if p.phase_index != last {
             if let Some(k) = p.phase_index {
-                let name = p.phase.clone().unwrap_or_else(|| format!("step {}", k + 1));
-                out.push((p.t_s, name));
+                let name = p
+                    .phase
+                    .clone()
+                    .unwrap_or_else(|| format!("phase {}", k + 1));
+                out.push((p.start_s, name));
             }
             last = p.phase_index;
         }
@@ -140,9 +149,13 @@ fn step_marks(t: &[TimelinePoint]) -> Vec<(f64, String)> {
 }
 
 fn timeline(b: &mut Vec<Block>, r: &Report) {
-    let marks = step_marks(&r.timeline);
-    let series = |f: &dyn Fn(&TimelinePoint) -> f64| -> Vec<(f64, f64)> {
-        r.timeline.iter().map(|p| (p.t_s, f(p))).collect()
+    let marks = phase_marks(&r.timeline);
+    // A point at each interval's middle: a rate belongs to the whole interval.
+    let series = |f: &dyn Fn(&TimelinePoint) -> Option<f64>| -> Vec<(f64, f64)> {
+        r.timeline
+            .iter()
+            .filter_map(|p| Some((p.start_s + p.duration_s / 2.0, f(p)?)))
+            .collect()
     };
     let chart = |title: &str, unit: &str, series: Vec<(String, Vec<(f64, f64)>)>| {
         Block::Chart(Chart {
@@ -152,27 +165,54 @@ fn timeline(b: &mut Vec<Block>, r: &Report) {
             marks: marks.clone(),
         })
     };
+    let mut ops: Vec<&str> = r
+        .timeline
+        .iter()
+        .flat_map(|p| p.ops.iter().map(|o| o.op.as_str()))
+        .collect();
+    ops.dedup();
+    let mut seen = std::collections::BTreeSet::new();
+    ops.retain(|o| seen.insert(*o));
+    let per_op = |f: &dyn Fn(&crate::model::TimelineOp) -> f64| -> Vec<(String, Vec<(f64, f64)>)> {
+        ops.iter()
+            .map(|op| {
+                (
+                    (*op).to_owned(),
+                    series(&|p| p.ops.iter().find(|o| o.op == *op).map(f)),
+                )
+            })
+            .collect()
+    };
     b.push(Block::Heading(2, "Timeline".into()));
     b.push(chart(
-        "Requests per second",
+        "Requests per second, by op",
         "req/s",
-        vec![("all ops".into(), series(&|p| p.req_per_s))],
+        per_op(&|o| o.req_per_s),
     ));
     b.push(chart(
-        "Worst p99 across ops",
+        "p99 latency, by op",
         "ms",
-        vec![("p99".into(), series(&|p| p.p99_ms))],
+        per_op(&|o| o.p99_us as f64 / 1e3),
     ));
     b.push(chart(
-        "Errors (non-ok outcomes) per interval",
+        "Errors and expected outcomes per interval",
         "count",
-        vec![("errors".into(), series(&|p| p.errors as f64))],
+        vec![
+            ("errors".into(), series(&|p| Some(p.split.errors as f64))),
+            (
+                "expected".into(),
+                series(&|p| Some(p.split.expected as f64)),
+            ),
+        ],
     ));
     if !r.streams.is_empty() {
         b.push(chart(
             "Stream and long-poll events per second",
             "events/s",
-            vec![("all stream ops".into(), series(&|p| p.stream_events_per_s))],
+            vec![(
+                "all stream ops".into(),
+                series(&|p| Some(p.stream_events_per_s)),
+            )],
         ));
     }
     if !r.open.is_empty() {
@@ -180,10 +220,13 @@ fn timeline(b: &mut Vec<Block>, r: &Report) {
             "Open-model starts behind schedule, per interval",
             "count",
             vec![
-                ("late starts".into(), series(&|p| p.late_starts as f64)),
+                (
+                    "late starts".into(),
+                    series(&|p| Some(p.late_starts as f64)),
+                ),
                 (
                     "dropped starts".into(),
-                    series(&|p| p.dropped_starts as f64),
+                    series(&|p| Some(p.dropped_starts as f64)),
                 ),
             ],
         ));
@@ -191,28 +234,38 @@ fn timeline(b: &mut Vec<Block>, r: &Report) {
     let mut names: Vec<String> = r
         .timeline
         .iter()
-        .flat_map(|p| p.containers.keys().cloned())
+        .flat_map(|p| p.containers.iter().map(|c| c.container.clone()))
         .collect();
     names.sort();
     names.dedup();
-    for (idx, title, unit) in [
+    type Of = fn(&TimelineContainer) -> Option<f64>;
+    let by_container: [(&str, &str, Of); 5] = [
         (
-            0,
             "New TCP connections per second, by container",
             "connects/s",
+            |c| Some(c.connects_per_s),
         ),
-        (1, "TIME_WAIT entries per second, by container", "entries/s"),
-        (2, "CPU, by container", "cores"),
-        (3, "Share of CFS periods throttled, by container", "share"),
-    ] {
+        ("TIME_WAIT sockets, by container", "sockets", |c| {
+            c.time_wait.map(|v| v as f64)
+        }),
+        ("CPU, by container", "cores", |c| c.cpu_cores),
+        ("CPU quota, by container", "cores", |c| c.cpu_quota_cores),
+        (
+            "Share of CFS periods throttled, by container",
+            "share",
+            |c| c.throttled_share,
+        ),
+    ];
+    for (title, unit, f) in by_container {
         let s: Vec<(String, Vec<(f64, f64)>)> = names
             .iter()
             .map(|n| {
                 (
                     n.clone(),
-                    series(&|p| p.containers.get(n).map_or(0.0, |v| v[idx])),
+                    series(&|p| p.containers.iter().find(|c| c.container == *n).and_then(f)),
                 )
             })
+            .filter(|(_, pts)| !pts.is_empty())
             .collect();
         if !s.is_empty() {
             b.push(chart(title, unit, s));
@@ -255,6 +308,24 @@ fn objectives(b: &mut Vec<Block>, r: &Report) {
     b.push(Block::Table(t));
 }
 
+/// Outcomes as `ok 398, timeout 2`, the expected ones marked: `not_your_turn 5 (expected)`.
+fn outcome_list(
+    outcomes: &std::collections::BTreeMap<herd_driver::Outcome, u64>,
+    expected: &[herd_driver::Outcome],
+) -> String {
+    outcomes
+        .iter()
+        .map(|(k, v)| {
+            if expected.contains(k) {
+                format!("{k} {v} (expected)")
+            } else {
+                format!("{k} {v}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn ops(b: &mut Vec<Block>, r: &Report) {
     b.push(Block::Heading(2, "Per step and op".into()));
     let mut t = Table::new(vec![
@@ -265,16 +336,15 @@ fn ops(b: &mut Vec<Block>, r: &Report) {
         Column::right("count"),
         Column::right("req/s"),
         Column::right("p50"),
+        Column::right("p90"),
         Column::right("p99"),
+        Column::right("p99.9"),
         Column::right("max"),
+        Column::right("errors"),
         Column::left("outcomes"),
     ]);
     for row in r.ops.iter().filter(|o| o.kind != PhaseKind::Catalog) {
-        let outcomes: Vec<String> = row
-            .outcomes
-            .iter()
-            .map(|(k, v)| format!("{k} {v}"))
-            .collect();
+        let l = &row.latency;
         t.row(vec![
             row.phase.clone().into(),
             row.kind.to_string().into(),
@@ -282,10 +352,69 @@ fn ops(b: &mut Vec<Block>, r: &Report) {
             row.op.clone().into(),
             row.count.to_string().into(),
             format!("{:.1}", row.rate).into(),
-            latency(row.p50_us).into(),
-            latency(row.p99_us).into(),
-            latency(row.max_us).into(),
-            outcomes.join(", ").into(),
+            latency(l.p50_us).into(),
+            latency(l.p90_us).into(),
+            latency(l.p99_us).into(),
+            latency(l.p999_us).into(),
+            latency(l.max_us).into(),
+            share(row.split.errors, row.count).into(),
+            outcome_list(&row.outcomes, r.expected_of(&row.op)).into(),
+        ]);
+    }
+    b.push(Block::Table(t));
+    totals(b, r);
+}
+
+/// `3 (0.75 %)` of `of`, with significant digits for small shares.
+fn share(n: u64, of: u64) -> String {
+    if n == 0 {
+        return "0".into();
+    }
+    let pct = 100.0 * n as f64 / of.max(1) as f64;
+    format!("{n} ({})", crate::units::percent(pct))
+}
+
+fn totals(b: &mut Vec<Block>, r: &Report) {
+    if r.totals.is_empty() {
+        return;
+    }
+    b.push(Block::Heading(2, "Per op over the whole run".into()));
+    b.push(Block::Para(Text::plain(
+        "Every phase the op ran in, from the merged histogram of all its requests (the \
+         hammer's apart): percentiles of the run, not means of the phases'.",
+    )));
+    let mut t = Table::new(vec![
+        Column::left("op"),
+        Column::right("count"),
+        Column::right("req/s"),
+        Column::right("ok"),
+        Column::right("expected"),
+        Column::right("errors"),
+        Column::right("mean"),
+        Column::right("p50"),
+        Column::right("p90"),
+        Column::right("p99"),
+        Column::right("p99.9"),
+        Column::right("max"),
+    ]);
+    for o in &r.totals {
+        let lat = |f: fn(&crate::model::Latencies) -> u64| match &o.latency {
+            LatencyCell::Value(l) => Value::plain(latency(f(l))),
+            LatencyCell::Missing(why) => Value::missing(why.clone()),
+        };
+        t.row(vec![
+            o.op.clone().into(),
+            o.count.to_string().into(),
+            format!("{:.1}", o.rate).into(),
+            o.split.ok.to_string().into(),
+            o.split.expected.to_string().into(),
+            share(o.split.errors, o.count).into(),
+            lat(|l| l.mean_us.round() as u64),
+            lat(|l| l.p50_us),
+            lat(|l| l.p90_us),
+            lat(|l| l.p99_us),
+            lat(|l| l.p999_us),
+            lat(|l| l.max_us),
         ]);
     }
     b.push(Block::Table(t));
@@ -322,9 +451,9 @@ fn catalog(b: &mut Vec<Block>, r: &Report) {
             row.players.to_string().into(),
             row.count.to_string().into(),
             format!("{:.1}", row.rate).into(),
-            latency(row.p50_us).into(),
-            latency(row.p99_us).into(),
-            latency(row.max_us).into(),
+            latency(row.latency.p50_us).into(),
+            latency(row.latency.p99_us).into(),
+            latency(row.latency.max_us).into(),
             counts(&row.outcomes).into(),
         ]);
     }

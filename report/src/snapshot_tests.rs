@@ -7,9 +7,10 @@
 use std::collections::BTreeMap;
 
 use herd_driver::{
+    measure::histogram::{new_histogram, record},
     report::{
-        DriverHealth, GroupStats, IntervalOp, IntervalReport, Latency, OpStats, OutcomeStats,
-        PhaseReport, PlayStats, RunReport, StreamStats,
+        DriverHealth, GroupStats, IntervalOp, IntervalReport, Latency, LatencyHistogram, OpStats,
+        OutcomeStats, PhaseReport, PlayStats, RunReport, StreamStats,
     },
     scenario::{PhaseKind, Slo, SloMetric},
     shapes::OpenStats,
@@ -24,7 +25,7 @@ use herd_probe::{
 use probe_common::{Counter, Log2Hist, N_COUNTERS};
 
 use crate::{
-    Report, RunData, RunMeta, compare, findings, html, markdown,
+    Report, RunData, RunMeta, compare, html, markdown,
     seeding::{CleanupRecord, SeedRecord, TableCount},
 };
 
@@ -199,6 +200,23 @@ fn phases(fixed: bool) -> Vec<Phase> {
     ]
 }
 
+/// `count` samples whose median is `p50_ms` and 99th percentile `p99_ms`: half at the one,
+/// up to 99 % at the other, the rest at twice it.
+fn histogram(count: u64, p50_ms: f64, p99_ms: f64) -> LatencyHistogram {
+    let mut h = new_histogram();
+    for i in 0..count {
+        let ms = if i < count / 2 {
+            p50_ms
+        } else if i < count * 99 / 100 {
+            p99_ms
+        } else {
+            p99_ms * 2.0
+        };
+        record(&mut h, (ms * 1e3) as u64);
+    }
+    LatencyHistogram::encode(&h)
+}
+
 fn op_stats(o: &Op, share: u64, of: u64) -> OpStats {
     let outcomes: Vec<OutcomeStats> = o
         .outcomes
@@ -207,7 +225,7 @@ fn op_stats(o: &Op, share: u64, of: u64) -> OpStats {
             outcome: (*name).into(),
             count: n * share / of,
             latency: latency(o.p50_ms, o.p99_ms),
-            histogram: None,
+            histogram: Some(histogram(n * share / of, o.p50_ms, o.p99_ms)),
         })
         .filter(|x| x.count > 0)
         .collect();
@@ -423,7 +441,7 @@ fn probe(t: u64, phase: Option<usize>, fixed: bool) -> Interval {
 }
 
 /// The fixture run: `fixed` is the second pass, after the seeds' fix.
-fn run(fixed: bool) -> RunData {
+pub(crate) fn fixture(fixed: bool) -> RunData {
     let plan = phases(fixed);
     let (mut reports, mut driver, mut start) = (Vec::new(), Vec::new(), 0u64);
     for (k, p) in plan.iter().enumerate() {
@@ -601,20 +619,9 @@ fn probe_after(t: u64, fixed: bool) -> Interval {
     iv
 }
 
-/// The fixture's report. Findings name the host's ephemeral port count, which varies by host:
-/// the churn findings are made against the default 28 232 ports so the snapshot is the same
-/// everywhere.
+/// The fixture's report (its ports come from the recorded intervals, not from this host).
 fn report(fixed: bool) -> Report {
-    let d = run(fixed);
-    let mut r = Report::build(&d);
-    let churn = r
-        .findings
-        .iter()
-        .take_while(|f| f.kind == "churn_cliff")
-        .count();
-    let pinned = findings::churn_cliff(&r, 28_232);
-    r.findings.splice(..churn, pinned);
-    r
+    Report::build(&fixture(fixed))
 }
 
 #[test]

@@ -1,0 +1,412 @@
+use super::*;
+use crate::model::{
+    Cell, PairRow, RunSummary, SCHEMA_VERSION, Split, TimelineContainer, TimelinePoint,
+};
+
+/// Every number a finding's title states stands in its evidence: the digits of each number
+/// (`342`, `0.53`, `16047`, `28232`) are found, as written, in some evidence row.
+pub(crate) fn numbers_stand_in_the_evidence(f: &Finding) {
+    let evidence = f.evidence.join("\n");
+    let mut number = String::new();
+    let check = |number: &mut String| {
+        let n = number.trim_end_matches('.').to_owned();
+        if !n.is_empty() {
+            assert!(
+                evidence.contains(&n),
+                "{}: `{n}` is in the title but not in the evidence\n  title: {}\n  evidence: {:#?}",
+                f.kind,
+                f.title,
+                f.evidence
+            );
+        }
+        number.clear();
+    };
+    for c in f.title.chars() {
+        if c.is_ascii_digit() || (c == '.' && !number.is_empty()) {
+            number.push(c);
+        } else {
+            check(&mut number);
+        }
+    }
+    check(&mut number);
+}
+
+fn report(pairs: Vec<PairRow>, requests: u64) -> Report {
+    Report {
+        schema_version: SCHEMA_VERSION,
+        herd_version: "test".into(),
+        expected: Default::default(),
+        run: RunSummary {
+            id: 1,
+            name: "t".into(),
+            scenario: "t.toml".into(),
+            status: "finished".into(),
+            started_unix_ms: 0,
+            started_at: "1970-01-01T00:00:00Z".into(),
+            duration_s: 60.0,
+            requests,
+            split: Split {
+                ok: requests,
+                ..Split::default()
+            },
+            errors: 0,
+            saturated_intervals: 0,
+            probe_intervals: 60,
+            seeding: None,
+        },
+        ops: vec![],
+        totals: vec![],
+        streams: vec![],
+        groups: vec![],
+        open: vec![],
+        containers: vec![],
+        pairs,
+        timeline: vec![],
+        slo: vec![],
+        findings: vec![],
+        notes: vec![],
+    }
+}
+
+fn pair(connects: u64, churn: f64) -> PairRow {
+    PairRow {
+        container: "gateway".into(),
+        remote: "198.18.0.6:8082".into(),
+        remote_container: "backend".into(),
+        connects,
+        connects_per_s: connects as f64 / 60.0,
+        time_wait_entries: connects,
+        time_wait_implied_peak: connects / 60 * 60,
+        time_wait_peak: Cell::Missing("not sampled".into()),
+        established_peak: Cell::Value(2.0),
+        srtt_p50_us: Cell::Missing("not sampled".into()),
+        srtt_p99_le_us: Cell::Missing("not sampled".into()),
+        headroom_min: Cell::Missing("not sampled".into()),
+        churn_ratio: Cell::Value(churn),
+        connect_latency_us: Default::default(),
+        lifetime_ms: Default::default(),
+    }
+}
+
+/// One timeline point of `secs` s at `t` with the gateway's CPU and gauge as given.
+fn point(t: f64, phase: usize, players: usize, rps: f64, gw: (f64, f64, f64)) -> TimelinePoint {
+    let (cpu, quota, share) = gw;
+    TimelinePoint {
+        start_s: t,
+        duration_s: 1.0,
+        phase_index: Some(phase),
+        phase: Some(format!("step {}", phase + 1)),
+        players,
+        req_per_s: rps,
+        split: Split {
+            ok: rps as u64,
+            ..Split::default()
+        },
+        ops: vec![crate::model::TimelineOp {
+            op: "game.state".into(),
+            req_per_s: rps,
+            p50_us: 4_000,
+            p99_us: if share > 0.5 { 2_100_000 } else { 12_000 },
+            split: Split::default(),
+        }],
+        stream_events_per_s: 0.0,
+        late_starts: 0,
+        dropped_starts: 0,
+        driver: crate::model::DriverPoint {
+            cpu_percent: 20.0,
+            cores: 2,
+            lag_p99_us: 1_000,
+            saturated: None,
+        },
+        containers: vec![TimelineContainer {
+            container: "gateway".into(),
+            connects_per_s: 300.0,
+            time_wait_entries_per_s: 300.0,
+            time_wait: Some(16_047),
+            port_range: Some(28_232),
+            cpu_cores: Some(cpu),
+            cpu_burst_cores: Some(quota),
+            cpu_quota_cores: Some(quota),
+            throttled_share: Some(share),
+        }],
+    }
+}
+
+#[test]
+fn a_pool_flat_at_its_cap_while_latency_climbs_is_named() {
+    use herd_probe::sample::{Interval, PairGauges, PairInterval};
+    let mut d = crate::model::tests::data();
+    // Three steps of 2 s each; p99 20 ms, then 20 ms, then 400 ms.
+    let base = d.phases[0].clone();
+    d.phases = (0..3)
+        .map(|k| {
+            let mut s = base.clone();
+            s.phase = format!("step {}", k + 1);
+            s.index = Some(k);
+            s.start_ms = k as u64 * 2000;
+            s.duration_ms = 2000;
+            s.ops[0].latency.p99_us = [20_000, 20_000, 400_000][k];
+            s
+        })
+        .collect();
+    let mono0 = d.meta.mono_start_ns as u64;
+    let remote: std::net::SocketAddr = "198.18.0.6:5432".parse().unwrap();
+    d.probe = (1..=6u64)
+        .map(|i| Interval {
+            at_ns: mono0 + i * 1_000_000_000 - 500_000_000,
+            interval_ns: 1_000_000_000,
+            containers: vec![],
+            pairs: vec![PairInterval {
+                container: "backend".into(),
+                remote,
+                remote_container: Some("postgres".into()),
+                connects: 0,
+                established: 0,
+                time_wait_entries: 0,
+                closed: 0,
+                connect_latency_us: Default::default(),
+                lifetime_ms: Default::default(),
+                connect_latency_buckets: Default::default(),
+                lifetime_buckets: Default::default(),
+                gauges: Some(PairGauges {
+                    established: if i <= 2 { 10 } else { 25 },
+                    ..PairGauges::default()
+                }),
+            }],
+            lost: 0,
+        })
+        .collect();
+    let mut r = report(vec![pair(500, 0.01)], 1000);
+    r.pairs[0].container = "backend".into();
+    r.pairs[0].remote = remote.to_string();
+    r.pairs[0].remote_container = "postgres".into();
+    let f = pool_pinned(&r, &d);
+    assert_eq!(f.len(), 1, "{f:#?}");
+    assert!(
+        f[0].title
+            .contains("25 connections in every step from step 2"),
+        "{}",
+        f[0].title
+    );
+    assert!(f[0].title.contains("from 20ms to 400ms"), "{}", f[0].title);
+    numbers_stand_in_the_evidence(&f[0]);
+    // A catalog first does not shift the steps' peaks by one.
+    let mut with_catalog = d.clone();
+    let mut route = base.clone();
+    route.phase = "catalog game.list".into();
+    route.kind = herd_driver::scenario::PhaseKind::Catalog;
+    route.index = Some(0);
+    route.start_ms = 0;
+    route.duration_ms = 0;
+    for (k, s) in with_catalog.phases.iter_mut().enumerate() {
+        s.index = Some(k + 1);
+    }
+    with_catalog.phases.insert(0, route);
+    assert_eq!(pool_pinned(&r, &with_catalog).len(), 1);
+    // A pool that grows with the load is not pinned.
+    for iv in &mut d.probe {
+        let i = (iv.at_ns - mono0) / 1_000_000_000 + 1;
+        iv.pairs[0].gauges.as_mut().unwrap().established = 10 * i;
+    }
+    assert!(pool_pinned(&r, &d).is_empty());
+}
+
+#[test]
+fn a_latency_breach_without_errors_is_named_once_from_its_first_step() {
+    let mut r = report(vec![], 1000);
+    let row = |step: &str, ms: f64, errors: f64| crate::model::SloRow {
+        phase: step.into(),
+        op: "rpc".into(),
+        objective: "p99 < 500ms".into(),
+        measured: ms * 1e3,
+        limit: 500e3,
+        pass: ms < 500.0,
+        error_share: errors,
+    };
+    r.slo = vec![
+        row("step 1", 120.0, 0.0),
+        row("step 2", 1671.0, 0.0),
+        row("step 3", 16_000.0, 0.0),
+    ];
+    let f = slo_breach_without_errors(&r);
+    assert_eq!(f.len(), 1);
+    assert!(
+        f[0].title
+            .contains("broken from step 2 (1.67s) with 0 errors"),
+        "{}",
+        f[0].title
+    );
+    assert!(
+        f[0].evidence[0].contains("step 3 16.00s"),
+        "{:?}",
+        f[0].evidence
+    );
+    numbers_stand_in_the_evidence(&f[0]);
+    // With errors it is a failure, not a silent degradation.
+    r.slo = vec![row("step 1", 900.0, 0.2)];
+    assert!(slo_breach_without_errors(&r).is_empty());
+}
+
+#[test]
+fn the_seeds_churn_is_named_with_its_numbers_and_a_pooled_pair_is_not() {
+    let d = crate::model::tests::data();
+    // 440 new connections/s for ~2x as many requests, as in the seed report.
+    let mut r = report(vec![pair(26_400, 0.5), pair(50, 0.0)], 52_800);
+    r.timeline = vec![point(0.0, 0, 10, 800.0, (0.3, 1.0, 0.0))];
+    r.pairs[0].time_wait_peak = Cell::Value(26_012.0);
+    let f = churn_cliff(&r, &d);
+    assert_eq!(f.len(), 1);
+    let t = &f[0].title;
+    assert!(t.contains("a new connection for 50 % of requests"), "{t}");
+    assert!(t.contains("440 new connections/s"), "{t}");
+    assert!(t.contains("TIME_WAIT peak 26012"), "{t}");
+    // 440/s × 60 s = 26 400 TIME_WAIT sockets: under the 28 232 ports, so no cliff yet.
+    assert!(
+        t.contains("settles near 26400 of its 28232 ephemeral ports (94 %)"),
+        "{t}"
+    );
+    assert!(!t.contains("fail"), "no connect failed: {t}");
+    numbers_stand_in_the_evidence(&f[0]);
+    assert!(churn_cliff(&report(vec![pair(500, 0.01)], 50_000), &d).is_empty());
+    // Past the port range the finding says when the ports run out, at the measured rate.
+    let mut r = report(vec![pair(60_000, 0.9)], 66_000);
+    r.timeline = vec![point(0.0, 0, 10, 800.0, (0.3, 1.0, 0.0))];
+    let f = churn_cliff(&r, &d);
+    assert!(
+        f[0].title
+            .contains("its 28232 ephemeral ports toward it run out after 28 s"),
+        "{}",
+        f[0].title
+    );
+    numbers_stand_in_the_evidence(&f[0]);
+    // Without the source's port range the finding says so rather than assume one.
+    let f = churn_cliff(&report(vec![pair(60_000, 0.9)], 66_000), &d);
+    assert!(
+        f[0].title.contains("port range was not sampled"),
+        "{}",
+        f[0].title
+    );
+    numbers_stand_in_the_evidence(&f[0]);
+}
+
+/// The seeds' run: churn on gateway → backend, the gateway at its quota for 8 s in step 3,
+/// req/s collapsing under 400 players — each named, and one chain heads them.
+fn seeds_run() -> Report {
+    let mut r = report(vec![pair(20_520, 0.53)], 38_640);
+    r.pairs[0].time_wait_peak = Cell::Value(16_047.0);
+    let mut t = Vec::new();
+    for s in 0..30 {
+        t.push(point(s as f64, 0, 200, 1_865.0, (0.31, 0.5, 0.0)));
+    }
+    for s in 30..38 {
+        t.push(point(s as f64, 1, 400, 1_800.0, (0.4, 0.5, 0.1)));
+    }
+    for s in 38..46 {
+        t.push(point(s as f64, 1, 400, 4.0, (0.5, 0.5, 1.0)));
+    }
+    r.timeline = t;
+    r
+}
+
+#[test]
+fn a_quota_held_for_seconds_is_saturation_and_heads_a_causal_chain_with_the_churn() {
+    let d = crate::model::tests::data();
+    let r = seeds_run();
+    let sat = cpu_saturated(&r);
+    assert_eq!(sat.len(), 1, "{sat:#?}");
+    assert!(
+        sat[0].title.starts_with(
+            "gateway at its 0.50-core CPU quota for 8 s in a row (t = 38–46 s, step 2)"
+        ),
+        "{}",
+        sat[0].title
+    );
+    numbers_stand_in_the_evidence(&sat[0]);
+    let col = throughput_collapse(&r);
+    assert_eq!(col.len(), 1, "{col:#?}");
+    assert!(
+        col[0].title.starts_with(
+            "step 2: req/s fell from 1800 to 4 while 400 players kept asking; the worst p99 \
+             reached 2.10s; gateway sat at its 0.50-core quota, throttled 100 %"
+        ),
+        "{}",
+        col[0].title
+    );
+    numbers_stand_in_the_evidence(&col[0]);
+    let all = detect(&r, &d);
+    assert_eq!(all[0].kind, "causal_chain", "{all:#?}");
+    assert!(
+        all[0].title.starts_with(
+            "Fix first: gateway → backend (198.18.0.6:8082) — its churn (342 new \
+             connections/s, 53 % of requests) keeps gateway at its 0.50-core CPU quota for 8 s \
+             in step 2, and req/s fell from 1800 to 4"
+        ),
+        "{}",
+        all[0].title
+    );
+    for f in &all {
+        numbers_stand_in_the_evidence(f);
+    }
+    // A quota hit in bursts only is not saturation.
+    let mut bursts = seeds_run();
+    bursts.timeline.truncate(40);
+    assert!(cpu_saturated(&bursts).is_empty());
+}
+
+#[test]
+fn a_saturated_driver_names_its_intervals_and_why() {
+    let mut r = seeds_run();
+    for p in &mut r.timeline[10..13] {
+        p.driver.saturated = Some("CPU 187 % of 2 cores".into());
+    }
+    r.timeline[20].driver.saturated = Some("scheduler lag p99 15ms".into());
+    let f = driver_saturated(&r);
+    assert_eq!(f.len(), 1);
+    assert!(
+        f[0].title.starts_with(
+            "the driver was saturated by its CPU and its scheduler's lag in 4 interval(s), t = \
+             10.0–13.0 s, 20.0–21.0 s"
+        ),
+        "{}",
+        f[0].title
+    );
+    assert_eq!(f[0].evidence.len(), 5, "a count and a row per interval");
+    numbers_stand_in_the_evidence(&f[0]);
+    assert!(driver_saturated(&seeds_run()).is_empty());
+}
+
+/// Every detector, run on every fixture that has them: each finding states only numbers its
+/// evidence shows.
+#[test]
+fn every_finding_of_every_fixture_states_only_numbers_its_evidence_shows() {
+    let mut kinds = std::collections::BTreeSet::new();
+    for (name, d) in [
+        ("model", crate::model::tests::data()),
+        ("snapshot, bug", crate::snapshot_tests::fixture(false)),
+        ("snapshot, fix", crate::snapshot_tests::fixture(true)),
+    ] {
+        let r = Report::build(&d);
+        for f in &r.findings {
+            kinds.insert(f.kind.clone());
+            numbers_stand_in_the_evidence(f);
+            assert!(!f.evidence.is_empty(), "{name}: {} has no evidence", f.kind);
+        }
+    }
+    let r = seeds_run();
+    for f in detect(&r, &crate::model::tests::data()) {
+        kinds.insert(f.kind.clone());
+        numbers_stand_in_the_evidence(&f);
+    }
+    for k in [
+        "causal_chain",
+        "churn_cliff",
+        "cpu_saturated",
+        "throughput_collapse",
+        "throttling_bursts",
+        "slo_breach_without_errors",
+        "driver_saturated",
+        "stream_storm",
+    ] {
+        assert!(kinds.contains(k), "no fixture exercises {k}: {kinds:?}");
+    }
+}

@@ -1,0 +1,244 @@
+//! Per phase × container rows: CPU (busiest 100 ms, sustained 30 s, average, quota),
+//! throttling, memory and TCP, from the probe intervals that fall in each phase.
+
+use std::collections::BTreeMap;
+
+use herd_driver::report::PhaseReport;
+use herd_probe::{
+    cgroupfs::{Memory, Throttling},
+    sample::{CpuCell, Interval, SocketCell},
+};
+use probe_common::Counter;
+use serde::{Deserialize, Serialize};
+
+use super::{Cell, phase_at, secs};
+use crate::RunData;
+
+/// One phase × container row.
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ContainerRow {
+    /// The phase's name (`step 1`, … or `after` / `before` for intervals outside every phase).
+    pub phase: String,
+    /// Container.
+    pub container: String,
+    /// Busiest 100 ms window in the step, cores.
+    pub cpu_burst: Cell,
+    /// Highest trailing-30 s average in the step, cores.
+    pub cpu_sustained: Cell,
+    /// Average over the step, cores.
+    pub cpu_avg: Cell,
+    /// CPU quota, cores.
+    pub cpu_cap: Cell,
+    /// Share of CFS periods throttled in the step.
+    pub throttled_share: Cell,
+    /// Time throttled in the step, ms (summed over CPUs).
+    pub throttled_ms: Cell,
+    /// Memory high-water mark, MiB.
+    pub mem_peak_mib: Cell,
+    /// New TCP connections per second.
+    pub connects_per_s: Cell,
+    /// TIME_WAIT entries per second.
+    pub time_wait_per_s: Cell,
+    /// connect() failures in the step.
+    pub connect_errors: Cell,
+    /// Highest TIME_WAIT gauge of the container's netns in the step (as `ss` counts).
+    pub time_wait_peak: Cell,
+    /// Highest ESTABLISHED gauge in the step.
+    pub established_peak: Cell,
+    /// Fewest free ephemeral ports toward one destination in the step.
+    pub headroom_min: Cell,
+    /// Listen-queue overflows in the step.
+    pub listen_overflows: Cell,
+}
+
+/// Per phase × container rows from the probe intervals; `missing` says why probe cells are
+/// empty when the probe recorded nothing.
+pub(super) fn rows(
+    d: &RunData,
+    load_steps: &[&PhaseReport],
+    missing: &dyn Fn(&str) -> Cell,
+) -> Vec<ContainerRow> {
+    let mono0 = d.meta.mono_start_ns as u64;
+    let mut groups: BTreeMap<(String, String), Vec<(&Interval, usize)>> = BTreeMap::new();
+    let mut order: Vec<(String, String)> = Vec::new();
+    for iv in &d.probe {
+        let t_ms = iv.at_ns.saturating_sub(mono0) / 1_000_000;
+        let (label, _) = phase_at(load_steps, t_ms);
+        for (i, c) in iv.containers.iter().enumerate() {
+            let key = (label.clone(), c.container.clone());
+            if !groups.contains_key(&key) {
+                order.push(key.clone());
+            }
+            groups.entry(key).or_default().push((iv, i));
+        }
+    }
+    let mut containers = Vec::new();
+    for key in order {
+        let rows = &groups[&key];
+        containers.push(container_row(&key.0, &key.1, rows));
+    }
+    if d.probe.is_empty() {
+        for s in load_steps {
+            containers.push(ContainerRow {
+                phase: s.phase.clone(),
+                container: "all".into(),
+                cpu_burst: missing("no CPU"),
+                cpu_sustained: missing("no CPU"),
+                cpu_avg: missing("no CPU"),
+                cpu_cap: missing("no quota"),
+                throttled_share: missing("no throttling"),
+                throttled_ms: missing("no throttling"),
+                mem_peak_mib: missing("no memory"),
+                connects_per_s: missing("no connects"),
+                time_wait_per_s: missing("no TIME_WAIT"),
+                connect_errors: missing("no connect errors"),
+                time_wait_peak: missing("no TIME_WAIT gauge"),
+                established_peak: missing("no ESTABLISHED gauge"),
+                headroom_min: missing("no port headroom"),
+                listen_overflows: missing("no listen overflows"),
+            });
+        }
+    }
+
+    containers
+}
+
+fn container_row(step: &str, name: &str, rows: &[(&Interval, usize)]) -> ContainerRow {
+    let mut burst: Option<f64> = None;
+    let mut sustained: Option<f64> = None;
+    let (mut used, mut span) = (0.0, 0.0);
+    let mut cap: Option<f64> = None;
+    let (mut periods, mut throttled, mut thr_ns) = (0u64, 0u64, 0u64);
+    let mut thr_reason: Option<String> = None;
+    let mut mem: Option<u64> = None;
+    let mut mem_reason: Option<String> = None;
+    let mut cpu_reason: Option<String> = None;
+    let (mut connects, mut tw, mut errs, mut secs_total) = (0u64, 0u64, 0u64, 0.0);
+    let (mut tw_peak, mut est_peak, mut head_min, mut overflows): (
+        Option<u64>,
+        Option<u64>,
+        Option<u64>,
+        u64,
+    ) = (None, None, None, 0);
+    let mut sock_reason: Option<String> = None;
+    for (iv, i) in rows {
+        let c = &iv.containers[*i];
+        let s = secs(iv);
+        secs_total += s;
+        connects += c.counts.get(Counter::Connects);
+        tw += c.counts.get(Counter::TimeWaitEntries);
+        errs += Counter::CONNECT_ERRORS
+            .iter()
+            .map(|k| c.counts.get(*k))
+            .sum::<u64>();
+        match &c.sockets {
+            SocketCell::Measured {
+                established,
+                time_wait,
+                min_headroom,
+                listen_overflows,
+                ..
+            } => {
+                tw_peak = Some(tw_peak.unwrap_or(0).max(*time_wait));
+                est_peak = Some(est_peak.unwrap_or(0).max(*established));
+                if let Some(h) = min_headroom {
+                    head_min = Some(head_min.map_or(*h, |m| m.min(*h)));
+                }
+                overflows += listen_overflows;
+            }
+            SocketCell::Unavailable { reason } => sock_reason = Some(reason.clone()),
+        }
+        match &c.cpu {
+            CpuCell::Measured(ci) => {
+                burst = Some(burst.map_or(ci.burst_cores, |b: f64| b.max(ci.burst_cores)));
+                sustained =
+                    Some(sustained.map_or(ci.sustained_cores, |b: f64| b.max(ci.sustained_cores)));
+                used += ci.cpu_cores * ci.interval_ns as f64;
+                span += ci.interval_ns as f64;
+                match &ci.throttle {
+                    Throttling::Measured {
+                        nr_periods,
+                        nr_throttled,
+                        throttled_ns,
+                        quota_cores,
+                        ..
+                    } => {
+                        periods += nr_periods;
+                        throttled += nr_throttled;
+                        thr_ns += throttled_ns;
+                        if let Some(q) = quota_cores {
+                            cap = Some(*q);
+                        }
+                    }
+                    Throttling::Unavailable { reason } => thr_reason = Some(reason.clone()),
+                }
+                match &ci.memory {
+                    Memory::Measured {
+                        current_bytes,
+                        peak_bytes,
+                    } => {
+                        let m = peak_bytes.unwrap_or(*current_bytes);
+                        mem = Some(mem.map_or(m, |x: u64| x.max(m)));
+                    }
+                    Memory::Unavailable { reason } => mem_reason = Some(reason.clone()),
+                }
+            }
+            CpuCell::Unavailable { reason } => cpu_reason = Some(reason.clone()),
+        }
+    }
+    let or = |v: Option<f64>, why: &Option<String>, what: &str| match v {
+        Some(v) => Cell::Value(v),
+        None => Cell::Missing(why.clone().unwrap_or_else(|| format!("no {what} reading"))),
+    };
+    let has_throttle = thr_reason.is_none() && burst.is_some();
+    ContainerRow {
+        phase: step.into(),
+        container: name.into(),
+        cpu_burst: or(burst, &cpu_reason, "CPU"),
+        cpu_sustained: or(sustained, &cpu_reason, "CPU"),
+        cpu_avg: or((span > 0.0).then(|| used / span), &cpu_reason, "CPU"),
+        cpu_cap: match cap {
+            Some(c) => Cell::Value(c),
+            None if has_throttle => Cell::Missing("unlimited: no CPU quota".into()),
+            None => or(None, &thr_reason.clone().or(cpu_reason.clone()), "quota"),
+        },
+        throttled_share: if has_throttle {
+            Cell::Value(if periods > 0 {
+                throttled as f64 / periods as f64
+            } else {
+                0.0
+            })
+        } else {
+            or(
+                None,
+                &thr_reason.clone().or(cpu_reason.clone()),
+                "throttling",
+            )
+        },
+        throttled_ms: if has_throttle {
+            Cell::Value(thr_ns as f64 / 1e6)
+        } else {
+            or(None, &thr_reason.or(cpu_reason.clone()), "throttling")
+        },
+        mem_peak_mib: or(
+            mem.map(|m| m as f64 / (1024.0 * 1024.0)),
+            &mem_reason.or(cpu_reason),
+            "memory",
+        ),
+        connects_per_s: Cell::Value(connects as f64 / secs_total.max(1e-9)),
+        time_wait_per_s: Cell::Value(tw as f64 / secs_total.max(1e-9)),
+        connect_errors: Cell::Value(errs as f64),
+        time_wait_peak: or(tw_peak.map(|v| v as f64), &sock_reason, "socket gauge"),
+        established_peak: or(est_peak.map(|v| v as f64), &sock_reason, "socket gauge"),
+        headroom_min: match (head_min, tw_peak) {
+            (Some(h), _) => Cell::Value(h as f64),
+            (None, Some(_)) => Cell::Missing("no outbound connections".into()),
+            (None, None) => or(None, &sock_reason, "socket gauge"),
+        },
+        listen_overflows: if tw_peak.is_some() {
+            Cell::Value(overflows as f64)
+        } else {
+            or(None, &sock_reason, "socket gauge")
+        },
+    }
+}

@@ -1,0 +1,146 @@
+use std::collections::BTreeMap;
+
+use herd_driver::report::{
+    DriverHealth, IntervalOp, IntervalReport, Latency, OpStats, OutcomeStats, RunReport,
+};
+use herd_probe::sample::{ContainerInterval, CountMap, CpuCell, Interval, SocketCell};
+
+use probe_common::Counter;
+
+use super::*;
+use crate::RunMeta;
+
+fn latency(p99_us: u64) -> Latency {
+    Latency {
+        p50_us: p99_us / 4,
+        p90_us: p99_us / 2,
+        p99_us,
+        p999_us: p99_us,
+        max_us: p99_us,
+        mean_us: p99_us as f64 / 3.0,
+    }
+}
+
+/// A run with one step, two driver intervals and two probe intervals; the probe has no
+/// CPU source and no netns for its one container.
+pub(crate) fn data() -> RunData {
+    let mono0 = 1_000_000_000u64;
+    let op = |count| IntervalOp {
+        histogram: None,
+        op: "game.state".into(),
+        count,
+        rate: count as f64,
+        latency: latency(2_000),
+        outcomes: BTreeMap::from([("ok".into(), count)]),
+    };
+    let driver = (1..=2)
+        .map(|i| IntervalReport {
+            index: i - 1,
+            end_ms: i * 1000,
+            duration_ms: 1000,
+            phase_index: Some(0),
+            phase: Some("step 1".into()),
+            late_starts: 0,
+            dropped_starts: 0,
+            in_flight: 0,
+            players: 10,
+            hammer_workers: 0,
+            ops: vec![op(100)],
+            connects: 0,
+            reconnects: 0,
+            connect_errors: 0,
+            play: Default::default(),
+            driver: DriverHealth::default(),
+        })
+        .collect();
+    let mut counts = [0u64; probe_common::N_COUNTERS];
+    counts[Counter::Connects as usize] = 100;
+    let probe = (1..=2u64)
+        .map(|i| Interval {
+            at_ns: mono0 + i * 1_000_000_000,
+            interval_ns: 1_000_000_000,
+            containers: vec![ContainerInterval {
+                container: "gateway".into(),
+                counts: CountMap(counts),
+                cpu: CpuCell::Unavailable {
+                    reason: "no cgroup".into(),
+                },
+                sockets: SocketCell::Unavailable {
+                    reason: "no netns".into(),
+                },
+            }],
+            pairs: vec![],
+            lost: 0,
+        })
+        .collect();
+    let step = herd_driver::report::PhaseReport {
+        phase: "step 1".into(),
+        kind: herd_driver::scenario::PhaseKind::Step,
+        open: None,
+        index: Some(0),
+        players: 10,
+        start_ms: 0,
+        duration_ms: 2000,
+        ops: vec![OpStats {
+            op: "game.state".into(),
+            count: 200,
+            rate: 100.0,
+            latency: latency(2_000),
+            outcomes: vec![OutcomeStats {
+                histogram: None,
+                outcome: "ok".into(),
+                count: 200,
+                latency: latency(2_000),
+            }],
+        }],
+        connects: 10,
+        reconnects: 0,
+        connect_errors: 0,
+        play: Default::default(),
+    };
+    RunData {
+        meta: RunMeta {
+            id: 7,
+            name: "t".into(),
+            scenario: "t.toml".into(),
+            started_unix_ms: 0,
+            mono_start_ns: mono0 as i64,
+            finished_unix_ms: None,
+            status: "running".into(),
+        },
+        phases: vec![step],
+        driver,
+        probe,
+        probe_missing: None,
+        final_report: None::<RunReport>,
+        slo: vec![],
+        seeded: None,
+        seed_cleanup: None,
+        expected: Default::default(),
+    }
+}
+
+#[test]
+fn every_table_cell_has_a_value_or_a_reason() {
+    let r = Report::build(&data());
+    assert_eq!(r.run.requests, 200);
+    assert_eq!(r.containers.len(), 1);
+    assert_eq!(r.containers[0].cpu_burst, Cell::Missing("no cgroup".into()));
+    assert_eq!(r.containers[0].connects_per_s, Cell::Value(100.0));
+    let md = crate::markdown::render(&r);
+    for line in md.lines().filter(|l| l.starts_with('|')) {
+        let cells: Vec<&str> = line.trim_matches('|').split('|').collect();
+        assert!(
+            cells.iter().all(|c| !c.trim().is_empty()),
+            "empty cell in: {line}"
+        );
+    }
+    // A killed run says so.
+    assert!(
+        r.notes.iter().any(|n| n.contains("did not finish")),
+        "{:?}",
+        r.notes
+    );
+    let html = crate::html::render(&r);
+    assert!(html.contains("<svg") && !html.contains("http://") && !html.contains("https://"));
+}
