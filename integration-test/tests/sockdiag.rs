@@ -189,6 +189,71 @@ fn time_wait_gauge_equals_ss_and_sockstat_and_headroom_uses_the_netns_range() {
     assert_eq!(s.counters.active_opens + s.counters.passive_opens, 0);
 }
 
+/// Issue #11: only this run's sockets. Run 1 leaves N sockets in TIME_WAIT; run 2 starts
+/// 10 s later, opens no connection toward the pair, and must see those N as its baseline
+/// (`idiag_expires` dates their entry), its own TIME_WAIT 0; M new connections then count.
+#[test]
+fn a_second_runs_time_wait_for_a_pair_without_new_connections_is_0() {
+    if !privileged("a_second_runs_time_wait_for_a_pair_without_new_connections_is_0") {
+        return;
+    }
+    const N: u64 = 40;
+    const M: u64 = 7;
+    let mut pair = Pair::new("twrun").unwrap();
+    let client_ns = pair.client.netns.clone();
+    pair.start_server(9102, &[]).unwrap();
+    let dest = SocketAddr::new(pair.server_ip.into(), 9102);
+    let mut client = open(&client_ns);
+
+    let run1 = herd_probe::clock::now_ns();
+    assert_eq!(
+        pair.run_client(9102, N, &[]).unwrap(),
+        format!("connected {N} failed 0")
+    );
+    wait_for_time_wait(&client_ns, N);
+    let s = client.sample_since(Some(run1)).unwrap();
+    let d = s
+        .gauges
+        .destination(dest)
+        .expect("the server is a destination");
+    let left = d.time_wait;
+    assert!(left > 0, "{s:#?}");
+    assert_eq!(
+        (s.gauges.time_wait_baseline, d.time_wait_baseline),
+        (0, 0),
+        "run 1's own sockets are no baseline"
+    );
+
+    std::thread::sleep(Duration::from_secs(10));
+    let run2 = herd_probe::clock::now_ns();
+    let s = client.sample_since(Some(run2)).unwrap();
+    let still = ss(&client_ns, &["-tan", "state", "time-wait"]).len() as u64;
+    let d = s.gauges.destination(dest).unwrap();
+    assert_eq!(
+        (d.time_wait, still),
+        (left, left),
+        "60 s timers: all still there"
+    );
+    assert_eq!(
+        d.time_wait_baseline, left,
+        "run 1's sockets are run 2's baseline"
+    );
+    assert_eq!(s.gauges.time_wait_baseline, left);
+
+    assert_eq!(
+        pair.run_client(9102, M, &[]).unwrap(),
+        format!("connected {M} failed 0")
+    );
+    wait_for_time_wait(&client_ns, left + M);
+    let s = client.sample_since(Some(run2)).unwrap();
+    let d = s.gauges.destination(dest).unwrap();
+    assert_eq!(
+        (d.time_wait, d.time_wait_baseline),
+        (left + M, left),
+        "run 2's own connections count, the baseline stays"
+    );
+}
+
 /// One line of `ss -H -tin state established`: local, peer, and the rtt in µs from the
 /// detail line that follows it.
 fn ss_rtts(ns: &str) -> Vec<(SocketAddr, SocketAddr, f64)> {

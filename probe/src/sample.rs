@@ -37,6 +37,10 @@ pub enum SocketCell {
         syn_sent: u64,
         /// TIME_WAIT as `ss` shows it (timewait sockets in the TIME_WAIT substate).
         time_wait: u64,
+        /// Of `time_wait`, the sockets that entered TIME_WAIT before the probe started
+        /// (left over from an earlier run): `time_wait - time_wait_baseline` is this run's.
+        #[serde(default)]
+        time_wait_baseline: u64,
         /// Every timewait socket (also those still waiting for the peer's FIN), = sockstat tw.
         timewait_sockets: u64,
         /// The fewest free ephemeral ports toward any one destination.
@@ -47,12 +51,45 @@ pub enum SocketCell {
         listen_overflows: u64,
         /// SYNs dropped at listeners in the interval (TcpExt ListenDrops).
         listen_drops: u64,
+        /// Inbound sockets per local (listening) port, so a server's TIME_WAIT toward its
+        /// clients is one row per port, not one per client port.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        inbound: Vec<InboundCell>,
     },
     /// Not available, with the reason.
     Unavailable {
         /// Why.
         reason: String,
     },
+}
+
+/// A container's inbound sockets on one local port.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct InboundCell {
+    /// The local port.
+    pub local_port: u16,
+    /// ESTABLISHED sockets on it.
+    pub established: u64,
+    /// TIME_WAIT sockets on it.
+    pub time_wait: u64,
+    /// Of those, the ones from before the probe started.
+    #[serde(default)]
+    pub time_wait_baseline: u64,
+}
+
+impl SocketCell {
+    /// TIME_WAIT sockets that entered TIME_WAIT during the run (the baseline left out);
+    /// `None` when not measured.
+    pub fn time_wait_run(&self) -> Option<u64> {
+        match self {
+            SocketCell::Measured {
+                time_wait,
+                time_wait_baseline,
+                ..
+            } => Some(time_wait.saturating_sub(*time_wait_baseline)),
+            SocketCell::Unavailable { .. } => None,
+        }
+    }
 }
 
 impl Default for SocketCell {
@@ -197,8 +234,12 @@ pub struct PairInterval {
 pub struct PairGauges {
     /// ESTABLISHED sockets toward the destination.
     pub established: u64,
-    /// TIME_WAIT sockets toward it.
+    /// TIME_WAIT sockets toward it (all of them, as `ss` counts).
     pub time_wait: u64,
+    /// Of those, the sockets that entered TIME_WAIT before the probe started: a baseline
+    /// left by an earlier run, not this run's churn.
+    #[serde(default)]
+    pub time_wait_baseline: u64,
     /// Local ports in use toward it (any state).
     pub ports_in_use: u64,
     /// Ephemeral ports still free toward it.
@@ -210,6 +251,13 @@ pub struct PairGauges {
     /// The srtt histogram of the established sockets, µs.
     #[serde(default)]
     pub srtt_log2: Log2Hist,
+}
+
+impl PairGauges {
+    /// TIME_WAIT sockets toward the destination that entered TIME_WAIT during the run.
+    pub fn time_wait_run(&self) -> u64 {
+        self.time_wait.saturating_sub(self.time_wait_baseline)
+    }
 }
 
 impl PairInterval {

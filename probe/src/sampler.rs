@@ -20,7 +20,7 @@ use crate::{
     containers::HOST,
     netstat::NetCounters,
     prometheus::Exposition,
-    sample::{CpuCell, PairGauges, SocketCell},
+    sample::{CpuCell, InboundCell, PairGauges, SocketCell},
     sample::{Interval, interval},
     sockdiag::{DestinationGauges, NetnsCache, NetnsTarget, TcpState},
 };
@@ -47,6 +47,9 @@ pub struct Sampler {
     net_prev: HashMap<u64, NetCounters>,
     /// This process's netns inode: containers in it share the host's row.
     own_netns: u64,
+    /// When sampling started (monotonic ns): TIME_WAIT sockets older than this are a
+    /// baseline left by an earlier run, not this run's.
+    start_ns: u64,
 }
 
 impl Sampler {
@@ -57,7 +60,9 @@ impl Sampler {
         layout: CgroupLayout,
     ) -> Result<Self, ProbeError> {
         let prev = probe.snapshot()?;
+        let start_ns = crate::clock::now_ns();
         let mut s = Self {
+            start_ns,
             probe: Box::new(probe),
             set,
             paths: HashMap::new(),
@@ -72,7 +77,7 @@ impl Sampler {
             net_prev: HashMap::new(),
             own_netns: std::fs::metadata("/proc/self/ns/net").map_or(0, |m| m.ino()),
         };
-        s.refresh(crate::clock::now_ns());
+        s.refresh(start_ns);
         Ok(s)
     }
 
@@ -243,7 +248,10 @@ impl Sampler {
                     continue;
                 }
             };
-            let sample = self.netns.get(&target).and_then(|n| n.sample());
+            let sample = self
+                .netns
+                .get(&target)
+                .and_then(|n| n.sample_since(Some(self.start_ns)));
             match sample {
                 Ok(s) => {
                     let prev = self.net_prev.insert(s.netns_inode, s.counters.clone());
@@ -254,6 +262,7 @@ impl Sampler {
                         established: s.gauges.states.get(TcpState::Established),
                         syn_sent: s.gauges.states.get(TcpState::SynSent),
                         time_wait: s.gauges.states.get(TcpState::TimeWait),
+                        time_wait_baseline: s.gauges.time_wait_baseline,
                         timewait_sockets: s.gauges.timewait_sockets,
                         min_headroom: s.gauges.min_headroom.as_ref().map(|m| m.headroom),
                         port_range: u64::from(s.port_range.usable),
@@ -261,6 +270,17 @@ impl Sampler {
                             p.listen_overflows
                         }),
                         listen_drops: delta(s.counters.listen_drops, |p| p.listen_drops),
+                        inbound: s
+                            .gauges
+                            .inbound
+                            .iter()
+                            .map(|i| InboundCell {
+                                local_port: i.local_port,
+                                established: i.established,
+                                time_wait: i.time_wait,
+                                time_wait_baseline: i.time_wait_baseline,
+                            })
+                            .collect(),
                     };
                     samples.insert(c.container.clone(), s);
                 }
@@ -351,6 +371,7 @@ fn pair_gauges(d: &DestinationGauges) -> PairGauges {
     PairGauges {
         established: d.established,
         time_wait: d.time_wait,
+        time_wait_baseline: d.time_wait_baseline,
         ports_in_use: d.ports_in_use,
         headroom: d.headroom,
         srtt_p50_us: d.srtt.as_ref().map(|s| s.p50_us),

@@ -314,6 +314,7 @@ fn gauges(established: u64, time_wait: u64) -> PairGauges {
     PairGauges {
         established,
         time_wait,
+        time_wait_baseline: 0,
         ports_in_use: established + time_wait,
         headroom: 28_232 - established - time_wait,
         srtt_p50_us: (established > 0).then_some(48),
@@ -371,11 +372,13 @@ fn probe(t: u64, phase: Option<usize>, fixed: bool) -> Interval {
             established: 10 * load as u64 + 2,
             syn_sent: 0,
             time_wait: if fixed { 3 } else { churn * 50 },
+            time_wait_baseline: 0,
             timewait_sockets: if fixed { 3 } else { churn * 51 },
             min_headroom: Some(28_232 - if fixed { 5 } else { churn * 50 }),
             port_range: 28_232,
             listen_overflows: u64::from(t == 7 && !fixed),
             listen_drops: 0,
+            inbound: Vec::new(),
         },
     };
     let backend_row = ContainerInterval {
@@ -396,11 +399,13 @@ fn probe(t: u64, phase: Option<usize>, fixed: bool) -> Interval {
             established: 10,
             syn_sent: 1,
             time_wait: 0,
+            time_wait_baseline: 0,
             timewait_sockets: 0,
             min_headroom: Some(28_222),
             port_range: 28_232,
             listen_overflows: 0,
             listen_drops: 0,
+            inbound: Vec::new(),
         },
     };
     let mut pairs = vec![

@@ -103,6 +103,7 @@ async fn write_compare_reads_two_stored_runs_and_writes_both_pages() {
                 gauges: Some(PairGauges {
                     established: 2,
                     time_wait: tw,
+                    time_wait_baseline: 0,
                     ports_in_use: tw + 2,
                     headroom: 28_232 - tw - 2,
                     srtt_p50_us: Some(50),

@@ -173,6 +173,7 @@ fn parse_diag_msg(p: &[u8]) -> Result<TcpSocket, Failure> {
     let local = addr(family, &p[8..24], sport)?;
     let remote = addr(family, &p[24..40], dport)?;
     let cookie = u64::from(u32_at(p, 44)) | (u64::from(u32_at(p, 48)) << 32);
+    let expires_ms = u32_at(p, 52);
     let (recv_q, send_q) = (u32_at(p, 56), u32_at(p, 60));
     let (mut srtt_us, mut rttvar_us) = (None, None);
     let mut attrs = &p[DIAG_MSG_LEN..];
@@ -203,6 +204,7 @@ fn parse_diag_msg(p: &[u8]) -> Result<TcpSocket, Failure> {
         recv_q,
         send_q,
         cookie,
+        expires_ms,
     })
 }
 
@@ -224,6 +226,7 @@ mod tests {
         cookie: u64,
         rq: u32,
         wq: u32,
+        expires: u32,
         rtt: Option<(u32, u32)>,
     }
 
@@ -238,6 +241,11 @@ mod tests {
                 cookie: 0x1_0000_0002,
                 rq: 0,
                 wq: 0,
+                expires: if state == TcpState::TimeWait {
+                    59_876
+                } else {
+                    0
+                },
                 rtt: None,
             }
         }
@@ -257,6 +265,7 @@ mod tests {
             put(&mut p, 24, self.remote.ip());
             p[44..48].copy_from_slice(&(self.cookie as u32).to_ne_bytes());
             p[48..52].copy_from_slice(&((self.cookie >> 32) as u32).to_ne_bytes());
+            p[52..56].copy_from_slice(&self.expires.to_ne_bytes());
             p[56..60].copy_from_slice(&self.rq.to_ne_bytes());
             p[60..64].copy_from_slice(&self.wq.to_ne_bytes());
             // An unrelated attribute first (INET_DIAG_SHUTDOWN, 1 byte, padded).
@@ -341,6 +350,7 @@ mod tests {
         assert_eq!(out[0].cookie, 0x1_0000_0002);
         assert!(!out[0].timewait);
         assert!(out[1].timewait);
+        assert_eq!((out[0].expires_ms, out[1].expires_ms), (0, 59_876));
         assert_eq!(out[1].srtt_us, None);
         assert_eq!(out[2].local, v4("10.0.0.1:40002"));
         assert_eq!(out[2].remote, "[2001:db8::2]:443".parse().unwrap());

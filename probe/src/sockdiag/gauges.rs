@@ -94,6 +94,9 @@ pub struct DestinationGauges {
     pub syn_sent: u64,
     /// TIME_WAIT sockets (substate TIME_WAIT, as `ss`).
     pub time_wait: u64,
+    /// Of those, the sockets that entered TIME_WAIT before the sampling started (left over
+    /// from before the run): a baseline, not this run's churn. 0 when no start was given.
+    pub time_wait_baseline: u64,
     /// Sockets in every other state (FIN_WAIT1/2, CLOSE_WAIT, LAST_ACK, CLOSING): they hold
     /// their port too.
     pub other: u64,
@@ -105,6 +108,23 @@ pub struct DestinationGauges {
     pub headroom: u64,
     /// srtt of the ESTABLISHED sockets; `None` when there are none.
     pub srtt: Option<SrttSummary>,
+}
+
+/// Inbound sockets of one namespace on one local (listening) port: accepted connections and
+/// the TIME_WAIT they leave when the server closes first, grouped per port rather than per
+/// client port (one row per client would be one row per connection).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct InboundGauges {
+    /// The local port.
+    pub local_port: u16,
+    /// ESTABLISHED sockets.
+    pub established: u64,
+    /// TIME_WAIT sockets (substate TIME_WAIT).
+    pub time_wait: u64,
+    /// Of those, the ones that entered TIME_WAIT before the sampling started.
+    pub time_wait_baseline: u64,
+    /// Sockets in every other state.
+    pub other: u64,
 }
 
 /// The destination closest to running out of ephemeral ports.
@@ -128,10 +148,15 @@ pub struct SocketGauges {
     /// Timewait sockets whatever their substate (TIME_WAIT or FIN_WAIT2): what sockstat's
     /// `tw` counts.
     pub timewait_sockets: u64,
+    /// Of `states.time_wait`, the sockets that entered TIME_WAIT before the sampling
+    /// started (0 when no start was given).
+    pub time_wait_baseline: u64,
     /// Listening sockets, by local address.
     pub listeners: Vec<Listener>,
     /// Outbound sockets grouped by remote address and port, ascending.
     pub destinations: Vec<DestinationGauges>,
+    /// Inbound sockets grouped by local port, ascending.
+    pub inbound: Vec<InboundGauges>,
     /// The destination with the least headroom; `None` without outbound sockets.
     pub min_headroom: Option<MinHeadroom>,
 }
@@ -148,15 +173,39 @@ struct DestinationAcc {
     established: u64,
     syn_sent: u64,
     time_wait: u64,
+    time_wait_baseline: u64,
     other: u64,
     ports_by_local: HashMap<IpAddr, u64>,
     srtt: Vec<u32>,
 }
 
-/// Aggregates a dump. A socket is outbound when it is not a listener and its local port is
-/// not a listening port of the namespace (an accepted socket shares its listener's port, and
-/// `__inet_hash_connect` never hands `connect()` a port that `bind()` holds).
+/// Linux keeps a socket in TIME_WAIT for `TCP_TIMEWAIT_LEN`, 60 s (include/net/tcp.h); a
+/// timewait socket's `idiag_expires` counts down from it.
+pub const TCP_TIMEWAIT_LEN_MS: u64 = 60_000;
+
+/// True when a timewait socket with `expires_ms` left entered TIME_WAIT more than `age_ms`
+/// ago: `TCP_TIMEWAIT_LEN - expires` is how long it has been waiting.
+pub fn entered_before(expires_ms: u32, age_ms: u64) -> bool {
+    TCP_TIMEWAIT_LEN_MS.saturating_sub(u64::from(expires_ms)) > age_ms
+}
+
+/// Aggregates a dump; no socket is a baseline (see [`aggregate_since`]).
 pub fn aggregate(sockets: &[TcpSocket], range: &PortRange) -> SocketGauges {
+    aggregate_since(sockets, range, None)
+}
+
+/// Aggregates a dump. A socket is inbound when its local port is a listening port of the
+/// namespace (an accepted socket shares its listener's port, and `__inet_hash_connect` never
+/// hands `connect()` a port that `bind()` holds), or, once the listener is gone, when its
+/// remote port is in the ephemeral range and its local port is not (a server's TIME_WAIT
+/// toward its clients); every other socket but a listener is outbound. With `age_ms` (how
+/// long ago the sampling started), TIME_WAIT sockets that entered TIME_WAIT before then are
+/// counted apart as the baseline.
+pub fn aggregate_since(
+    sockets: &[TcpSocket],
+    range: &PortRange,
+    age_ms: Option<u64>,
+) -> SocketGauges {
     let mut g = SocketGauges {
         sockets: sockets.len() as u64,
         ..SocketGauges::default()
@@ -172,10 +221,35 @@ pub fn aggregate(sockets: &[TcpSocket], range: &PortRange) -> SocketGauges {
     }
     g.listeners.sort_by_key(|l| l.local);
     let mut dest: BTreeMap<SocketAddr, DestinationAcc> = BTreeMap::new();
+    let mut inbound: BTreeMap<u16, InboundGauges> = BTreeMap::new();
     for s in sockets {
         *g.states.slot(s.state) += 1;
         g.timewait_sockets += u64::from(s.timewait);
-        if s.state == TcpState::Listen || listening.contains(&s.local.port()) {
+        let baseline = s.state == TcpState::TimeWait
+            && s.timewait
+            && age_ms.is_some_and(|age| entered_before(s.expires_ms, age));
+        g.time_wait_baseline += u64::from(baseline);
+        if s.state == TcpState::Listen {
+            continue;
+        }
+        let is_inbound = listening.contains(&s.local.port())
+            || (range.contains(s.remote.port()) && !range.contains(s.local.port()));
+        if is_inbound {
+            let i = inbound.entry(s.local.port()).or_insert(InboundGauges {
+                local_port: s.local.port(),
+                established: 0,
+                time_wait: 0,
+                time_wait_baseline: 0,
+                other: 0,
+            });
+            match s.state {
+                TcpState::Established => i.established += 1,
+                TcpState::TimeWait => {
+                    i.time_wait += 1;
+                    i.time_wait_baseline += u64::from(baseline);
+                }
+                _ => i.other += 1,
+            }
             continue;
         }
         let d = dest.entry(s.remote).or_default();
@@ -185,13 +259,17 @@ pub fn aggregate(sockets: &[TcpSocket], range: &PortRange) -> SocketGauges {
                 d.srtt.extend(s.srtt_us);
             }
             TcpState::SynSent => d.syn_sent += 1,
-            TcpState::TimeWait => d.time_wait += 1,
+            TcpState::TimeWait => {
+                d.time_wait += 1;
+                d.time_wait_baseline += u64::from(baseline);
+            }
             _ => d.other += 1,
         }
         if range.contains(s.local.port()) {
             *d.ports_by_local.entry(s.local.ip()).or_default() += 1;
         }
     }
+    g.inbound = inbound.into_values().collect();
     let usable = u64::from(range.usable);
     for (remote, mut d) in dest {
         let ports_in_use = d.ports_by_local.values().copied().max().unwrap_or(0);
@@ -211,6 +289,7 @@ pub fn aggregate(sockets: &[TcpSocket], range: &PortRange) -> SocketGauges {
             established: d.established,
             syn_sent: d.syn_sent,
             time_wait: d.time_wait,
+            time_wait_baseline: d.time_wait_baseline,
             other: d.other,
             ports_in_use,
             headroom,
@@ -260,6 +339,7 @@ mod tests {
             recv_q: 0,
             send_q: 0,
             cookie: 0,
+            expires_ms: 0,
         }
     }
 
@@ -341,6 +421,73 @@ mod tests {
             })
         );
         assert!(g.destination(v4("10.0.0.9:50000")).is_none());
+        assert_eq!(
+            g.inbound,
+            vec![InboundGauges {
+                local_port: 8080,
+                established: 1,
+                time_wait: 1,
+                time_wait_baseline: 0,
+                other: 0
+            }]
+        );
+        assert_eq!(g.time_wait_baseline, 0, "no start given: no baseline");
+    }
+
+    #[test]
+    fn a_gone_listeners_time_wait_is_grouped_per_local_port_not_per_client() {
+        let range = netstat::port_range(32768, 60999, &[], 2);
+        // The server closed first and its listener is gone: 300 TIME_WAIT sockets from
+        // 8081 toward 300 client ports must not become 300 destinations.
+        let sockets: Vec<TcpSocket> = (0..300)
+            .map(|i| {
+                sock(
+                    TcpState::TimeWait,
+                    "198.18.0.2:8081",
+                    &format!("198.18.0.1:{}", 40000 + i),
+                )
+            })
+            .chain([sock(
+                TcpState::TimeWait,
+                "198.18.0.2:40001",
+                "198.18.0.3:5432",
+            )])
+            .collect();
+        let g = aggregate(&sockets, &range);
+        assert_eq!(g.destinations.len(), 1, "{:?}", g.destinations);
+        assert_eq!(g.destinations[0].remote, v4("198.18.0.3:5432"));
+        assert_eq!(g.inbound.len(), 1);
+        assert_eq!(
+            (g.inbound[0].local_port, g.inbound[0].time_wait),
+            (8081, 300)
+        );
+    }
+
+    #[test]
+    fn time_wait_sockets_from_before_the_start_are_a_baseline() {
+        let range = netstat::port_range(32768, 60999, &[], 2);
+        let tw = |port: u16, expires_ms: u32| {
+            let mut s = sock(
+                TcpState::TimeWait,
+                &format!("10.0.0.1:{port}"),
+                "10.0.0.2:80",
+            );
+            s.expires_ms = expires_ms;
+            s
+        };
+        // Sampling started 10 s ago: a socket with 55 s left entered 5 s ago (this run),
+        // one with 45 s left entered 15 s ago (before it), one with 50.01 s left 9.99 s ago.
+        let sockets = [tw(40000, 55_000), tw(40001, 45_000), tw(40002, 50_010)];
+        let g = aggregate_since(&sockets, &range, Some(10_000));
+        assert_eq!((g.states.time_wait, g.time_wait_baseline), (3, 1));
+        let d = g.destination(v4("10.0.0.2:80")).unwrap();
+        assert_eq!((d.time_wait, d.time_wait_baseline), (3, 1));
+        assert!(entered_before(0, 59_999));
+        assert!(!entered_before(60_000, 0));
+        assert!(
+            !entered_before(u32::MAX, 0),
+            "a re-armed or odd timer is never older"
+        );
     }
 
     #[test]

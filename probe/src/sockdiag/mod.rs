@@ -26,7 +26,8 @@ use std::net::SocketAddr;
 
 pub use error::SockDiagError;
 pub use gauges::{
-    DestinationGauges, Listener, MinHeadroom, NetnsSample, SocketGauges, StateCounts, aggregate,
+    DestinationGauges, InboundGauges, Listener, MinHeadroom, NetnsSample, SocketGauges,
+    StateCounts, TCP_TIMEWAIT_LEN_MS, aggregate, aggregate_since, entered_before,
 };
 pub use netns::{Netns, NetnsCache, NetnsTarget};
 pub use srtt::SrttSummary;
@@ -110,4 +111,8 @@ pub struct TcpSocket {
     pub send_q: u32,
     /// The socket cookie (stable for the socket's life, kept by its timewait socket).
     pub cookie: u64,
+    /// `idiag_expires`: ms until the socket's pending timer fires. For a timewait socket it
+    /// is what is left of its `TCP_TIMEWAIT_LEN` (60 s, `inet_twsk_diag_fill`), so it says
+    /// when the socket entered TIME_WAIT.
+    pub expires_ms: u32,
 }

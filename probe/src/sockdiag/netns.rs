@@ -17,7 +17,7 @@ use std::{
 use super::{
     SockDiagError, TcpSocket, TcpState,
     codec::{self, Failure, INET_DIAG_INFO, Progress},
-    gauges::{NetnsSample, aggregate},
+    gauges::{NetnsSample, aggregate_since},
 };
 use crate::netstat::{self, NetCounters, ParseError, PortRange};
 
@@ -178,13 +178,21 @@ impl Netns {
     /// One sample: dump, aggregate, counters and port range. `dump_us` in the result is what
     /// the two dumps cost.
     pub fn sample(&mut self) -> Result<NetnsSample, SockDiagError> {
+        self.sample_since(None)
+    }
+
+    /// [`Self::sample`], with TIME_WAIT sockets that entered TIME_WAIT before `start_ns`
+    /// (on the shared monotonic clock: when the run or `herd probe` started) counted apart
+    /// as the baseline.
+    pub fn sample_since(&mut self, start_ns: Option<u64>) -> Result<NetnsSample, SockDiagError> {
         let at_ns = crate::clock::now_ns();
         let started = Instant::now();
         let sockets = self.dump()?;
         let dump_us = started.elapsed().as_micros() as u64;
         let counters = self.counters()?;
         let port_range = self.port_range()?;
-        let gauges = aggregate(&sockets, &port_range);
+        let age_ms = start_ns.map(|s| at_ns.saturating_sub(s) / 1_000_000);
+        let gauges = aggregate_since(&sockets, &port_range, age_ms);
         Ok(NetnsSample {
             netns: self.label.clone(),
             netns_inode: self.inode,

@@ -135,11 +135,14 @@ fn container_row(step: &str, name: &str, rows: &[(&Interval, usize)]) -> Contain
             SocketCell::Measured {
                 established,
                 time_wait,
+                time_wait_baseline,
                 min_headroom,
                 listen_overflows,
                 ..
             } => {
-                tw_peak = Some(tw_peak.unwrap_or(0).max(*time_wait));
+                // This run's TIME_WAIT only: sockets left by an earlier run are its baseline.
+                let run = time_wait.saturating_sub(*time_wait_baseline);
+                tw_peak = Some(tw_peak.unwrap_or(0).max(run));
                 est_peak = Some(est_peak.unwrap_or(0).max(*established));
                 if let Some(h) = min_headroom {
                     head_min = Some(head_min.map_or(*h, |m| m.min(*h)));

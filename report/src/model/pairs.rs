@@ -99,7 +99,8 @@ pub(super) fn rows(d: &RunData, duration_s: f64, requests: u64) -> Vec<PairRow> 
                 let e = pair_gauges
                     .entry((p.container.clone(), p.remote.to_string()))
                     .or_default();
-                e.time_wait = e.time_wait.max(g.time_wait);
+                // This run's TIME_WAIT only: sockets left by an earlier run are its baseline.
+                e.time_wait = e.time_wait.max(g.time_wait_run());
                 e.established = e.established.max(g.established);
                 if g.srtt_p50_us.is_some() {
                     e.srtt_p50 = g.srtt_p50_us;

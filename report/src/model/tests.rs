@@ -144,3 +144,53 @@ fn every_table_cell_has_a_value_or_a_reason() {
     let html = crate::html::render(&r);
     assert!(html.contains("<svg") && !html.contains("http://") && !html.contains("https://"));
 }
+
+/// Issue #11: sockets left in TIME_WAIT by an earlier run are the baseline, never this run's
+/// peak, in the container and the pair tables.
+#[test]
+fn time_wait_left_by_an_earlier_run_is_not_this_runs_peak() {
+    let mut d = data();
+    let remote: std::net::SocketAddr = "198.18.0.3:8081".parse().unwrap();
+    for (i, iv) in d.probe.iter_mut().enumerate() {
+        // 40 sockets from before the run, then 5 of its own in the second interval.
+        let own = 5 * i as u64;
+        iv.containers[0].sockets = SocketCell::Measured {
+            established: 0,
+            syn_sent: 0,
+            time_wait: 40 + own,
+            time_wait_baseline: 40,
+            timewait_sockets: 40 + own,
+            min_headroom: Some(28_000),
+            port_range: 28_232,
+            listen_overflows: 0,
+            listen_drops: 0,
+            inbound: Vec::new(),
+        };
+        iv.pairs.push(herd_probe::sample::PairInterval {
+            container: "gateway".into(),
+            remote,
+            remote_container: None,
+            connects: 0,
+            established: 0,
+            time_wait_entries: 0,
+            closed: 0,
+            connect_latency_us: Default::default(),
+            lifetime_ms: Default::default(),
+            connect_latency_buckets: Default::default(),
+            lifetime_buckets: Default::default(),
+            gauges: Some(herd_probe::sample::PairGauges {
+                time_wait: 40 + own,
+                time_wait_baseline: 40,
+                ..Default::default()
+            }),
+        });
+    }
+    let r = Report::build(&d);
+    assert_eq!(r.containers[0].time_wait_peak, Cell::Value(5.0));
+    let p = r
+        .pairs
+        .iter()
+        .find(|p| p.remote == remote.to_string())
+        .unwrap();
+    assert_eq!(p.time_wait_peak, Cell::Value(5.0));
+}

@@ -155,11 +155,7 @@ fn container(p: &Interval, c: &herd_probe::sample::ContainerInterval) -> Timelin
         CpuCell::Unavailable { .. } => (None, None, None, None),
     };
     let (tw, range) = match &c.sockets {
-        SocketCell::Measured {
-            time_wait,
-            port_range,
-            ..
-        } => (Some(*time_wait), Some(*port_range)),
+        SocketCell::Measured { port_range, .. } => (c.sockets.time_wait_run(), Some(*port_range)),
         SocketCell::Unavailable { .. } => (None, None),
     };
     TimelineContainer {
