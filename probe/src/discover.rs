@@ -131,9 +131,10 @@ pub struct DockerNames {
 }
 
 impl DockerNames {
-    /// The default socket, `/var/run/docker.sock`.
+    /// The engine `DOCKER_HOST` names (`unix:///path/docker.sock`, as the docker CLI reads
+    /// it), else the default socket, `/var/run/docker.sock`.
     pub fn new() -> Self {
-        Self::at("/var/run/docker.sock")
+        Self::at(socket_from(std::env::var("DOCKER_HOST").ok().as_deref()))
     }
 
     /// A specific socket (tests use a fake daemon).
@@ -175,6 +176,16 @@ impl DockerNames {
     }
 }
 
+/// The socket a `DOCKER_HOST` value names. Only unix sockets are spoken; any other value
+/// (`tcp://`, `ssh://`) falls back to the default socket, and names stay `docker-<id>` when
+/// nothing answers there.
+pub fn socket_from(docker_host: Option<&str>) -> std::path::PathBuf {
+    match docker_host.and_then(|h| h.strip_prefix("unix://")) {
+        Some(path) if !path.is_empty() => path.into(),
+        _ => "/var/run/docker.sock".into(),
+    }
+}
+
 impl Default for DockerNames {
     fn default() -> Self {
         Self::new()
@@ -212,6 +223,18 @@ mod tests {
         assert_eq!(c("/user.slice/user-0.slice/session-1.scope"), None);
         assert_eq!(c("/"), None);
         assert_eq!(c("/docker/short"), None);
+    }
+
+    #[test]
+    fn docker_host_names_the_socket() {
+        let s = |v| socket_from(v).display().to_string();
+        assert_eq!(s(None), "/var/run/docker.sock");
+        assert_eq!(
+            s(Some("unix:///work/target/docker/docker.sock")),
+            "/work/target/docker/docker.sock"
+        );
+        assert_eq!(s(Some("tcp://127.0.0.1:2375")), "/var/run/docker.sock");
+        assert_eq!(s(Some("unix://")), "/var/run/docker.sock");
     }
 
     #[test]

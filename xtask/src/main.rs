@@ -14,6 +14,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod bench_driver;
+mod docker;
 mod fuzz;
 mod vm;
 
@@ -89,6 +90,11 @@ const DEBIAN_PACKAGES: &[(&str, &str)] = &[
     (
         "qemu-system-x86",
         "boots Debian's other kernels for `cargo xtask integration-test vm` (pure cgroup v2)",
+    ),
+    (
+        "docker.io",
+        "the real Docker engine the Docker tests run containers on (a private dockerd under \
+         target/docker when none is running)",
     ),
     (
         "busybox-static",
@@ -370,7 +376,12 @@ fn ci() -> Result<()> {
 /// CI must show they executed, not that they were skipped.
 fn privileged_tests() -> Result<()> {
     use std::io::BufRead as _;
+    // Stopped (when xtask started it) once the tests are done, also when they fail.
+    let engine = docker::ensure(&root(), is_root())?;
     let mut cmd = cargo();
+    if let Some(e) = &engine {
+        cmd.env("DOCKER_HOST", e.host());
+    }
     cmd.args([
         "test",
         "--package",
@@ -384,19 +395,24 @@ fn privileged_tests() -> Result<()> {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .context("starting the privileged tests")?;
-    let (mut passed, mut failed) = (0, 0);
+    let (mut passed, mut failed, mut docker_passed) = (0, 0, 0u32);
     for line in std::io::BufReader::new(child.stdout.take().context("test stdout")?).lines() {
         let line = line?;
         println!("{line}");
         if line.starts_with("test ") && line.ends_with(" ok") {
             passed += 1;
+            // Every test in integration-test/tests/docker.rs is named docker_….
+            docker_passed += u32::from(line.starts_with("test docker_"));
         } else if line.starts_with("test ") && line.ends_with(" FAILED") {
             failed += 1;
         }
     }
     let st = child.wait()?;
     if is_root() {
-        println!("privileged: {passed} passed, {failed} failed (as root, against the real kernel)");
+        println!(
+            "privileged: {passed} passed ({docker_passed} of them on the real Docker engine), \
+             {failed} failed (as root, against the real kernel)"
+        );
     } else {
         println!(
             "privileged: not root, so the tests that need root skipped themselves; {passed} \
