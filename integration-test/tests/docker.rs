@@ -1,0 +1,469 @@
+//! herd on a real Docker engine: the demo contour's gateway and backend as Docker containers
+//! (an image built from the host's herd binary, no registry), on a network the test creates
+//! with an explicit subnet in 198.19.0.0/16, probed by herd's discovery. Every container,
+//! network and image the test makes is removed by a guard, also when it fails.
+//!
+//! The engine is `DOCKER_HOST`'s (`cargo xtask ci` starts a private one under target/docker
+//! and sets it) or the default socket's. Every test here is named `docker_…`: xtask counts them.
+
+use std::{
+    io::{Read as _, Write as _},
+    net::{SocketAddr, TcpStream},
+    path::{Path, PathBuf},
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use herd_probe::cgroupfs::Throttling;
+use herd_probe::{
+    cgroup::CgroupLayout,
+    containers::ContainerSet,
+    discover::Kind,
+    sample::{CpuCell, Interval, SocketCell},
+    sampler::Sampler,
+};
+use integration_test::{load_probe, privileged};
+use probe_common::Counter;
+
+/// `docker ARGS`, its stdout trimmed; panics with its stderr on failure.
+fn docker(args: &[&str]) -> String {
+    let out = Command::new("docker")
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("running docker {args:?}: {e} (Debian package docker.io; `cargo xtask setup`)")
+        });
+    assert!(
+        out.status.success(),
+        "docker {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// True when an engine answers; under CI=true its absence fails the test.
+fn engine(test: &str) -> bool {
+    let ok = Command::new("docker")
+        .args(["version", "--format", "{{.Server.Version}}"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if ok {
+        return true;
+    }
+    let why = format!(
+        "{test}: no Docker engine answers at DOCKER_HOST={:?} (or /var/run/docker.sock); \
+         `cargo xtask integration-test local` starts a private one",
+        std::env::var("DOCKER_HOST").ok()
+    );
+    if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") {
+        panic!("{why}; CI must run the Docker tests");
+    }
+    eprintln!("SKIPPED {why}");
+    false
+}
+
+/// Removes what it names on drop: `docker rm -f`, `docker network rm`, `docker rmi -f`.
+struct Removed(&'static str, String);
+
+impl Drop for Removed {
+    fn drop(&mut self) {
+        let args: &[&str] = match self.0 {
+            "container" => &["rm", "-f", "-v"],
+            "network" => &["network", "rm"],
+            _ => &["rmi", "-f"],
+        };
+        let out = Command::new("docker").args(args).arg(&self.1).output();
+        if !out.as_ref().is_ok_and(|o| o.status.success()) {
+            eprintln!("cleanup: docker {args:?} {} failed: {out:?}", self.1);
+        }
+    }
+}
+
+/// An image holding the host's herd binary (debug info stripped) and the libraries `ldd`
+/// lists, FROM scratch: built from what the host has, no registry.
+fn herd_image(tag: &str) -> Removed {
+    let ctx = herd_testkit::TempDir::new("docker-image");
+    let root = ctx.join("rootfs");
+    std::fs::create_dir_all(&root).unwrap();
+    let herd = Path::new(env!("CARGO_BIN_EXE_herd"));
+    let stripped = Command::new("strip")
+        .arg("--strip-debug")
+        .arg("-o")
+        .arg(root.join("herd"))
+        .arg(herd)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !stripped {
+        std::fs::copy(herd, root.join("herd")).unwrap();
+    }
+    let ldd = Command::new("ldd").arg(herd).output().unwrap();
+    assert!(ldd.status.success(), "ldd {}", herd.display());
+    for line in String::from_utf8_lossy(&ldd.stdout).lines() {
+        // "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x…)" or "/lib64/ld-linux-x86-64.so.2 (0x…)"
+        let lib = match line.split_once("=>") {
+            Some((_, rhs)) => rhs.split_whitespace().next(),
+            None => line
+                .split_whitespace()
+                .next()
+                .filter(|p| p.starts_with('/')),
+        };
+        let Some(lib) = lib.filter(|l| l.starts_with('/')) else {
+            continue;
+        };
+        let dest = root.join(lib.trim_start_matches('/'));
+        std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
+        // Follows symlinks: the image gets the file itself under the name the loader asks for.
+        std::fs::copy(lib, &dest).unwrap_or_else(|e| panic!("copying {lib}: {e}"));
+    }
+    std::fs::write(
+        ctx.join("Dockerfile"),
+        "FROM scratch\nCOPY rootfs/ /\nENTRYPOINT [\"/herd\"]\n",
+    )
+    .unwrap();
+    docker(&["build", "-q", "-t", tag, ctx.path().to_str().unwrap()]);
+    Removed("image", tag.to_owned())
+}
+
+/// A container of `image` named `name` on `net` at `ip`, with `cpus` cores, running `herd
+/// contour ARGS`; returns when it printed `ready`.
+fn contour(name: &str, image: &str, net: &str, ip: &str, cpus: &str, args: &[&str]) -> Removed {
+    let mut run = vec![
+        "run",
+        "-d",
+        "--name",
+        name,
+        "--network",
+        net,
+        "--ip",
+        ip,
+        "--cpus",
+        cpus,
+        image,
+        "contour",
+    ];
+    run.extend_from_slice(args);
+    docker(&run);
+    let guard = Removed("container", name.to_owned());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let logs = Command::new("docker")
+            .args(["logs", name])
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&logs.stdout).into_owned();
+        if said.starts_with("ready") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name} did not say ready in 20 s: {said:?} {}",
+            String::from_utf8_lossy(&logs.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    guard
+}
+
+/// The first process of container `name`, and its cgroup's `cpu.stat` (the v1 cpu controller
+/// on a hybrid host, the unified one otherwise).
+fn pid_and_cpu_stat(name: &str) -> (u32, PathBuf) {
+    let pid: u32 = docker(&["inspect", "-f", "{{.State.Pid}}", name])
+        .parse()
+        .unwrap();
+    let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    let v1 = cgroups.lines().find_map(|l| {
+        let mut f = l.splitn(3, ':');
+        let (_, ctrl, path) = (f.next()?, f.next()?, f.next()?);
+        ctrl.split(',').any(|c| c == "cpu").then(|| {
+            let dir = std::fs::read_dir("/sys/fs/cgroup")
+                .ok()?
+                .flatten()
+                .map(|e| e.path())
+                .find(|p| {
+                    p.file_name()
+                        .is_some_and(|n| n.to_string_lossy().split(',').any(|c| c == "cpu"))
+                        && p.is_dir()
+                })?;
+            Some(dir.join(path.trim_start_matches('/')).join("cpu.stat"))
+        })?
+    });
+    let stat = v1.unwrap_or_else(|| {
+        let path = cgroups
+            .lines()
+            .find_map(|l| l.strip_prefix("0::"))
+            .expect("a cgroup v2 line");
+        let layout = CgroupLayout::detect().unwrap();
+        layout.unified_path(Path::new(path)).join("cpu.stat")
+    });
+    (pid, stat)
+}
+
+fn nr_throttled(cpu_stat: &Path) -> u64 {
+    std::fs::read_to_string(cpu_stat)
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("nr_throttled "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no nr_throttled in {}", cpu_stat.display()))
+}
+
+/// `ss -Htan state time-wait FILTER` in the netns of `pid`: the count.
+fn ss_time_wait(pid: u32, filter: &[&str]) -> u64 {
+    let out = Command::new("nsenter")
+        .args([
+            "-t",
+            &pid.to_string(),
+            "-n",
+            "ss",
+            "-Htan",
+            "state",
+            "time-wait",
+        ])
+        .args(filter)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "nsenter ss: {out:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .count() as u64
+}
+
+/// One player request with `Connection: close`: the gateway makes one backend call for it.
+fn call(gateway: SocketAddr) {
+    let mut s = TcpStream::connect_timeout(&gateway, Duration::from_secs(2)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(
+        b"POST /v1/call/session.get HTTP/1.1\r\nHost: gateway\r\nAuthorization: Bearer t\r\n\
+          Content-Length: 0\r\nConnection: close\r\n\r\n",
+    )
+    .unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    assert!(resp.starts_with("HTTP/1.1 "), "{resp:?}");
+}
+
+fn row<'a>(iv: &'a Interval, name: &str) -> Option<&'a herd_probe::sample::ContainerInterval> {
+    iv.containers.iter().find(|c| c.container == name)
+}
+
+#[test]
+fn docker_contour_is_discovered_named_paired_and_its_time_wait_and_throttling_match_the_kernel() {
+    const TEST: &str = "docker_contour_is_discovered";
+    if !privileged(TEST) || !engine(TEST) {
+        return;
+    }
+    const N: u64 = 200;
+    let id = std::process::id();
+    let tag = format!("herd-test-{id}:latest");
+    let net = format!("herd-test-{id}");
+    // One /24 per test process, inside 198.19.0.0/16 and clear of the private engine's pool
+    // (198.19.16.0/20) and herd's sandbox (198.18.0.0/16).
+    let octet = 64 + id % 128;
+    let subnet = format!("198.19.{octet}.0/24");
+    let (gw_ip, be_ip) = (format!("198.19.{octet}.2"), format!("198.19.{octet}.3"));
+
+    let _image = herd_image(&tag);
+    docker(&[
+        "network", "create", "--driver", "bridge", "--subnet", &subnet, &net,
+    ]);
+    let _net = Removed("network", net.clone());
+    assert_eq!(
+        docker(&[
+            "network",
+            "inspect",
+            "-f",
+            "{{range .IPAM.Config}}{{.Subnet}}{{end}}",
+            &net
+        ]),
+        subnet,
+        "the network has the subnet the test asked for, nothing of Docker's default pools"
+    );
+
+    // herd's discovery, as `herd probe` runs it, started before the containers exist.
+    let layout = CgroupLayout::detect().unwrap();
+    let mut sampler = Sampler::new(
+        load_probe(),
+        ContainerSet::default().with_discovery(),
+        layout,
+    )
+    .unwrap();
+
+    let (gw_name, be_name) = (
+        format!("herd-test-{id}-gateway"),
+        format!("herd-test-{id}-backend"),
+    );
+    let be_listen = format!("{be_ip}:8082");
+    let _backend = contour(
+        &be_name,
+        &tag,
+        &net,
+        &be_ip,
+        "1",
+        &[
+            "backend",
+            "--listen",
+            &be_listen,
+            "--db",
+            "sqlite:/backend.db?mode=rwc",
+            "--workers",
+            "1",
+            "--service-time",
+            "1ms",
+        ],
+    );
+    let gw_listen = format!("{gw_ip}:8081");
+    // A tenth of a core: the burst of calls below is throttled.
+    let _gateway = contour(
+        &gw_name,
+        &tag,
+        &net,
+        &gw_ip,
+        "0.1",
+        &[
+            "gateway",
+            "--listen",
+            &gw_listen,
+            "--backend",
+            &be_listen,
+            "--backend-max-idle",
+            "0",
+            "--workers",
+            "2",
+        ],
+    );
+    let (gw_pid, gw_cpu_stat) = pid_and_cpu_stat(&gw_name);
+    let (be_pid, _) = pid_and_cpu_stat(&be_name);
+
+    // Idle containers are found by a rescan of the cgroup tree, named through the Engine API.
+    sampler.refresh(herd_probe::clock::now_ns());
+    let _ = sampler.sample().unwrap();
+    for name in [&gw_name, &be_name] {
+        let c = sampler
+            .containers()
+            .containers()
+            .iter()
+            .find(|c| &c.name == name)
+            .unwrap_or_else(|| {
+                panic!(
+                    "{name} not discovered: {:?}",
+                    sampler.containers().containers()
+                )
+            });
+        assert_eq!(c.kind, Kind::Docker, "{c:?}");
+    }
+    // Idle: nothing runnable, so nr_throttled does not move until the load.
+    let throttled_before = nr_throttled(&gw_cpu_stat);
+
+    let gateway: SocketAddr = gw_listen.parse().unwrap();
+    let mut intervals = Vec::new();
+    for _ in 0..N {
+        call(gateway);
+    }
+    // The last FINs settle (a timewait socket is FIN-WAIT-2 until the peer's FIN), then the
+    // interval closes with nothing runnable in the gateway.
+    std::thread::sleep(Duration::from_millis(500));
+    let ss_gw_before = ss_time_wait(gw_pid, &[]);
+    let ss_be_before = ss_time_wait(be_pid, &[]);
+    intervals.push(sampler.sample().unwrap());
+    let ss_gw = ss_time_wait(gw_pid, &[]);
+    let ss_be = ss_time_wait(be_pid, &[]);
+    let ss_gw_8081 = ss_time_wait(gw_pid, &["sport", "=", ":8081"]);
+    let throttled_after = nr_throttled(&gw_cpu_stat);
+    let last = intervals.last().unwrap();
+
+    // The pair gateway → backend, labelled with the backend's name, one connect per call
+    // (the gateway keeps no idle backend connection).
+    let connects: u64 = intervals
+        .iter()
+        .flat_map(|iv| &iv.pairs)
+        .filter(|p| p.container == gw_name && p.remote == be_listen.parse().unwrap())
+        .map(|p| p.connects)
+        .sum();
+    assert_eq!(connects, N, "gateway → backend connects");
+    let pair = last
+        .pairs
+        .iter()
+        .find(|p| p.container == gw_name && p.remote.to_string() == be_listen)
+        .expect("the gateway → backend pair");
+    assert_eq!(pair.remote_container.as_deref(), Some(be_name.as_str()));
+    let gw_row = row(last, &gw_name).expect("the gateway's row");
+    assert_eq!(
+        gw_row.counts.get(Counter::Accepts),
+        N,
+        "the gateway accepted every call"
+    );
+    assert_eq!(
+        row(last, &be_name)
+            .expect("the backend's row")
+            .counts
+            .get(Counter::Accepts),
+        N
+    );
+
+    // TIME_WAIT as `ss` counts it inside each container's netns (ss before and after equal).
+    assert_eq!(ss_gw_before, ss_gw, "gateway TIME_WAIT moved while sampled");
+    assert_eq!(ss_be_before, ss_be, "backend TIME_WAIT moved while sampled");
+    let measured = |name: &str| match &row(last, name).unwrap().sockets {
+        SocketCell::Measured {
+            time_wait,
+            time_wait_baseline,
+            inbound,
+            ..
+        } => (*time_wait, *time_wait_baseline, inbound.clone()),
+        SocketCell::Unavailable { reason } => panic!("{name}: no socket gauges: {reason}"),
+    };
+    let (gw_tw, gw_base, gw_inbound) = measured(&gw_name);
+    let (be_tw, be_base, _) = measured(&be_name);
+    assert_eq!(
+        (gw_tw, be_tw),
+        (ss_gw, ss_be),
+        "herd's TIME_WAIT = ss's, per container"
+    );
+    assert!(
+        gw_tw + be_tw >= N,
+        "{N} calls leave TIME_WAIT somewhere: {gw_tw} + {be_tw}"
+    );
+    assert_eq!((gw_base, be_base), (0, 0), "every socket is this run's");
+    // The gateway closed its players' connections first: their TIME_WAIT is one row for
+    // port 8081, not one per client port.
+    let on_8081 = gw_inbound.iter().find(|i| i.local_port == 8081);
+    assert_eq!(
+        on_8081.map_or(0, |i| i.time_wait),
+        ss_gw_8081,
+        "{gw_inbound:?}"
+    );
+    assert!(
+        ss_gw_8081 > 0,
+        "the gateway closes first with Connection: close"
+    );
+    let gw_tw_pair = pair.gauges.as_ref().map_or(0, |g| g.time_wait);
+    assert_eq!(
+        gw_tw_pair,
+        ss_time_wait(gw_pid, &["dst", &be_listen]),
+        "the pair's TIME_WAIT = ss toward the backend"
+    );
+
+    // Throttling: herd's periods = the cgroup's cpu.stat over the same span.
+    let herd_throttled: u64 = intervals
+        .iter()
+        .filter_map(|iv| row(iv, &gw_name))
+        .map(|c| match &c.cpu {
+            CpuCell::Measured(ci) => match &ci.throttle {
+                Throttling::Measured { nr_throttled, .. } => *nr_throttled,
+                Throttling::Unavailable { reason } => panic!("no throttling: {reason}"),
+            },
+            CpuCell::Unavailable { reason } => panic!("no CPU cell: {reason}"),
+        })
+        .sum();
+    eprintln!(
+        "docker: {N} calls; TIME_WAIT gateway {gw_tw} (on :8081 {ss_gw_8081}, toward the \
+         backend {gw_tw_pair}) backend {be_tw} = ss; nr_throttled {herd_throttled} = cpu.stat \
+         {throttled_before} → {throttled_after}"
+    );
+    assert!(
+        herd_throttled > 0,
+        "a tenth of a core is exceeded by the burst"
+    );
+    assert_eq!(herd_throttled, throttled_after - throttled_before);
+}
