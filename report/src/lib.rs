@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context as _, Result};
 use herd_driver::report::{IntervalReport, PhaseReport, RunReport};
 use herd_probe::sample::Interval;
-pub use model::Report;
+pub use model::{DEFAULT_PAIR_ROWS, Report};
 
 /// One run's header, as its store keeps it.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]

@@ -22,6 +22,10 @@ pub struct ReportArgs {
     /// List the runs in the store instead.
     #[arg(long)]
     pub list: bool,
+    /// Pair rows to show: the most active ones and those on the request path; the rest are
+    /// one `other` row of sums.
+    #[arg(long, value_name = "N", default_value_t = herd_report::DEFAULT_PAIR_ROWS)]
+    pub pair_rows: usize,
 }
 
 /// Runs `herd report`.
@@ -46,7 +50,7 @@ pub fn run(args: &ReportArgs) -> Result<()> {
             }
             return Ok(());
         }
-        let built = Report::build(&store.load_run(args.run).await?);
+        let built = Report::build_with_pair_rows(&store.load_run(args.run).await?, args.pair_rows);
         let written = herd_report::write_report(&built, &args.out)?;
         for f in written.files {
             println!("wrote {}", f.display());

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 pub use containers::ContainerRow;
 pub use ops::{Latencies, LatencyCell, NO_HISTOGRAM, OpRow, OpTotal, Split, totals};
-pub use pairs::{Log2Row, PairRow};
+pub use pairs::{DEFAULT_PAIR_ROWS, Log2Row, PairRow};
 pub use slo::SloRow;
 pub use timeline::{DriverPoint, TimelineContainer, TimelineOp, TimelinePoint};
 
@@ -148,8 +148,14 @@ impl Report {
         self.expected.get(op).map_or(&[], Vec::as_slice)
     }
 
-    /// Builds the report of `d`.
+    /// Builds the report of `d`, with at most [`pairs::DEFAULT_PAIR_ROWS`] pair rows.
     pub fn build(d: &RunData) -> Self {
+        Self::build_with_pair_rows(d, pairs::DEFAULT_PAIR_ROWS)
+    }
+
+    /// Builds the report of `d` with the `pair_rows` most active pairs (and those on the
+    /// request path); the rest are one `other` row of sums.
+    pub fn build_with_pair_rows(d: &RunData, pair_rows: usize) -> Self {
         let load_phases: Vec<&PhaseReport> =
             d.phases.iter().filter(|s| s.index.is_some()).collect();
         let probe_note = d.probe_missing.clone().unwrap_or_else(|| {
@@ -176,7 +182,12 @@ impl Report {
         for p in &timeline {
             split.add(p.split);
         }
-        let pairs = pairs::rows(d, duration_s, requests);
+        let pairs = pairs::bound(
+            d,
+            pairs::rows(d, duration_s, requests),
+            pair_rows,
+            duration_s,
+        );
 
         let mut notes = Vec::new();
         if !probe_note.is_empty() {

@@ -181,7 +181,7 @@ pub(super) fn rows(d: &RunData, duration_s: f64, requests: u64) -> Vec<PairRow> 
                 } else if !on_path.contains(&format!("{c}|{r}")) {
                     Cell::Missing("not on the request path".into())
                 } else if requests == 0 {
-                    Cell::Missing("no requests recorded by the driver".into())
+                    Cell::Missing(NO_REQUESTS.into())
                 } else {
                     Cell::Value(st.connects as f64 / requests as f64)
                 },
@@ -197,4 +197,89 @@ pub(super) fn rows(d: &RunData, duration_s: f64, requests: u64) -> Vec<PairRow> 
             }
         })
         .collect()
+}
+
+const NO_REQUESTS: &str = "no requests recorded by the driver";
+
+/// How many pair rows a report shows by default; the rest are one `other` row.
+pub const DEFAULT_PAIR_ROWS: usize = 50;
+
+/// The report's name for the row summing the pairs beyond the limit.
+pub const OTHER: &str = "other";
+
+/// Keeps the `limit` most active pairs (connects + TIME_WAIT entries) and every pair on the
+/// request path, and sums the rest into one `other` row: a host with thousands of
+/// destinations stays readable. The other row's counters and histograms are exact sums over
+/// those pairs (re-read from the stored intervals); its gauges and churn ratio are missing,
+/// since peaks of different pairs taken at different times do not add up.
+pub(super) fn bound(
+    d: &RunData,
+    mut rows: Vec<PairRow>,
+    limit: usize,
+    duration_s: f64,
+) -> Vec<PairRow> {
+    if rows.len() <= limit {
+        return rows;
+    }
+    // On the request path: the rows `rows` gave a churn ratio, or would have with requests.
+    let on_path = |r: &PairRow| match &r.churn_ratio {
+        Cell::Value(_) => true,
+        Cell::Missing(m) => m == NO_REQUESTS,
+    };
+    let mut order: Vec<usize> = (0..rows.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(rows[i].connects + rows[i].time_wait_entries));
+    let mut keep = vec![false; rows.len()];
+    for &i in order.iter().take(limit) {
+        keep[i] = true;
+    }
+    for (i, r) in rows.iter().enumerate() {
+        keep[i] |= on_path(r);
+    }
+    let rest: std::collections::BTreeSet<(String, String)> = rows
+        .iter()
+        .zip(&keep)
+        .filter(|(_, k)| !**k)
+        .map(|(r, _)| (r.container.clone(), r.remote.clone()))
+        .collect();
+    if rest.is_empty() {
+        return rows;
+    }
+    let mut st = PairStats::default();
+    let mut tw_peak_rate = 0.0f64;
+    for iv in &d.probe {
+        let mut entries = 0;
+        for p in &iv.pairs {
+            if rest.contains(&(p.container.clone(), p.remote.to_string())) {
+                st.add(&p.stats());
+                entries += p.time_wait_entries;
+            }
+        }
+        tw_peak_rate = tw_peak_rate.max(entries as f64 / secs(iv));
+    }
+    let n = rest.len();
+    let why = || Cell::Missing(format!("the sum of {n} pairs: peaks do not add up"));
+    let other = PairRow {
+        container: OTHER.into(),
+        remote: format!("{n} more pairs"),
+        remote_container: "-".into(),
+        connects: st.connects,
+        connects_per_s: st.connects as f64 / duration_s.max(1e-9),
+        time_wait_entries: st.time_wait_entries,
+        time_wait_implied_peak: (tw_peak_rate * 60.0).round() as u64,
+        churn_ratio: Cell::Missing("not on the request path".into()),
+        time_wait_peak: why(),
+        established_peak: why(),
+        srtt_p50_us: why(),
+        srtt_p99_le_us: why(),
+        headroom_min: why(),
+        connect_latency_us: Log2Summary::of(&st.connect_latency_us).into(),
+        lifetime_ms: Log2Summary::of(&st.lifetime_ms).into(),
+    };
+    let mut i = 0;
+    rows.retain(|_| {
+        i += 1;
+        keep[i - 1]
+    });
+    rows.push(other);
+    rows
 }

@@ -194,3 +194,59 @@ fn time_wait_left_by_an_earlier_run_is_not_this_runs_peak() {
         .unwrap();
     assert_eq!(p.time_wait_peak, Cell::Value(5.0));
 }
+
+/// Issue #12: pair rows are bounded — the most active N, then one `other` row whose counters
+/// are exact sums and whose gauges say why they are missing.
+#[test]
+fn pair_rows_beyond_the_limit_are_one_other_row_of_sums() {
+    let mut d = data();
+    for iv in &mut d.probe {
+        for i in 0..60u64 {
+            iv.pairs.push(herd_probe::sample::PairInterval {
+                container: "gateway".into(),
+                remote: format!("198.18.1.{}:80", i + 1).parse().unwrap(),
+                remote_container: None,
+                connects: i + 1,
+                established: i + 1,
+                time_wait_entries: 1,
+                closed: 0,
+                connect_latency_us: Default::default(),
+                lifetime_ms: Default::default(),
+                connect_latency_buckets: {
+                    let mut h = probe_common::Log2Hist::default();
+                    h.0[4] = i + 1;
+                    h
+                },
+                lifetime_buckets: Default::default(),
+                gauges: None,
+            });
+        }
+    }
+    let all = Report::build_with_pair_rows(&d, 100);
+    assert_eq!(all.pairs.len(), 60);
+    let r = Report::build_with_pair_rows(&d, 5);
+    assert_eq!(r.pairs.len(), 6, "5 rows and other");
+    // The busiest five: 60, 59, …, 56 connects per interval, two intervals.
+    let kept: u64 = r.pairs[..5].iter().map(|p| p.connects).sum();
+    assert_eq!(kept, 2 * (56..=60).sum::<u64>());
+    let other = r.pairs.last().unwrap();
+    assert_eq!(
+        (other.container.as_str(), other.remote.as_str()),
+        ("other", "55 more pairs")
+    );
+    assert_eq!(other.connects, 2 * (1..=55).sum::<u64>());
+    assert_eq!(other.time_wait_entries, 2 * 55);
+    assert_eq!(other.connect_latency_us.count, 2 * (1..=55).sum::<u64>());
+    assert_eq!(
+        other.time_wait_implied_peak,
+        55 * 60,
+        "55 entries in a 1 s interval"
+    );
+    assert!(matches!(&other.time_wait_peak, Cell::Missing(m) if m.contains("do not add up")));
+    assert_eq!(
+        all.pairs.iter().map(|p| p.connects).sum::<u64>(),
+        r.pairs.iter().map(|p| p.connects).sum::<u64>(),
+        "nothing lost"
+    );
+    crate::markdown::render(&r);
+}
