@@ -335,9 +335,9 @@ fn docker_contour_is_discovered_named_paired_and_its_time_wait_and_throttling_ma
     let (gw_pid, gw_cpu_stat) = pid_and_cpu_stat(&gw_name);
     let (be_pid, _) = pid_and_cpu_stat(&be_name);
 
-    // Idle containers are found by a rescan of the cgroup tree, named through the Engine API.
-    sampler.refresh(herd_probe::clock::now_ns());
-    let _ = sampler.sample().unwrap();
+    // Idle containers (no TCP event yet) are found within one interval by the rescan of the
+    // cgroup tree, named through the Engine API, with the time they appeared.
+    let first = sampler.sample().unwrap();
     for name in [&gw_name, &be_name] {
         let c = sampler
             .containers()
@@ -351,6 +351,13 @@ fn docker_contour_is_discovered_named_paired_and_its_time_wait_and_throttling_ma
                 )
             });
         assert_eq!(c.kind, Kind::Docker, "{c:?}");
+        let r = row(&first, name).expect("a row in the first interval");
+        assert!(
+            r.started_ns.is_some_and(|t| t <= first.at_ns) && r.ended_ns.is_none(),
+            "{name}: started {:?} ended {:?}",
+            r.started_ns,
+            r.ended_ns
+        );
     }
     // Idle: nothing runnable, so nr_throttled does not move until the load.
     let throttled_before = nr_throttled(&gw_cpu_stat);

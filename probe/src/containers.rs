@@ -25,6 +25,9 @@ pub struct Container {
     pub cgroup_id: u64,
     /// How it was found.
     pub kind: Kind,
+    /// When herd saw its cgroup appear (monotonic ns, at the re-read that found it; the
+    /// tree is re-read every interval); `None` for containers there when herd started.
+    pub started_ns: Option<u64>,
     /// When its cgroup disappeared (monotonic ns), if it did.
     pub ended_ns: Option<u64>,
 }
@@ -62,6 +65,8 @@ pub struct ContainerSet {
     by_id: HashMap<u64, usize>,
     discover: bool,
     docker: Option<DockerNames>,
+    /// The tree was read once: later discoveries are containers that started while herd ran.
+    seen_tree: bool,
 }
 
 impl ContainerSet {
@@ -93,6 +98,7 @@ impl ContainerSet {
                 cgroup: Path::new("/").join(rel.strip_prefix("/").unwrap_or(&rel)),
                 cgroup_id: id,
                 kind: Kind::Explicit,
+                started_ns: None,
                 ended_ns: None,
             })?;
         }
@@ -157,6 +163,7 @@ impl ContainerSet {
                     cgroup: path.clone(),
                     cgroup_id: *id,
                     kind: f.kind,
+                    started_ns: self.seen_tree.then_some(now_ns),
                     ended_ns: None,
                 });
             }
@@ -173,6 +180,7 @@ impl ContainerSet {
                 self.containers.push(c);
             }
         }
+        self.seen_tree = true;
         (appeared, ended)
     }
 
@@ -231,6 +239,7 @@ mod tests {
             cgroup: cgroup.into(),
             cgroup_id,
             kind: Kind::Explicit,
+            started_ns: None,
             ended_ns: None,
         }
     }

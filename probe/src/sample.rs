@@ -23,6 +23,13 @@ pub struct ContainerInterval {
     /// Socket gauges of the container's network namespace (filled in by the sampler).
     #[serde(default)]
     pub sockets: SocketCell,
+    /// When the container's cgroup appeared (monotonic ns), if that happened while the probe
+    /// ran; absent for containers that were already there (filled in by the sampler).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_ns: Option<u64>,
+    /// When its cgroup disappeared (monotonic ns), once it has.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_ns: Option<u64>,
 }
 
 /// A container's socket gauges at the end of an interval, or why there are none.
@@ -354,6 +361,8 @@ pub fn interval(
                 counts: CountMap(c),
                 cpu: CpuCell::default(),
                 sockets: SocketCell::default(),
+                started_ns: None,
+                ended_ns: None,
             })
             .collect(),
         lost: cur.lost().saturating_sub(prev.lost()),
@@ -412,6 +421,7 @@ mod tests {
             cgroup: "/gw".into(),
             cgroup_id: 1,
             kind: crate::discover::Kind::Explicit,
+            started_ns: None,
             ended_ns: None,
         })
         .unwrap();
@@ -450,6 +460,7 @@ mod tests {
             cgroup: "/c".into(),
             cgroup_id: 1,
             kind: crate::discover::Kind::Explicit,
+            started_ns: None,
             ended_ns: None,
         })
         .unwrap();

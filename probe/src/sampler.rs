@@ -135,19 +135,16 @@ impl Sampler {
     /// Reads the maps and returns the interval since the previous call.
     pub fn sample(&mut self) -> Result<Interval, ProbeError> {
         let cur = self.probe.snapshot()?;
-        // Unknown cgroup ids mean new cgroups: the tree is re-read only then, or when a
-        // container could have ended (cheap: one readdir per cgroup directory).
-        if cur.by_cgroup.keys().any(|id| !self.paths.contains_key(id))
-            || self.set.containers().iter().any(|c| {
-                c.ended_ns.is_none()
-                    && !std::path::Path::new(&self.layout.unified_path(&c.cgroup)).exists()
-            })
-        {
-            self.refresh(cur.at_ns);
-        }
+        // Every interval: a container that makes no TCP event (idle, CPU-only) has no cgroup
+        // id in the maps, yet must appear within one interval (one readdir per cgroup
+        // directory and a few procfs reads per container).
+        self.refresh(cur.at_ns);
         self.poll_cpu();
         let mut iv = interval(&self.prev, &cur, &self.set, &self.paths, &self.owners);
         for c in &mut iv.containers {
+            if let Some(k) = self.set.containers().iter().find(|k| k.name == c.container) {
+                (c.started_ns, c.ended_ns) = (k.started_ns, k.ended_ns);
+            }
             c.cpu = match self.cpu.get_mut(&c.container) {
                 Some(s) => match s.close_interval() {
                     Some(ci) => CpuCell::Measured(Box::new(ci)),

@@ -380,6 +380,8 @@ fn probe(t: u64, phase: Option<usize>, fixed: bool) -> Interval {
             listen_drops: 0,
             inbound: Vec::new(),
         },
+        started_ns: None,
+        ended_ns: None,
     };
     let backend_row = ContainerInterval {
         container: "backend".into(),
@@ -388,6 +390,8 @@ fn probe(t: u64, phase: Option<usize>, fixed: bool) -> Interval {
         sockets: SocketCell::Unavailable {
             reason: "no process in the container to reach its network namespace".into(),
         },
+        started_ns: None,
+        ended_ns: None,
     };
     let host = ContainerInterval {
         container: "host".into(),
@@ -407,6 +411,8 @@ fn probe(t: u64, phase: Option<usize>, fixed: bool) -> Interval {
             listen_drops: 0,
             inbound: Vec::new(),
         },
+        started_ns: None,
+        ended_ns: None,
     };
     let mut pairs = vec![
         hop(

@@ -127,6 +127,8 @@ async fn write_compare_reads_two_stored_runs_and_writes_both_pages() {
                     sockets: SocketCell::Unavailable {
                         reason: "no netns".into(),
                     },
+                    started_ns: None,
+                    ended_ns: None,
                 }],
                 pairs: vec![
                     hop("host", "127.0.0.1:8080", "gateway", 1, 0),

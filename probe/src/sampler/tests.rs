@@ -80,6 +80,7 @@ impl Tree {
                 cgroup: Path::new("/").join(name),
                 cgroup_id: self.id(name),
                 kind: Kind::Explicit,
+                started_ns: None,
                 ended_ns: None,
             })
             .unwrap();

@@ -68,6 +68,8 @@ pub(crate) fn data() -> RunData {
                 sockets: SocketCell::Unavailable {
                     reason: "no netns".into(),
                 },
+                started_ns: None,
+                ended_ns: None,
             }],
             pairs: vec![],
             lost: 0,
