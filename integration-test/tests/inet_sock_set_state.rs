@@ -180,6 +180,40 @@ fn refused_connects_are_counted_as_econnrefused_with_their_resets() {
     expect.value("pair closed", p.closed, N);
 }
 
+/// Issue #12: connect failures are TCP/IP ones. glibc's nscd lookups connect AF_UNIX sockets
+/// that fail with ENOENT; they counted as connect errors of the container.
+#[test]
+fn failed_af_unix_connects_are_not_connect_errors() {
+    if !privileged("failed_af_unix_connects_are_not_connect_errors") {
+        return;
+    }
+    const N: u64 = 30;
+    let mut pair = Pair::new("test").unwrap();
+    let probe = load_probe();
+    let before = probe.snapshot().unwrap();
+    let said = pair
+        .run_workload_in_client(&[
+            "unix-connect",
+            "--path",
+            "/nonexistent/herd-test.sock",
+            "--count",
+            &N.to_string(),
+        ])
+        .unwrap();
+    assert_eq!(said, format!("unix connects {N} failed {N}"));
+    // And an IP failure in the same container still counts: the filter is per connect.
+    assert_eq!(
+        pair.run_client(9003, 3, &[]).unwrap(),
+        "connected 0 failed 3"
+    );
+    let after = settle(&probe);
+    let expect = Expect::new(&before, &after);
+    let cli = pair.client.cgroup_id;
+    expect.count(cli, Counter::ConnectOtherError, 0);
+    expect.count(cli, Counter::ConnectAddrNotAvail, 0);
+    expect.count(cli, Counter::ConnectRefused, 3);
+}
+
 #[test]
 fn an_exhausted_ephemeral_range_shows_as_eaddrnotavail() {
     if !privileged("an_exhausted_ephemeral_range_shows_as_eaddrnotavail") {

@@ -1,8 +1,9 @@
 //! herd's kernel programs.
 //!
 //! Only program types that load on locked-down hosts are used (see `docs/build.md`): raw
-//! tracepoints, which need neither kprobes nor tracefs, and one classic tracepoint
-//! (`syscalls/sys_exit_connect`, the only place a synchronous connect() error is visible).
+//! tracepoints, which need neither kprobes nor tracefs, and two classic tracepoints
+//! (`syscalls/sys_exit_connect`, the only place a synchronous connect() error is visible, and
+//! `sys_enter_connect`, which tells it the address family).
 //! Every struct offset they dereference is resolved from the running kernel's BTF by the loader
 //! and handed in as a read-only global, so nothing of the build machine's kernel is baked in.
 //!
@@ -14,7 +15,7 @@
 use aya_ebpf::{
     helpers::{
         bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_ktime_get_ns,
-        bpf_probe_read_kernel,
+        bpf_probe_read_kernel, bpf_probe_read_user,
     },
     macros::{map, raw_tracepoint, tracepoint},
     maps::{HashMap, LruHashMap, PerCpuArray, PerCpuHashMap},
@@ -51,6 +52,12 @@ static SOCKS: HashMap<u64, SockInfo> = HashMap::with_max_entries(MAX_SOCKS, 0);
 /// entry whose syscall exit never comes (io_uring, TCP fast open via sendmsg) ages out.
 #[map]
 static CONNECTING: LruHashMap<u64, u64> = LruHashMap::with_max_entries(16_384, 0);
+
+/// Threads inside a connect() whose address is not AF_INET/AF_INET6 (glibc's nscd lookups
+/// connect AF_UNIX sockets and fail with ENOENT): `sys_exit_connect` leaves their errors out,
+/// since herd counts TCP/IP connect failures. LRU for the same reason as `CONNECTING`.
+#[map]
+static NON_INET_CONNECT: LruHashMap<u64, u8> = LruHashMap::with_max_entries(4_096, 0);
 
 /// Events that could not be recorded, indexed by [`Loss`]. Never silent: user space reports them.
 #[map]
@@ -295,6 +302,24 @@ fn on_close(sk: *const u8, old: i32) {
     }
 }
 
+/// `syscalls/sys_enter_connect`: `{ common (8 bytes), int __syscall_nr, then one 8-byte slot
+/// per argument from offset 16: fd, uservaddr, addrlen }`, the layout of every syscall
+/// tracepoint. Reads the address family the caller passed (`sa_family`, the first 2 bytes).
+#[tracepoint(category = "syscalls", name = "sys_enter_connect")]
+pub fn sys_enter_connect(ctx: TracePointContext) -> u32 {
+    let addr: u64 = unsafe { ctx.read_at(24) }.unwrap_or(0);
+    // An unreadable address fails the syscall with EFAULT: not an IP connect failure either.
+    let family: u16 = if addr == 0 {
+        0
+    } else {
+        unsafe { bpf_probe_read_user(addr as *const u16) }.unwrap_or(0)
+    };
+    if family != AF_INET && family != AF_INET6 {
+        let _ = NON_INET_CONNECT.insert(bpf_get_current_pid_tgid(), 1, 0);
+    }
+    0
+}
+
 /// `syscalls/sys_exit_connect`: `{ common (8 bytes), int __syscall_nr, long ret }`, a layout
 /// unchanged since syscall tracepoints exist (2.6.33). Runs in the calling thread, so the
 /// current cgroup is the caller's.
@@ -305,6 +330,10 @@ pub fn sys_exit_connect(ctx: TracePointContext) -> u32 {
     let reached_syn_sent = unsafe { CONNECTING.get(tid) }.is_some();
     if reached_syn_sent {
         let _ = CONNECTING.remove(tid);
+    }
+    if unsafe { NON_INET_CONNECT.get(tid) }.is_some() {
+        let _ = NON_INET_CONNECT.remove(tid);
+        return 0;
     }
     if ret >= 0 {
         return 0;

@@ -72,6 +72,11 @@ const PROGRAMS: &[(&str, Hook, &str)] = &[
         "raw tracepoints (4.17) and the tcp_retransmit_skb tracepoint (4.15)",
     ),
     (
+        "sys_enter_connect",
+        Hook::Classic("syscalls", "sys_enter_connect"),
+        "syscall tracepoints (CONFIG_FTRACE_SYSCALLS) and tracefs",
+    ),
+    (
         "sys_exit_connect",
         Hook::Classic("syscalls", "sys_exit_connect"),
         "syscall tracepoints (CONFIG_FTRACE_SYSCALLS) and tracefs",

@@ -1,4 +1,4 @@
-//! tracefs for the one classic tracepoint herd attaches (`syscalls/sys_exit_connect`).
+//! tracefs for the classic tracepoints herd attaches (`syscalls/sys_{enter,exit}_connect`).
 //!
 //! aya reads a tracepoint's id from tracefs at attach time; after that the perf event holds
 //! the tracepoint and tracefs is no longer needed. Many hosts mount tracefs already (systemd

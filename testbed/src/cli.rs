@@ -12,6 +12,16 @@ use crate::workload;
 /// Which workload to run.
 #[derive(Debug, clap::Subcommand)]
 pub enum WorkloadCmd {
+    /// connect() an AF_UNIX socket to a path, `count` times, as glibc's nscd lookups do;
+    /// prints `unix connects N failed F`.
+    UnixConnect {
+        /// The socket path (one that does not exist makes every connect fail with ENOENT).
+        #[arg(long)]
+        path: std::path::PathBuf,
+        /// Connects to make.
+        #[arg(long, default_value_t = 1)]
+        count: u64,
+    },
     /// Accept and drain TCP connections.
     TcpServer {
         /// Address to listen on.
@@ -76,6 +86,13 @@ pub enum WorkloadCmd {
 /// Runs a workload.
 pub fn run(cmd: &WorkloadCmd) -> Result<()> {
     match *cmd {
+        WorkloadCmd::UnixConnect { ref path, count } => {
+            let failed = (0..count)
+                .filter(|_| std::os::unix::net::UnixStream::connect(path).is_err())
+                .count();
+            println!("unix connects {count} failed {failed}");
+            Ok(())
+        }
         WorkloadCmd::TcpServer {
             listen,
             max_conns,
