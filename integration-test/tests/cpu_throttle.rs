@@ -294,6 +294,7 @@ fn check_memory(i: &CpuInterval, sources: &CgroupSources) {
             Memory::Measured {
                 current_bytes,
                 peak_bytes,
+                ..
             },
             MemorySource::V2 { current, peak },
         ) => {
@@ -318,6 +319,7 @@ fn check_memory(i: &CpuInterval, sources: &CgroupSources) {
             Memory::Measured {
                 current_bytes,
                 peak_bytes,
+                ..
             },
             MemorySource::V1 { .. },
         ) => {
@@ -656,6 +658,7 @@ fn every_source_on_this_host_parses_for_the_root_cgroup() {
             Memory::Measured {
                 current_bytes,
                 peak_bytes,
+                ..
             },
         ) => {
             assert!(

@@ -164,38 +164,52 @@ fn contour(name: &str, image: &str, net: &str, ip: &str, cpus: &str, args: &[&st
     guard
 }
 
-/// The first process of container `name`, and its cgroup's `cpu.stat` (the v1 cpu controller
-/// on a hybrid host, the unified one otherwise).
-fn pid_and_cpu_stat(name: &str) -> (u32, PathBuf) {
-    let pid: u32 = docker(&["inspect", "-f", "{{.State.Pid}}", name])
+/// The first process of container `name`.
+fn pid(name: &str) -> u32 {
+    docker(&["inspect", "-f", "{{.State.Pid}}", name])
         .parse()
-        .unwrap();
+        .unwrap()
+}
+
+/// The cgroup directory of `pid` for `controller`: the v1 hierarchy that has it on a hybrid
+/// host, else the unified one.
+fn controller_dir(pid: u32, controller: &str) -> PathBuf {
     let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
     let v1 = cgroups.lines().find_map(|l| {
         let mut f = l.splitn(3, ':');
         let (_, ctrl, path) = (f.next()?, f.next()?, f.next()?);
-        ctrl.split(',').any(|c| c == "cpu").then(|| {
+        ctrl.split(',').any(|c| c == controller).then(|| {
             let dir = std::fs::read_dir("/sys/fs/cgroup")
                 .ok()?
                 .flatten()
                 .map(|e| e.path())
                 .find(|p| {
                     p.file_name()
-                        .is_some_and(|n| n.to_string_lossy().split(',').any(|c| c == "cpu"))
+                        .is_some_and(|n| n.to_string_lossy().split(',').any(|c| c == controller))
                         && p.is_dir()
                 })?;
-            Some(dir.join(path.trim_start_matches('/')).join("cpu.stat"))
+            Some(dir.join(path.trim_start_matches('/')))
         })?
     });
-    let stat = v1.unwrap_or_else(|| {
+    v1.unwrap_or_else(|| {
         let path = cgroups
             .lines()
             .find_map(|l| l.strip_prefix("0::"))
             .expect("a cgroup v2 line");
-        let layout = CgroupLayout::detect().unwrap();
-        layout.unified_path(Path::new(path)).join("cpu.stat")
-    });
-    (pid, stat)
+        CgroupLayout::detect()
+            .unwrap()
+            .unified_path(Path::new(path))
+    })
+}
+
+/// `key` of a flat-keyed cgroup file.
+fn stat_key(file: &Path, key: &str) -> u64 {
+    std::fs::read_to_string(file)
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in {}", file.display()))
 }
 
 fn nr_throttled(cpu_stat: &Path) -> u64 {
@@ -332,8 +346,9 @@ fn docker_contour_is_discovered_named_paired_and_its_time_wait_and_throttling_ma
             "2",
         ],
     );
-    let (gw_pid, gw_cpu_stat) = pid_and_cpu_stat(&gw_name);
-    let (be_pid, _) = pid_and_cpu_stat(&be_name);
+    let (gw_pid, be_pid) = (pid(&gw_name), pid(&be_name));
+    let gw_cpu_stat = controller_dir(gw_pid, "cpu").join("cpu.stat");
+    let gw_memory = controller_dir(gw_pid, "memory");
 
     // Idle containers (no TCP event yet) are found within one interval by the rescan of the
     // cgroup tree, named through the Engine API, with the time they appeared.
@@ -377,6 +392,23 @@ fn docker_contour_is_discovered_named_paired_and_its_time_wait_and_throttling_ma
     let ss_be = ss_time_wait(be_pid, &[]);
     let ss_gw_8081 = ss_time_wait(gw_pid, &["sport", "=", ":8081"]);
     let throttled_after = nr_throttled(&gw_cpu_stat);
+    let (v1, usage_file) = match gw_memory.join("memory.usage_in_bytes") {
+        f if f.exists() => (true, f),
+        _ => (false, gw_memory.join("memory.current")),
+    };
+    let usage = std::fs::read_to_string(&usage_file)
+        .unwrap()
+        .trim()
+        .parse::<u64>()
+        .unwrap();
+    let inactive = stat_key(
+        &gw_memory.join("memory.stat"),
+        if v1 {
+            "total_inactive_file"
+        } else {
+            "inactive_file"
+        },
+    );
     let last = intervals.last().unwrap();
 
     // The pair gateway → backend, labelled with the backend's name, one connect per call
@@ -449,6 +481,34 @@ fn docker_contour_is_discovered_named_paired_and_its_time_wait_and_throttling_ma
         gw_tw_pair,
         ss_time_wait(gw_pid, &["dst", &be_listen]),
         "the pair's TIME_WAIT = ss toward the backend"
+    );
+
+    // Memory against the cgroup's own files, read just after the sample (the gateway is idle:
+    // a page or two may still move), the working set as `docker stats` computes it.
+    let CpuCell::Measured(ci) = &gw_row.cpu else {
+        panic!("no CPU cell for the gateway")
+    };
+    let herd_probe::cgroupfs::Memory::Measured {
+        current_bytes,
+        working_set_bytes: Some(ws),
+        ..
+    } = ci.memory
+    else {
+        panic!("no memory working set: {:?}", ci.memory)
+    };
+    let near = |a: u64, b: u64| a.abs_diff(b) <= 1 << 20;
+    assert!(
+        near(current_bytes, usage),
+        "herd {current_bytes} vs {}: {usage}",
+        usage_file.display()
+    );
+    assert!(
+        near(ws, usage.saturating_sub(inactive)) && ws <= current_bytes,
+        "working set {ws} vs usage {usage} - inactive file {inactive}"
+    );
+    eprintln!(
+        "docker: gateway memory {current_bytes} B, working set {ws} B ({} = {usage} − {inactive})",
+        usage_file.display()
     );
 
     // Throttling: herd's periods = the cgroup's cpu.stat over the same span.

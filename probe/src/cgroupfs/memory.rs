@@ -52,6 +52,10 @@ pub struct MemoryCounters {
     /// The kernel's high-water mark of `current_bytes`; `None` only on v2 kernels before 5.19
     /// (no `memory.peak`).
     pub peak_bytes: Option<u64>,
+    /// The working set as `docker stats` and cAdvisor show it: `current_bytes` minus the
+    /// inactive file pages of `memory.stat` (page cache the kernel reclaims first); `None`
+    /// without a `memory.stat` (the root cgroup: the host's memory is already cache-free).
+    pub working_set_bytes: Option<u64>,
 }
 
 /// Memory at the end of one interval.
@@ -65,6 +69,10 @@ pub enum Memory {
         /// The kernel's high-water mark since the cgroup was created (or last reset);
         /// `None` only on v2 kernels before 5.19.
         peak_bytes: Option<u64>,
+        /// Usage minus inactive file pages, what `docker stats` and cAdvisor call memory
+        /// usage; `current_bytes` includes that page cache.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        working_set_bytes: Option<u64>,
     },
     /// The container has no memory cgroup of its own.
     Unavailable {
@@ -129,14 +137,30 @@ impl MemorySource {
         // Current before peak: the watermark never decreases (page_counter_charge raises it),
         // so every reading has peak >= current.
         Ok(match self {
-            MemorySource::V2 { current, peak } => Some(MemoryCounters {
-                current_bytes: r.number(current)?,
-                peak_bytes: peak.as_deref().map(|p| r.number(p)).transpose()?,
-            }),
-            MemorySource::V1 { current, peak } => Some(MemoryCounters {
-                current_bytes: r.number(current)?,
-                peak_bytes: Some(r.number(peak)?),
-            }),
+            MemorySource::V2 { current, peak } => {
+                let current_bytes = r.number(current)?;
+                Some(MemoryCounters {
+                    current_bytes,
+                    peak_bytes: peak.as_deref().map(|p| r.number(p)).transpose()?,
+                    // v2 `inactive_file` is this cgroup's and its children's.
+                    working_set_bytes: working_set(r, current, current_bytes, "inactive_file")?,
+                })
+            }
+            MemorySource::V1 { current, peak } => {
+                let current_bytes = r.number(current)?;
+                Some(MemoryCounters {
+                    current_bytes,
+                    peak_bytes: Some(r.number(peak)?),
+                    // v1 `inactive_file` is the cgroup's own pages; `total_` includes its
+                    // children's, as `memory.usage_in_bytes` does.
+                    working_set_bytes: working_set(
+                        r,
+                        current,
+                        current_bytes,
+                        "total_inactive_file",
+                    )?,
+                })
+            }
             MemorySource::Host { meminfo } => {
                 let text = r.text(meminfo)?;
                 // `MemTotal:       24592880 kB`
@@ -155,11 +179,28 @@ impl MemorySource {
                 Some(MemoryCounters {
                     current_bytes: kib("MemTotal:")?.saturating_sub(kib("MemAvailable:")?),
                     peak_bytes: None,
+                    working_set_bytes: None,
                 })
             }
             MemorySource::Unavailable { .. } => None,
         })
     }
+}
+
+/// `current_bytes` minus `key` of the `memory.stat` beside `current`; `None` when there is
+/// no `memory.stat` (a file herd does not need to report usage).
+fn working_set<F: CgroupFiles + ?Sized>(
+    r: &Reader<'_, F>,
+    current: &std::path::Path,
+    current_bytes: u64,
+    key: &str,
+) -> Result<Option<u64>, Fail> {
+    let stat = current.with_file_name("memory.stat");
+    let Some(text) = r.maybe(&stat)? else {
+        return Ok(None);
+    };
+    let inactive = r.key(&stat, &text, key)?;
+    Ok(Some(current_bytes.saturating_sub(inactive)))
 }
 
 #[cfg(test)]
@@ -168,6 +209,48 @@ mod tests {
 
     use super::*;
     use crate::cgroupfs::{CgroupSources, Reading, fake::*};
+
+    #[test]
+    fn the_working_set_is_usage_minus_inactive_file_as_docker_stats_shows_it() {
+        let fs = FakeFiles::default();
+        let r = Reader {
+            files: &fs,
+            cgroup: Path::new("/cg/c"),
+        };
+        let v2 = MemorySource::V2 {
+            current: "/cg/c/memory.current".into(),
+            peak: None,
+        };
+        fs.set("/cg/c/memory.current", "61865984\n");
+        let Ok(Some(m)) = v2.read(&r) else { panic!() };
+        assert_eq!(
+            m.working_set_bytes, None,
+            "no memory.stat: no working set, never 0"
+        );
+        fs.set(
+            "/cg/c/memory.stat",
+            "anon 40000000\nfile 21000000\nactive_file 4000000\ninactive_file 17825792\n",
+        );
+        let Ok(Some(m)) = v2.read(&r) else { panic!() };
+        assert_eq!(m.working_set_bytes, Some(61_865_984 - 17_825_792));
+        let v1 = MemorySource::V1 {
+            current: "/cg/m/memory.usage_in_bytes".into(),
+            peak: "/cg/m/memory.max_usage_in_bytes".into(),
+        };
+        fs.set("/cg/m/memory.usage_in_bytes", "1000\n");
+        fs.set("/cg/m/memory.max_usage_in_bytes", "2000\n");
+        // v1: the hierarchical total, not the cgroup's own inactive_file.
+        fs.set(
+            "/cg/m/memory.stat",
+            "inactive_file 100\ntotal_inactive_file 300\n",
+        );
+        let Ok(Some(m)) = v1.read(&r) else { panic!() };
+        assert_eq!(m.working_set_bytes, Some(700));
+        // More inactive file than usage (counters read at different instants): 0, not a wrap.
+        fs.set("/cg/m/memory.stat", "total_inactive_file 5000\n");
+        let Ok(Some(m)) = v1.read(&r) else { panic!() };
+        assert_eq!(m.working_set_bytes, Some(0));
+    }
 
     #[test]
     fn the_root_cgroup_reads_host_memory_from_meminfo_not_its_page_cache_counters() {
@@ -221,6 +304,7 @@ mod tests {
             Some(MemoryCounters {
                 current_bytes: (24_592_880 - 22_495_728) * 1024,
                 peak_bytes: None,
+                working_set_bytes: None,
             })
         );
         // A container is never read from meminfo.

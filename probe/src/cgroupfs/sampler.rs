@@ -191,6 +191,7 @@ impl<F: CgroupFiles> CpuSampler<F> {
             (_, Some(m)) => Memory::Measured {
                 current_bytes: m.current_bytes,
                 peak_bytes: m.peak_bytes,
+                working_set_bytes: m.working_set_bytes,
             },
             (MemorySource::Unavailable { reason }, None) => Memory::Unavailable {
                 reason: reason.clone(),
@@ -305,6 +306,7 @@ mod tests {
             Memory::Measured {
                 current_bytes: (1 << 20) + 10 * 4096,
                 peak_bytes: Some(3 << 20),
+                working_set_bytes: None,
             }
         );
         // The output contract: these names are what JSON lines, the recorder and the

@@ -264,14 +264,15 @@ mod tests {
                 memory: Some(MemoryCounters {
                     current_bytes: 4096,
                     peak_bytes: Some(8192),
+                    working_set_bytes: None,
                 }),
             }
         );
         // One read of cpu.stat serves usage and throttling: cpu.stat, cpu.max,
-        // memory.current, memory.peak.
+        // memory.current, memory.peak, and memory.stat for the working set (absent here).
         let before = fs.reads.get();
         s.read(&fs).unwrap();
-        assert_eq!(fs.reads.get() - before, 4);
+        assert_eq!(fs.reads.get() - before, 5);
 
         // Before 5.19 there is no memory.peak: the peak is None, never 0.
         fs.files.borrow_mut().remove(Path::new("/cg/c/memory.peak"));

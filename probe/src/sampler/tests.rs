@@ -213,7 +213,8 @@ fn deltas_per_interval_become_per_container_counts_and_pairs_merge_per_destinati
         cpu.memory,
         Memory::Measured {
             current_bytes: 5 << 20,
-            peak_bytes: Some(10 << 20)
+            peak_bytes: Some(10 << 20),
+            working_set_bytes: None,
         }
     );
     for (c, file) in [

@@ -179,6 +179,7 @@ fn container_row(step: &str, name: &str, rows: &[(&Interval, usize)]) -> Contain
                     Memory::Measured {
                         current_bytes,
                         peak_bytes,
+                        ..
                     } => {
                         let m = peak_bytes.unwrap_or(*current_bytes);
                         mem = Some(mem.map_or(m, |x: u64| x.max(m)));
