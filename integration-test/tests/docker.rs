@@ -124,9 +124,15 @@ fn herd_image(tag: &str) -> Removed {
     Removed("image", tag.to_owned())
 }
 
-/// A container of `image` named `name` on `net` at `ip`, with `cpus` cores, running `herd
-/// contour ARGS`; returns when it printed `ready`.
-fn contour(name: &str, image: &str, net: &str, ip: &str, cpus: &str, args: &[&str]) -> Removed {
+/// A container of `image` named `name` on `net` at `ip`, with `cpus` cores and `publish`'s
+/// `docker run` options, running `herd contour ARGS`; returns when it printed `ready`.
+fn contour(
+    name: &str,
+    image: &str,
+    (net, ip, cpus): (&str, &str, &str),
+    publish: &[&str],
+    args: &[&str],
+) -> Removed {
     let mut run = vec![
         "run",
         "-d",
@@ -138,9 +144,9 @@ fn contour(name: &str, image: &str, net: &str, ip: &str, cpus: &str, args: &[&st
         ip,
         "--cpus",
         cpus,
-        image,
-        "contour",
     ];
+    run.extend_from_slice(publish);
+    run.extend_from_slice(&[image, "contour"]);
     run.extend_from_slice(args);
     docker(&run);
     let guard = Removed("container", name.to_owned());
@@ -311,9 +317,8 @@ fn docker_contour_is_discovered_named_paired_and_its_time_wait_and_throttling_ma
     let _backend = contour(
         &be_name,
         &tag,
-        &net,
-        &be_ip,
-        "1",
+        (&net, &be_ip, "1"),
+        &[],
         &[
             "backend",
             "--listen",
@@ -328,12 +333,19 @@ fn docker_contour_is_discovered_named_paired_and_its_time_wait_and_throttling_ma
     );
     let gw_listen = format!("{gw_ip}:8081");
     // A tenth of a core: the burst of calls below is throttled.
+    // Published on a loopback port, as compose users reach their gateway: the driver's
+    // target is 127.0.0.1:PORT, docker-proxy connects to the container.
+    let published_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let publish = format!("127.0.0.1:{published_port}:8081");
     let _gateway = contour(
         &gw_name,
         &tag,
-        &net,
-        &gw_ip,
-        "0.1",
+        (&net, &gw_ip, "0.1"),
+        &["-p", &publish],
         &[
             "gateway",
             "--listen",
@@ -377,7 +389,7 @@ fn docker_contour_is_discovered_named_paired_and_its_time_wait_and_throttling_ma
     // Idle: nothing runnable, so nr_throttled does not move until the load.
     let throttled_before = nr_throttled(&gw_cpu_stat);
 
-    let gateway: SocketAddr = gw_listen.parse().unwrap();
+    let gateway: SocketAddr = format!("127.0.0.1:{published_port}").parse().unwrap();
     let mut intervals = Vec::new();
     for _ in 0..N {
         call(gateway);
@@ -420,6 +432,27 @@ fn docker_contour_is_discovered_named_paired_and_its_time_wait_and_throttling_ma
         .map(|p| p.connects)
         .sum();
     assert_eq!(connects, N, "gateway → backend connects");
+    // The published port is followed to the gateway: the probe records which container
+    // serves 127.0.0.1:PORT, and docker-proxy's N connections arrive at its own address.
+    let target = format!("127.0.0.1:{published_port}");
+    let svc = last
+        .services
+        .iter()
+        .find(|s| s.container == gw_name)
+        .unwrap_or_else(|| panic!("no service for the gateway: {:?}", last.services));
+    assert_eq!(svc.serves(&target), Some(8081), "{svc:?}");
+    assert_eq!(svc.addrs, [gw_ip.parse::<std::net::IpAddr>().unwrap()]);
+    assert!(svc.names.contains(&gw_name), "{svc:?}");
+    let to_gateway: u64 = intervals
+        .iter()
+        .flat_map(|iv| &iv.pairs)
+        .filter(|p| p.remote.to_string() == gw_listen)
+        .map(|p| p.connects)
+        .sum();
+    assert_eq!(
+        to_gateway, N,
+        "docker-proxy's connections toward the gateway"
+    );
     let pair = last
         .pairs
         .iter()

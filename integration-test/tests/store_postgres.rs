@@ -24,6 +24,7 @@ fn runs_recorded_in_postgresql_read_back_and_report() {
                 containers: vec![],
                 pairs: vec![],
                 lost: 0,
+                services: Vec::new(),
             };
             store
                 .put(run.id, Source::Probe, seq, iv.at_ns, &iv)

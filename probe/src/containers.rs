@@ -184,6 +184,24 @@ impl ContainerSet {
         (appeared, ended)
     }
 
+    /// How the running Docker containers are reached (addresses, DNS names, published
+    /// ports), from the Engine API; empty without discovery or an answering engine.
+    pub fn docker_services(&self) -> Vec<crate::sample::Service> {
+        let Some(d) = &self.docker else {
+            return Vec::new();
+        };
+        let names: HashMap<String, String> = self
+            .containers
+            .iter()
+            .filter(|c| c.kind == Kind::Docker && c.ended_ns.is_none())
+            .filter_map(|c| Some((classify(&c.cgroup)?.docker_id?, c.name.clone())))
+            .collect();
+        if names.is_empty() {
+            return Vec::new();
+        }
+        d.services(&names).unwrap_or_default()
+    }
+
     /// Report names: every container, then `host`.
     pub fn names(&self) -> Vec<&str> {
         self.containers

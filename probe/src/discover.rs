@@ -11,6 +11,7 @@
 //!
 //! Everything else stays `host`.
 
+use crate::sample::{PublishedPort, Service};
 use std::{
     collections::HashMap,
     io::{Read as _, Write as _},
@@ -156,24 +157,121 @@ impl DockerNames {
     }
 
     fn query(&self, id: &str) -> Option<String> {
+        let v = self.get(&format!("/containers/{id}/json"))?;
+        Some(v.get("Name")?.as_str()?.trim_start_matches('/').to_owned())
+    }
+
+    /// One Engine API GET, `None` on any failure (500 ms per read and write).
+    fn get(&self, path: &str) -> Option<serde_json::Value> {
         let mut s = std::os::unix::net::UnixStream::connect(&self.socket).ok()?;
         s.set_read_timeout(Some(Duration::from_millis(500))).ok()?;
         s.set_write_timeout(Some(Duration::from_millis(500))).ok()?;
         // HTTP/1.0: the daemon closes after the response, so reading to EOF is the framing.
-        write!(
-            s,
-            "GET /containers/{id}/json HTTP/1.0\r\nHost: docker\r\n\r\n"
-        )
-        .ok()?;
+        // One write: an engine (or a test's fake) may read the request in one go.
+        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: docker\r\n\r\n").as_bytes())
+            .ok()?;
         let mut body = String::new();
         s.read_to_string(&mut body).ok()?;
         let (head, json) = body.split_once("\r\n\r\n")?;
         if !head.starts_with("HTTP/1.") || !head.split_whitespace().nth(1)?.starts_with('2') {
             return None;
         }
-        let v: serde_json::Value = serde_json::from_str(json).ok()?;
-        Some(v.get("Name")?.as_str()?.trim_start_matches('/').to_owned())
+        serde_json::from_str(json).ok()
     }
+
+    /// How the running containers among `names` (Docker id → report name) are reached: their
+    /// network addresses, DNS names (container name, Compose service, aliases) and published
+    /// ports, from one `GET /containers/json`. `None` when the engine does not answer.
+    pub fn services(&self, names: &HashMap<String, String>) -> Option<Vec<Service>> {
+        let list = self.get("/containers/json")?;
+        Some(services_of(&list, names))
+    }
+}
+
+/// The services of a `GET /containers/json` answer, for the containers `names` knows.
+pub fn services_of(list: &serde_json::Value, names: &HashMap<String, String>) -> Vec<Service> {
+    let mut out = Vec::new();
+    for c in list.as_array().into_iter().flatten() {
+        let Some(name) = c
+            .get("Id")
+            .and_then(|i| i.as_str())
+            .and_then(|i| names.get(i))
+        else {
+            continue;
+        };
+        let mut svc = Service {
+            container: name.clone(),
+            names: Vec::new(),
+            addrs: Vec::new(),
+            published: Vec::new(),
+        };
+        for n in c
+            .get("Names")
+            .and_then(|n| n.as_array())
+            .into_iter()
+            .flatten()
+        {
+            if let Some(n) = n.as_str() {
+                svc.names.push(n.trim_start_matches('/').to_owned());
+            }
+        }
+        if let Some(compose) = c
+            .pointer("/Labels/com.docker.compose.service")
+            .and_then(|v| v.as_str())
+        {
+            svc.names.push(compose.to_owned());
+        }
+        let networks = c
+            .pointer("/NetworkSettings/Networks")
+            .and_then(|n| n.as_object());
+        for net in networks.into_iter().flat_map(|n| n.values()) {
+            for key in ["IPAddress", "GlobalIPv6Address"] {
+                if let Some(ip) = net
+                    .get(key)
+                    .and_then(|v| v.as_str())
+                    .and_then(|v| v.parse().ok())
+                {
+                    svc.addrs.push(ip);
+                }
+            }
+            for a in net
+                .get("Aliases")
+                .and_then(|a| a.as_array())
+                .into_iter()
+                .flatten()
+            {
+                if let Some(a) = a.as_str() {
+                    svc.names.push(a.to_owned());
+                }
+            }
+        }
+        for p in c
+            .get("Ports")
+            .and_then(|p| p.as_array())
+            .into_iter()
+            .flatten()
+        {
+            let tcp = p.get("Type").and_then(|t| t.as_str()) == Some("tcp");
+            let public = p.get("PublicPort").and_then(|v| v.as_u64());
+            let private = p.get("PrivatePort").and_then(|v| v.as_u64());
+            let ip = p
+                .get("IP")
+                .and_then(|v| v.as_str())
+                .unwrap_or("0.0.0.0")
+                .parse::<std::net::IpAddr>();
+            if let (true, Some(public), Some(private), Ok(ip)) = (tcp, public, private, ip) {
+                svc.published.push(PublishedPort {
+                    host: std::net::SocketAddr::new(ip, public as u16),
+                    container_port: private as u16,
+                });
+            }
+        }
+        svc.names.sort();
+        svc.names.dedup();
+        out.push(svc);
+    }
+    out.sort_by(|a, b| a.container.cmp(&b.container));
+    out
 }
 
 /// The socket a `DOCKER_HOST` value names. Only unix sockets are spoken; any other value
@@ -223,6 +321,48 @@ mod tests {
         assert_eq!(c("/user.slice/user-0.slice/session-1.scope"), None);
         assert_eq!(c("/"), None);
         assert_eq!(c("/docker/short"), None);
+    }
+
+    #[test]
+    fn services_come_from_the_container_list_and_serve_their_published_ports() {
+        let list: serde_json::Value = serde_json::from_str(
+            r#"[{"Id":"aa","Names":["/shop-gateway-1"],
+                 "Labels":{"com.docker.compose.service":"gateway"},
+                 "Ports":[{"IP":"127.0.0.1","PrivatePort":8081,"PublicPort":18081,"Type":"tcp"},
+                          {"PrivatePort":9000,"Type":"tcp"},
+                          {"IP":"0.0.0.0","PrivatePort":53,"PublicPort":5353,"Type":"udp"}],
+                 "NetworkSettings":{"Networks":{"shop":{"IPAddress":"198.19.64.2",
+                   "GlobalIPv6Address":"","Aliases":["gw"]}}}},
+                {"Id":"bb","Names":["/unknown"]}]"#,
+        )
+        .unwrap();
+        let names = HashMap::from([("aa".to_owned(), "shop-gateway-1".to_owned())]);
+        let s = services_of(&list, &names);
+        assert_eq!(s.len(), 1, "only containers herd knows");
+        let g = &s[0];
+        assert_eq!(g.names, ["gateway", "gw", "shop-gateway-1"]);
+        assert_eq!(
+            g.addrs,
+            ["198.19.64.2".parse::<std::net::IpAddr>().unwrap()]
+        );
+        assert_eq!(
+            g.published.len(),
+            1,
+            "tcp and published only: {:?}",
+            g.published
+        );
+        assert_eq!(g.serves("127.0.0.1:18081"), Some(8081));
+        assert_eq!(g.serves("localhost:18081"), Some(8081));
+        assert_eq!(g.serves("198.19.64.2:8081"), Some(8081), "its own address");
+        assert_eq!(
+            g.serves("gateway:8081"),
+            Some(8081),
+            "its Compose service name"
+        );
+        assert_eq!(g.serves("10.1.2.3:18081"), None, "bound to 127.0.0.1 only");
+        assert_eq!(g.serves("127.0.0.1:18082"), None);
+        assert_eq!(g.serves("backend:8082"), None);
+        assert_eq!(g.serves("no-port"), None);
     }
 
     #[test]

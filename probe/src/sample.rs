@@ -267,6 +267,64 @@ impl PairGauges {
     }
 }
 
+/// Where a container is reached from outside it, as its engine (Docker) reports it: what
+/// the report follows from a driver's target (a published host port, a DNS name) to the
+/// container that serves it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Service {
+    /// The container (its report name).
+    pub container: String,
+    /// Names it answers to in its networks' DNS: its name, its Compose service, its network
+    /// aliases.
+    #[serde(default)]
+    pub names: Vec<String>,
+    /// Its addresses in its networks.
+    #[serde(default)]
+    pub addrs: Vec<IpAddr>,
+    /// Host ports published to it.
+    #[serde(default)]
+    pub published: Vec<PublishedPort>,
+}
+
+/// One host port forwarded to a container port (docker-proxy or DNAT).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PublishedPort {
+    /// The host address and port; an unspecified address (`0.0.0.0`, `::`) is every address
+    /// of the host.
+    pub host: SocketAddr,
+    /// The container's port it leads to.
+    pub container_port: u16,
+}
+
+impl Service {
+    /// True when a connection to `target` (`host:port` as a driver was given it, `localhost`
+    /// allowed) reaches this container: a published port or one of its DNS names.
+    pub fn serves(&self, target: &str) -> Option<u16> {
+        let (host, port) = target.rsplit_once(':')?;
+        let port: u16 = port.parse().ok()?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let ip: Option<IpAddr> = if host == "localhost" {
+            Some(IpAddr::from([127, 0, 0, 1]))
+        } else {
+            host.parse().ok()
+        };
+        match ip {
+            Some(ip) => self
+                .published
+                .iter()
+                .find(|p| {
+                    p.host.port() == port
+                        && (p.host.ip() == ip
+                            || p.host.ip().is_unspecified()
+                            || (ip.is_loopback() && p.host.ip().is_loopback()))
+                })
+                .map(|p| p.container_port)
+                .or_else(|| self.addrs.contains(&ip).then_some(port)),
+            None => self.names.iter().any(|n| n == host).then_some(port),
+        }
+    }
+}
+
 impl PairInterval {
     /// The row as kernel pair stats (counters and histograms), for summing intervals.
     pub fn stats(&self) -> PairStats {
@@ -294,6 +352,10 @@ pub struct Interval {
     pub pairs: Vec<PairInterval>,
     /// Events the kernel programs could not record during the interval.
     pub lost: u64,
+    /// Containers reachable through published ports or DNS names (Docker), as known at the
+    /// end of the interval: what lets the report follow a driver's target to its container.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub services: Vec<Service>,
 }
 
 /// Turns cumulative snapshots into deltas per container and per pair. `paths` maps cgroup ids
@@ -366,6 +428,7 @@ pub fn interval(
             })
             .collect(),
         lost: cur.lost().saturating_sub(prev.lost()),
+        services: Vec::new(),
     }
 }
 

@@ -50,6 +50,9 @@ pub struct Sampler {
     /// When sampling started (monotonic ns): TIME_WAIT sockets older than this are a
     /// baseline left by an earlier run, not this run's.
     start_ns: u64,
+    /// Docker containers' addresses, names and published ports, re-read from the engine when
+    /// containers appear or end (a running container's ports do not change).
+    services: Vec<crate::sample::Service>,
 }
 
 impl Sampler {
@@ -63,6 +66,7 @@ impl Sampler {
         let start_ns = crate::clock::now_ns();
         let mut s = Self {
             start_ns,
+            services: Vec::new(),
             probe: Box::new(probe),
             set,
             paths: HashMap::new(),
@@ -86,6 +90,9 @@ impl Sampler {
     pub fn refresh(&mut self, now_ns: u64) -> (Vec<String>, Vec<String>) {
         self.paths = walk(&self.layout.unified);
         let changes = self.set.refresh(&self.paths, now_ns);
+        if !changes.0.is_empty() || !changes.1.is_empty() {
+            self.services = self.set.docker_services();
+        }
         // Sticky: a container whose processes all exited keeps the addresses learned while it
         // had one, until the container itself ends.
         let live: Vec<&str> = self
@@ -141,6 +148,7 @@ impl Sampler {
         self.refresh(cur.at_ns);
         self.poll_cpu();
         let mut iv = interval(&self.prev, &cur, &self.set, &self.paths, &self.owners);
+        iv.services = self.services.clone();
         for c in &mut iv.containers {
             if let Some(k) = self.set.containers().iter().find(|k| k.name == c.container) {
                 (c.started_ns, c.ended_ns) = (k.started_ns, k.ended_ns);

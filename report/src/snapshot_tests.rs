@@ -449,6 +449,7 @@ fn probe(t: u64, phase: Option<usize>, fixed: bool) -> Interval {
         containers: vec![gateway, backend_row, host],
         pairs,
         lost: u64::from(t == 5),
+        services: Vec::new(),
     }
 }
 

@@ -135,6 +135,7 @@ async fn write_compare_reads_two_stored_runs_and_writes_both_pages() {
                     hop("gateway", "198.18.0.6:8082", "backend", per_s, tw),
                 ],
                 lost: 0,
+                services: Vec::new(),
             };
             store
                 .put(run.id, Source::Probe, i, i, &probe)

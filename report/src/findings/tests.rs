@@ -174,6 +174,7 @@ fn a_pool_flat_at_its_cap_while_latency_climbs_is_named() {
                 }),
             }],
             lost: 0,
+            services: Vec::new(),
         })
         .collect();
     let mut r = report(vec![pair(500, 0.01)], 1000);

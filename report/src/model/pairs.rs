@@ -129,6 +129,29 @@ pub(super) fn rows(d: &RunData, duration_s: f64, requests: u64) -> Vec<PairRow> 
                 on_path.push(format!("{c}|{r}"));
             }
         }
+        // A target that a container serves through a published port (docker-proxy or DNAT in
+        // between) or a Docker DNS name: the path starts at the pairs toward that container's
+        // own address and port, as the probe recorded them (`Interval::services`).
+        let served: Vec<String> = d
+            .probe
+            .iter()
+            .rev()
+            .find(|iv| !iv.services.is_empty())
+            .into_iter()
+            .flat_map(|iv| &iv.services)
+            .filter_map(|svc| Some((svc, svc.serves(t)?)))
+            .flat_map(|(svc, port)| {
+                svc.addrs
+                    .iter()
+                    .map(move |a| std::net::SocketAddr::new(*a, port).to_string())
+            })
+            .collect();
+        for (c, r) in pair_acc.keys() {
+            let key = format!("{c}|{r}");
+            if served.contains(r) && !on_path.contains(&key) {
+                on_path.push(key);
+            }
+        }
         loop {
             let sources: Vec<String> = pair_acc
                 .iter()

@@ -73,6 +73,7 @@ pub(crate) fn data() -> RunData {
             }],
             pairs: vec![],
             lost: 0,
+            services: Vec::new(),
         })
         .collect();
     let step = herd_driver::report::PhaseReport {
@@ -251,4 +252,85 @@ fn pair_rows_beyond_the_limit_are_one_other_row_of_sums() {
         "nothing lost"
     );
     crate::markdown::render(&r);
+}
+
+/// Issue #12: a driver aimed at a published port (`127.0.0.1:18081`, docker-proxy in between)
+/// still finds its request path: the probe's services say which container serves the port, so
+/// the hop toward the container's own address and the hops behind it get a churn ratio.
+#[test]
+fn a_published_port_target_is_followed_to_the_container_that_serves_it() {
+    use herd_probe::sample::{PairInterval, PublishedPort, Service};
+    let mut d = data();
+    let pair = |container: &str, remote: &str, rc: Option<&str>, connects: u64| PairInterval {
+        container: container.into(),
+        remote: remote.parse().unwrap(),
+        remote_container: rc.map(Into::into),
+        connects,
+        established: connects,
+        time_wait_entries: connects,
+        closed: connects,
+        connect_latency_us: Default::default(),
+        lifetime_ms: Default::default(),
+        connect_latency_buckets: Default::default(),
+        lifetime_buckets: Default::default(),
+        gauges: None,
+    };
+    for iv in &mut d.probe {
+        // docker-proxy (in host's row) → the gateway; the gateway → the backend, 1 per call.
+        iv.pairs
+            .push(pair("host", "198.19.64.2:8081", Some("gateway"), 100));
+        iv.pairs
+            .push(pair("gateway", "198.19.64.3:8082", Some("backend"), 100));
+        iv.services = vec![Service {
+            container: "gateway".into(),
+            names: vec!["gateway".into()],
+            addrs: vec!["198.19.64.2".parse().unwrap()],
+            published: vec![PublishedPort {
+                host: "127.0.0.1:18081".parse().unwrap(),
+                container_port: 8081,
+            }],
+        }];
+    }
+    d.final_report = Some(RunReport {
+        expected: Default::default(),
+        scenario: "t.toml".into(),
+        target: "127.0.0.1:18081".into(),
+        transport: "http1".into(),
+        connections: "per_request".into(),
+        started_unix_ms: 0,
+        duration_ms: 2000,
+        stopped_early: false,
+        requests: 200,
+        connects: 200,
+        reconnects: 0,
+        connect_errors: 0,
+        saturated_intervals: 0,
+        phases: d.phases.clone(),
+        intervals: d.driver.clone(),
+        play: Default::default(),
+    });
+    let r = Report::build(&d);
+    let churn = |remote: &str| {
+        r.pairs
+            .iter()
+            .find(|p| p.remote == remote)
+            .map(|p| p.churn_ratio.clone())
+            .unwrap()
+    };
+    assert_eq!(churn("198.19.64.2:8081"), Cell::Value(1.0));
+    assert_eq!(
+        churn("198.19.64.3:8082"),
+        Cell::Value(1.0),
+        "the hop behind the gateway"
+    );
+    // Without the services the same target finds no path.
+    for iv in &mut d.probe {
+        iv.services.clear();
+    }
+    let r = Report::build(&d);
+    assert!(
+        r.pairs
+            .iter()
+            .all(|p| matches!(&p.churn_ratio, Cell::Missing(m) if m == "not on the request path"))
+    );
 }
