@@ -65,6 +65,9 @@ enum IntegrationTest {
     Local,
     /// In QEMU, on each kernel of the matrix in xtask/src/vm.rs.
     Vm(vm::Args),
+    /// Only the Docker tests (integration-test/tests/docker.rs), on the engine `cargo xtask
+    /// ci` would use (a private dockerd under target/docker when none answers), as root.
+    Docker,
 }
 
 /// Debian packages the project needs at test or run time, with why.
@@ -428,6 +431,26 @@ fn privileged_tests() -> Result<()> {
     Ok(())
 }
 
+/// The Docker tests alone, against the engine [`docker::ensure`] picks (stopped after, when
+/// xtask started it).
+fn docker_tests() -> Result<()> {
+    let engine = docker::ensure(&root(), is_root())?;
+    let mut cmd = cargo();
+    cmd.args([
+        "test",
+        "--package",
+        "integration-test",
+        "--test",
+        "docker",
+        "--",
+        "--nocapture",
+    ]);
+    if let Some(e) = &engine {
+        cmd.env("DOCKER_HOST", e.host());
+    }
+    status(&mut cmd)
+}
+
 fn demo(args: &[String]) -> Result<()> {
     setup()?;
     status(cargo().args(["build", "--release", "--package", "herd"]))?;
@@ -453,6 +476,7 @@ fn main() -> Result<()> {
             match which {
                 IntegrationTest::Local => privileged_tests(),
                 IntegrationTest::Vm(args) => vm::run(&args),
+                IntegrationTest::Docker => docker_tests(),
             }
         }
         Task::BenchDriver(args) => {
