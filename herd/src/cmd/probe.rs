@@ -39,6 +39,10 @@ pub struct ProbeArgs {
     /// 127.0.0.1:9464; port 0 picks a free one, printed at start).
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<std::net::SocketAddr>,
+    /// Destination lines per interval: the most active pairs (new connections + TIME_WAIT
+    /// entries); the rest are one `other` line of sums.
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    pub pair_rows: usize,
     /// Only count the --container cgroups; do not discover Docker containers, Kubernetes
     /// pods, systemd services and herd's own containers.
     #[arg(long)]
@@ -47,7 +51,7 @@ pub struct ProbeArgs {
 
 /// Formats one interval: a line per active container (TCP opens, TIME_WAIT entries, CPU
 /// average / busiest 100 ms / quota, throttled share), then one line per active destination.
-pub fn print_interval(iv: &Interval, since_ns: u64) {
+pub fn print_interval(iv: &Interval, since_ns: u64, pair_rows: usize) {
     let secs = iv.interval_ns.max(1) as f64 / 1e9;
     let t = iv.at_ns.saturating_sub(since_ns) as f64 / 1e9;
     let mut lines = Vec::new();
@@ -114,20 +118,48 @@ pub fn print_interval(iv: &Interval, since_ns: u64) {
             println!("{l}");
         }
     }
-    for p in &iv.pairs {
-        let to = match &p.remote_container {
-            Some(c) => format!("{c} ({})", p.remote),
-            None => p.remote.to_string(),
-        };
-        println!(
-            "    {} -> {to}: new {:.0}/s, tw+ {:.0}/s, connect p50 <= {}us, lifetime p50 <= {}ms",
-            p.container,
-            p.connects as f64 / secs,
-            p.time_wait_entries as f64 / secs,
-            p.connect_latency_us.p50_le,
-            p.lifetime_ms.p50_le
-        );
+    for l in pair_lines(iv, pair_rows) {
+        println!("{l}");
     }
+}
+
+/// One line per destination of the interval, the `limit` most active first (by new
+/// connections plus TIME_WAIT entries), then one `other` line summing the rest: a server
+/// host's thousands of destinations must not flood the view.
+pub fn pair_lines(iv: &Interval, limit: usize) -> Vec<String> {
+    let secs = iv.interval_ns.max(1) as f64 / 1e9;
+    let mut pairs: Vec<&herd_probe::sample::PairInterval> = iv.pairs.iter().collect();
+    pairs.sort_by_key(|p| std::cmp::Reverse(p.connects + p.time_wait_entries));
+    let mut lines: Vec<String> = pairs
+        .iter()
+        .take(limit)
+        .map(|p| {
+            let to = match &p.remote_container {
+                Some(c) => format!("{c} ({})", p.remote),
+                None => p.remote.to_string(),
+            };
+            format!(
+                "    {} -> {to}: new {:.0}/s, tw+ {:.0}/s, connect p50 <= {}us, lifetime p50 <= {}ms",
+                p.container,
+                p.connects as f64 / secs,
+                p.time_wait_entries as f64 / secs,
+                p.connect_latency_us.p50_le,
+                p.lifetime_ms.p50_le
+            )
+        })
+        .collect();
+    let rest = &pairs[limit.min(pairs.len())..];
+    if !rest.is_empty() {
+        let connects: u64 = rest.iter().map(|p| p.connects).sum();
+        let tw: u64 = rest.iter().map(|p| p.time_wait_entries).sum();
+        lines.push(format!(
+            "    other: {} more pairs, new {:.0}/s, tw+ {:.0}/s (--pair-rows shows more)",
+            rest.len(),
+            connects as f64 / secs,
+            tw as f64 / secs
+        ));
+    }
+    lines
 }
 
 /// Prints the totals table: one row per container, one column per counter that is non-zero
@@ -199,7 +231,7 @@ pub fn run(args: &ProbeArgs) -> Result<()> {
         stop: &signals::stop_requested,
     };
     watch(&mut sampler, &w, |iv, sampler| {
-        print_interval(iv, t0);
+        print_interval(iv, t0, args.pair_rows);
         if let Some(m) = &metrics {
             m.publish(sampler.exposition().render());
         }
@@ -218,4 +250,53 @@ pub fn run(args: &ProbeArgs) -> Result<()> {
         tracing::info!("herd probe: stopped by signal {sig}; programs detached");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use herd_probe::sample::{Interval, PairInterval};
+
+    #[test]
+    fn the_live_view_shows_the_busiest_pairs_and_one_other_line() {
+        let pair = |i: u64| PairInterval {
+            container: "gateway".into(),
+            remote: format!("198.18.1.{}:80", i + 1).parse().unwrap(),
+            remote_container: None,
+            connects: i,
+            established: 0,
+            time_wait_entries: 1,
+            closed: 0,
+            connect_latency_us: Default::default(),
+            lifetime_ms: Default::default(),
+            connect_latency_buckets: Default::default(),
+            lifetime_buckets: Default::default(),
+            gauges: None,
+        };
+        let iv = Interval {
+            at_ns: 1_000_000_000,
+            interval_ns: 1_000_000_000,
+            containers: vec![],
+            pairs: (0..100).map(pair).collect(),
+            lost: 0,
+            services: vec![],
+        };
+        let lines = super::pair_lines(&iv, 3);
+        assert_eq!(lines.len(), 4, "{lines:#?}");
+        assert!(
+            lines[0].contains("198.18.1.100:80: new 99/s"),
+            "{}",
+            lines[0]
+        );
+        assert!(lines[2].contains("198.18.1.98:80"), "{}", lines[2]);
+        // 0 + 1 + … + 96 new connections and 97 TIME_WAIT entries in the other 97 pairs.
+        assert_eq!(
+            lines[3],
+            "    other: 97 more pairs, new 4656/s, tw+ 97/s (--pair-rows shows more)"
+        );
+        assert_eq!(
+            super::pair_lines(&iv, 100).len(),
+            100,
+            "no other line when all fit"
+        );
+    }
 }
