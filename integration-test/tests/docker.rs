@@ -86,15 +86,19 @@ fn herd_image(tag: &str) -> Removed {
     let root = ctx.join("rootfs");
     std::fs::create_dir_all(&root).unwrap();
     let herd = Path::new(env!("CARGO_BIN_EXE_herd"));
-    let stripped = Command::new("strip")
-        .arg("--strip-debug")
-        .arg("-o")
-        .arg(root.join("herd"))
-        .arg(herd)
-        .status()
-        .is_ok_and(|s| s.success());
-    if !stripped {
-        std::fs::copy(herd, root.join("herd")).unwrap();
+    // herd-workload: the one-shot client (same libraries as herd: libc, libm, libgcc_s).
+    let workload = Path::new(env!("CARGO_BIN_EXE_herd-workload"));
+    for (bin, name) in [(herd, "herd"), (workload, "herd-workload")] {
+        let stripped = Command::new("strip")
+            .arg("--strip-debug")
+            .arg("-o")
+            .arg(root.join(name))
+            .arg(bin)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !stripped {
+            std::fs::copy(bin, root.join(name)).unwrap();
+        }
     }
     let ldd = Command::new("ldd").arg(herd).output().unwrap();
     assert!(ldd.status.success(), "ldd {}", herd.display());
@@ -566,4 +570,67 @@ fn docker_contour_is_discovered_named_paired_and_its_time_wait_and_throttling_ma
         "a tenth of a core is exceeded by the burst"
     );
     assert_eq!(herd_throttled, throttled_after - throttled_before);
+
+    // A one-shot container (docker run --rm, gone before the next sample) gets its own row
+    // from the kernel's cgroup_mkdir record, not host's: 30 connects to the backend.
+    let one_shot_ip = format!("198.19.{octet}.9");
+    let _ = sampler.sample().unwrap();
+    docker(&[
+        "run",
+        "--rm",
+        "--network",
+        &net,
+        "--ip",
+        &one_shot_ip,
+        "--entrypoint",
+        "/herd-workload",
+        &tag,
+        "tcp-client",
+        "--target",
+        &be_listen,
+        "--count",
+        "30",
+    ]);
+    let after_one_shot = sampler.sample().unwrap();
+    let known = [gw_name.as_str(), be_name.as_str()];
+    let one_shot: Vec<_> = sampler
+        .containers()
+        .containers()
+        .iter()
+        .filter(|c| c.kind == Kind::Docker && !known.contains(&c.name.as_str()))
+        .cloned()
+        .collect();
+    assert_eq!(one_shot.len(), 1, "{:?}", sampler.containers().containers());
+    let os = &one_shot[0];
+    assert!(os.ended_ns.is_some(), "it is gone: {os:?}");
+    let os_row = row(&after_one_shot, &os.name).expect("the one-shot container's row");
+    assert_eq!(os_row.counts.get(Counter::Connects), 30, "{os:?}");
+    let toward_backend = |iv: &Interval, who: &str| -> u64 {
+        iv.pairs
+            .iter()
+            .filter(|p| p.container == who && p.remote.to_string() == be_listen)
+            .map(|p| p.connects)
+            .sum()
+    };
+    assert_eq!(toward_backend(&after_one_shot, &os.name), 30);
+    assert_eq!(
+        toward_backend(&after_one_shot, "host"),
+        0,
+        "nothing of it in host's row"
+    );
+    eprintln!(
+        "docker: one-shot container {} (ended): 30 connects",
+        os.name
+    );
+
+    // A stopped container is marked ended at the next interval, its row kept.
+    docker(&["stop", "-t", "1", &be_name]);
+    let after = sampler.sample().unwrap();
+    let r = row(&after, &be_name).expect("the stopped backend keeps its row");
+    assert!(
+        r.ended_ns.is_some_and(|t| t <= after.at_ns),
+        "backend ended_ns {:?}",
+        r.ended_ns
+    );
+    assert!(row(&after, &gw_name).unwrap().ended_ns.is_none());
 }

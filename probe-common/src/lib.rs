@@ -183,6 +183,34 @@ impl Loss {
 /// Capacity of the per-socket map (the issue asks for at least 64 k sockets).
 pub const MAX_SOCKS: u32 = 65_536;
 
+/// Cgroups remembered from `cgroup_mkdir`, newest kept (an LRU map): enough for the one-shot
+/// containers of many intervals.
+pub const MAX_CREATED: u32 = 1_024;
+
+/// Longest cgroup path kept from `cgroup_mkdir` (NUL included): `/system.slice/docker-<64
+/// hex>.scope` is 86 bytes, a Kubernetes pod slice about 120.
+pub const CGROUP_PATH_LEN: usize = 160;
+
+/// A cgroup v2 directory's path relative to the unified root, as `cgroup_mkdir` saw it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CgroupPath {
+    /// The path's bytes, NUL-terminated (a longer path is cut).
+    pub bytes: [u8; CGROUP_PATH_LEN],
+}
+
+impl CgroupPath {
+    /// The path up to its NUL, if it is UTF-8.
+    pub fn as_str(&self) -> Option<&str> {
+        let end = self
+            .bytes
+            .iter()
+            .position(|b| *b == 0)
+            .unwrap_or(CGROUP_PATH_LEN);
+        core::str::from_utf8(&self.bytes[..end]).ok()
+    }
+}
+
 /// Capacity of the per-destination-pair map.
 pub const MAX_PAIRS: u32 = 4_096;
 
@@ -460,6 +488,7 @@ mod pod {
     unsafe impl aya::Pod for super::PairKey {}
     unsafe impl aya::Pod for super::PairStats {}
     unsafe impl aya::Pod for super::SockInfo {}
+    unsafe impl aya::Pod for super::CgroupPath {}
 }
 
 #[cfg(test)]

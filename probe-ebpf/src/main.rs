@@ -1,9 +1,10 @@
 //! herd's kernel programs.
 //!
 //! Only program types that load on locked-down hosts are used (see `docs/build.md`): raw
-//! tracepoints, which need neither kprobes nor tracefs, and two classic tracepoints
-//! (`syscalls/sys_exit_connect`, the only place a synchronous connect() error is visible, and
-//! `sys_enter_connect`, which tells it the address family).
+//! tracepoints, which need neither kprobes nor tracefs, and classic tracepoints where no raw
+//! one carries the data: `syscalls/sys_exit_connect` (the only place a synchronous connect()
+//! error is visible), `sys_enter_connect` (which tells it the address family) and
+//! `cgroup/cgroup_mkdir` (a new cgroup's id and path).
 //! Every struct offset they dereference is resolved from the running kernel's BTF by the loader
 //! and handed in as a read-only global, so nothing of the build machine's kernel is baked in.
 //!
@@ -13,17 +14,18 @@
 #![no_main]
 
 use aya_ebpf::{
+    EbpfContext as _,
     helpers::{
         bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_ktime_get_ns,
-        bpf_probe_read_kernel, bpf_probe_read_user,
+        bpf_probe_read_kernel, bpf_probe_read_kernel_str_bytes, bpf_probe_read_user,
     },
     macros::{map, raw_tracepoint, tracepoint},
     maps::{HashMap, LruHashMap, PerCpuArray, PerCpuHashMap},
     programs::{RawTracePointContext, TracePointContext},
 };
 use probe_common::{
-    CgroupCounters, Counter, Loss, MAX_CGROUPS, MAX_PAIRS, MAX_SOCKS, PairKey, PairStats, SockInfo,
-    errno, log2_bucket, tcp_state,
+    CGROUP_PATH_LEN, CgroupCounters, CgroupPath, Counter, Loss, MAX_CGROUPS, MAX_CREATED,
+    MAX_PAIRS, MAX_SOCKS, PairKey, PairStats, SockInfo, errno, log2_bucket, tcp_state,
 };
 
 /// Per-cgroup TCP counters, keyed by cgroup v2 id. Per-CPU so increments need no atomics
@@ -58,6 +60,11 @@ static CONNECTING: LruHashMap<u64, u64> = LruHashMap::with_max_entries(16_384, 0
 /// since herd counts TCP/IP connect failures. LRU for the same reason as `CONNECTING`.
 #[map]
 static NON_INET_CONNECT: LruHashMap<u64, u8> = LruHashMap::with_max_entries(4_096, 0);
+
+/// Cgroup v2 directories by id as they are created: a one-shot container's cgroup can be
+/// gone before user space re-reads the tree, and its sockets still carry its id.
+#[map]
+static CREATED: LruHashMap<u64, CgroupPath> = LruHashMap::with_max_entries(MAX_CREATED, 0);
 
 /// Events that could not be recorded, indexed by [`Loss`]. Never silent: user space reports them.
 #[map]
@@ -301,6 +308,40 @@ fn on_close(sk: *const u8, old: i32) {
         }
     }
 }
+
+/// `cgroup/cgroup_mkdir`: `{ common (8), int root, int level, u64 id, __data_loc char[] path
+/// }` (kernel/cgroup trace events, 5.5+ with `id` a u64). Only the unified hierarchy (`root`
+/// 0, the "0::" of /proc/PID/cgroup) is kept: socket owners are v2 ids, and v1 hierarchies
+/// have their own kernfs ids.
+#[tracepoint(category = "cgroup", name = "cgroup_mkdir")]
+pub fn cgroup_mkdir(ctx: TracePointContext) -> u32 {
+    let root: i32 = unsafe { ctx.read_at(8) }.unwrap_or(-1);
+    if root != 0 {
+        return 0;
+    }
+    let Ok(id) = (unsafe { ctx.read_at::<u64>(16) }) else {
+        return 0;
+    };
+    let Ok(loc) = (unsafe { ctx.read_at::<u32>(24) }) else {
+        return 0;
+    };
+    // __data_loc: offset from the record's start in the low 16 bits.
+    let src = unsafe { (ctx.as_ptr() as *const u8).add((loc & 0xffff) as usize) };
+    let Some(p) = ZERO_PATH.get_ptr_mut(0) else {
+        return 0;
+    };
+    // Built in a per-CPU slot: 160 bytes are too many for the BPF stack next to the rest.
+    let p = unsafe { &mut *p };
+    p.bytes = [0; CGROUP_PATH_LEN];
+    if unsafe { bpf_probe_read_kernel_str_bytes(src, &mut p.bytes) }.is_ok() {
+        let _ = CREATED.insert(id, *p, 0);
+    }
+    0
+}
+
+/// Scratch space for [`cgroup_mkdir`]'s path.
+#[map]
+static ZERO_PATH: PerCpuArray<CgroupPath> = PerCpuArray::with_max_entries(1, 0);
 
 /// `syscalls/sys_enter_connect`: `{ common (8 bytes), int __syscall_nr, then one 8-byte slot
 /// per argument from offset 16: fd, uservaddr, addrlen }`, the layout of every syscall

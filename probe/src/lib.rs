@@ -30,7 +30,7 @@ use std::collections::HashMap;
 
 use aya::{
     Ebpf, EbpfLoader, VerifierLogLevel,
-    maps::{MapData, PerCpuArray, PerCpuHashMap},
+    maps::{HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap},
     programs::{ProgramError, RawTracePoint, TracePoint},
 };
 pub use error::ProbeError;
@@ -72,6 +72,11 @@ const PROGRAMS: &[(&str, Hook, &str)] = &[
         "raw tracepoints (4.17) and the tcp_retransmit_skb tracepoint (4.15)",
     ),
     (
+        "cgroup_mkdir",
+        Hook::Classic("cgroup", "cgroup_mkdir"),
+        "the cgroup_mkdir tracepoint (5.5 for its u64 id) and tracefs",
+    ),
+    (
         "sys_enter_connect",
         Hook::Classic("syscalls", "sys_enter_connect"),
         "syscall tracepoints (CONFIG_FTRACE_SYSCALLS) and tracefs",
@@ -100,6 +105,10 @@ pub struct Snapshot {
     pub at_ns: u64,
     /// Totals by cgroup v2 id.
     pub by_cgroup: HashMap<u64, Counts>,
+    /// Cgroup v2 directories created while the probe ran, by id (the `cgroup_mkdir`
+    /// tracepoint; the newest [`probe_common::MAX_CREATED`]): how a cgroup that is gone
+    /// before the tree is re-read (a one-shot container) still gets its path.
+    pub created: HashMap<u64, std::path::PathBuf>,
     /// Events the programs could not record, by [`Loss`] index.
     pub losses: [u64; Loss::Count as usize],
     /// Totals by source container → destination pair (active sockets).
@@ -267,9 +276,23 @@ impl KernelProbe {
             }
             pairs.insert(key, total);
         }
+        let map = self
+            .ebpf
+            .map("CREATED")
+            .ok_or(ProbeError::MissingMap("CREATED"))?;
+        let created_map = BpfHashMap::<&MapData, u64, probe_common::CgroupPath>::try_from(map)
+            .map_err(|source| ProbeError::Map("CREATED", source))?;
+        let mut created = HashMap::new();
+        // An LRU map may drop an entry while it is walked: skip what fails, the rest is good.
+        for (id, path) in created_map.iter().flatten() {
+            if let Some(p) = path.as_str() {
+                created.insert(id, std::path::PathBuf::from(p));
+            }
+        }
         Ok(Snapshot {
             at_ns,
             by_cgroup,
+            created,
             losses,
             pairs,
         })

@@ -53,6 +53,9 @@ pub struct Sampler {
     /// Docker containers' addresses, names and published ports, re-read from the engine when
     /// containers appear or end (a running container's ports do not change).
     services: Vec<crate::sample::Service>,
+    /// Container cgroups the kernel saw created (`cgroup_mkdir`), kept after their directory
+    /// is gone: a one-shot container's events are its own, not `host`'s.
+    created: HashMap<u64, PathBuf>,
 }
 
 impl Sampler {
@@ -67,6 +70,7 @@ impl Sampler {
         let mut s = Self {
             start_ns,
             services: Vec::new(),
+            created: HashMap::new(),
             probe: Box::new(probe),
             set,
             paths: HashMap::new(),
@@ -88,8 +92,17 @@ impl Sampler {
     /// Re-reads the cgroup tree: picks up new containers, marks vanished ones ended, and
     /// relabels destination addresses. Returns (appeared, ended) container names.
     pub fn refresh(&mut self, now_ns: u64) -> (Vec<String>, Vec<String>) {
-        self.paths = walk(&self.layout.unified);
-        let changes = self.set.refresh(&self.paths, now_ns);
+        let walked = walk(&self.layout.unified);
+        // Cgroups created and already removed since the last re-read are discovered from the
+        // kernel's record, then ended at once (their directory is gone).
+        let mut all = walked.clone();
+        for (id, path) in &self.created {
+            all.entry(*id).or_insert_with(|| path.clone());
+        }
+        let mut changes = self.set.refresh(&all, now_ns);
+        let (_, gone) = self.set.refresh(&walked, now_ns);
+        changes.1.extend(gone);
+        self.paths = all;
         if !changes.0.is_empty() || !changes.1.is_empty() {
             self.services = self.set.docker_services();
         }
@@ -142,6 +155,11 @@ impl Sampler {
     /// Reads the maps and returns the interval since the previous call.
     pub fn sample(&mut self) -> Result<Interval, ProbeError> {
         let cur = self.probe.snapshot()?;
+        for (id, path) in &cur.created {
+            if crate::discover::classify(path).is_some() {
+                self.created.entry(*id).or_insert_with(|| path.clone());
+            }
+        }
         // Every interval: a container that makes no TCP event (idle, CPU-only) has no cgroup
         // id in the maps, yet must appear within one interval (one readdir per cgroup
         // directory and a few procfs reads per container).

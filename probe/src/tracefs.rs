@@ -1,4 +1,5 @@
-//! tracefs for the classic tracepoints herd attaches (`syscalls/sys_{enter,exit}_connect`).
+//! tracefs for the classic tracepoints herd attaches (`syscalls/sys_{enter,exit}_connect`,
+//! `cgroup/cgroup_mkdir`).
 //!
 //! aya reads a tracepoint's id from tracefs at attach time; after that the perf event holds
 //! the tracepoint and tracefs is no longer needed. Many hosts mount tracefs already (systemd
