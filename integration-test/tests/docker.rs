@@ -281,9 +281,10 @@ fn docker_contour_is_discovered_named_paired_and_its_time_wait_and_throttling_ma
     let id = std::process::id();
     let tag = format!("herd-test-{id}:latest");
     let net = format!("herd-test-{id}");
-    // One /24 per test process, in 198.19.64.0/18: clear of the private engine's pool
-    // (198.19.16.0/20) and herd's sandbox (198.18.0.0/16).
-    let octet = 64 + id % 64;
+    // One /24 per test process, in 198.19.32.0/19: clear of the private engine's pool
+    // (198.19.16.0/20) and of herd's sandbox (198.18.0.0/16 between containers, /30s in
+    // 198.19.64.0–198.19.253.255 toward the host), which other tests may run meanwhile.
+    let octet = 32 + id % 32;
     let subnet = format!("198.19.{octet}.0/24");
     let (gw_ip, be_ip) = (format!("198.19.{octet}.2"), format!("198.19.{octet}.3"));
 

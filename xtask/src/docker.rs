@@ -5,7 +5,8 @@
 //! exec-root, pidfile and socket are under `target/docker/`, it creates no default bridge
 //! (`--bridge none`: the tests attach every container to a network they create, with an
 //! explicit subnet), its default address pool is 198.19.16.0/20 (inside 198.18.0.0/15, clear
-//! of herd's sandbox, which takes 198.18.0.0/16), and it leaves the host's iptables,
+//! of herd's sandbox, which takes 198.18.0.0/16 and /30s in 198.19.64.0–198.19.253.255), and it
+//! leaves the host's iptables,
 //! masquerading and ip_forward alone (containers on one bridge reach each other and the host
 //! without them; the tests send nothing beyond their own networks).
 

@@ -183,10 +183,16 @@ struct DestinationAcc {
 /// timewait socket's `idiag_expires` counts down from it.
 pub const TCP_TIMEWAIT_LEN_MS: u64 = 60_000;
 
-/// True when a timewait socket with `expires_ms` left entered TIME_WAIT more than `age_ms`
-/// ago: `TCP_TIMEWAIT_LEN - expires` is how long it has been waiting.
+/// How much earlier than `age_ms` a socket must have entered TIME_WAIT to be a baseline: the
+/// timer counts in jiffies (up to 10 ms each at HZ=100) and `jiffies` lags the clock by up to
+/// one, so a socket of this run's first milliseconds can look a little older than it is.
+pub const BASELINE_SLACK_MS: u64 = 20;
+
+/// True when a timewait socket with `expires_ms` left entered TIME_WAIT clearly (by more than
+/// [`BASELINE_SLACK_MS`]) more than `age_ms` ago: `TCP_TIMEWAIT_LEN - expires` is how long it
+/// has been waiting.
 pub fn entered_before(expires_ms: u32, age_ms: u64) -> bool {
-    TCP_TIMEWAIT_LEN_MS.saturating_sub(u64::from(expires_ms)) > age_ms
+    TCP_TIMEWAIT_LEN_MS.saturating_sub(u64::from(expires_ms)) > age_ms + BASELINE_SLACK_MS
 }
 
 /// Aggregates a dump; no socket is a baseline (see [`aggregate_since`]).
@@ -482,7 +488,15 @@ mod tests {
         assert_eq!((g.states.time_wait, g.time_wait_baseline), (3, 1));
         let d = g.destination(v4("10.0.0.2:80")).unwrap();
         assert_eq!((d.time_wait, d.time_wait_baseline), (3, 1));
-        assert!(entered_before(0, 59_999));
+        assert!(entered_before(0, 59_979));
+        assert!(
+            !entered_before(0, 59_980),
+            "within the jiffies slack: this run's"
+        );
+        assert!(
+            !entered_before(60_000 - 10_015, 10_000),
+            "15 ms before the start: this run's"
+        );
         assert!(!entered_before(60_000, 0));
         assert!(
             !entered_before(u32::MAX, 0),
