@@ -62,7 +62,7 @@ enum Task {
 enum IntegrationTest {
     /// On this host's kernel, as root.
     Local,
-    /// In QEMU, on each kernel of the matrix in xtask/src/vm.rs.
+    /// In QEMU, on each kernel of the matrix in xtask/src/vm/mod.rs.
     Vm(vm::Args),
 }
 
