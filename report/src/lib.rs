@@ -122,4 +122,19 @@ mod tests {
             "docs/report.schema.json is out of date; regenerate it with UPDATE_SCHEMA=1 cargo test -p herd-report schema"
         );
     }
+
+    /// Likewise for `compare-A-B.json`, which CI jobs read for their own gates.
+    #[test]
+    fn the_committed_compare_schema_matches_the_comparison_type() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/compare.schema.json");
+        let now = super::compare::schema();
+        if std::env::var_os("UPDATE_SCHEMA").is_some() {
+            std::fs::write(path, &now).unwrap();
+        }
+        let committed = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(
+            committed == now,
+            "docs/compare.schema.json is out of date; regenerate it with UPDATE_SCHEMA=1 cargo test -p herd-report schema"
+        );
+    }
 }
