@@ -78,6 +78,35 @@ pub struct Written {
     pub files: Vec<PathBuf>,
     /// True when an SLO of the scenario failed.
     pub slo_failed: bool,
+    /// Each broken objective in words ([`broken_objectives`]).
+    pub broken: Vec<String>,
+}
+
+/// Each objective a phase broke, in words: op, phase, objective, measured value and limit
+/// (`game.state in step 2: p99 < 500ms broken: measured 812ms, limit 500ms`).
+pub fn broken_objectives(report: &Report) -> Vec<String> {
+    report
+        .slo
+        .iter()
+        .filter(|s| !s.pass)
+        .map(|s| {
+            let show = |v: f64| {
+                if s.objective.starts_with("errors") {
+                    units::percent(v * 100.0)
+                } else {
+                    herd_driver::units::latency(v.round() as u64)
+                }
+            };
+            format!(
+                "{} in {}: `{}` broken: measured {}, limit {}",
+                s.op,
+                s.phase,
+                s.objective,
+                show(s.measured),
+                show(s.limit)
+            )
+        })
+        .collect()
 }
 
 /// Writes a built report's files into `dir`.
@@ -96,6 +125,7 @@ pub fn write_report(report: &Report, dir: &Path) -> Result<Written> {
     Ok(Written {
         files: vec![md, html, json],
         slo_failed: report.slo.iter().any(|s| !s.pass),
+        broken: broken_objectives(report),
     })
 }
 

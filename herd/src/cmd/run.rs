@@ -86,10 +86,19 @@ pub fn run(args: &RunArgs) -> Result<()> {
         println!("wrote {}", f.display());
     }
     if outcome.slo_failed {
-        anyhow::bail!(
-            "run {} broke an SLO of the scenario (see the report's SLO table)",
-            outcome.run_id
+        let n = outcome.broken.len();
+        let mut msg = format!(
+            "run {} broke an SLO of the scenario: {n} objective{} not met (the report's \
+             Objectives table has every phase); exit code {}",
+            outcome.run_id,
+            if n == 1 { "" } else { "s" },
+            crate::EXIT_CROSSED
         );
+        for b in &outcome.broken {
+            msg.push_str("\n  ");
+            msg.push_str(b);
+        }
+        return Err(crate::Crossed(msg).into());
     }
     Ok(())
 }
