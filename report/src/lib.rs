@@ -122,8 +122,14 @@ pub fn write_report(report: &Report, dir: &Path) -> Result<Written> {
     let json = base.with_extension("json");
     std::fs::write(&json, serde_json::to_string_pretty(report)?)
         .with_context(|| format!("writing {}", json.display()))?;
+    let ops = dir.join(format!("run-{}-ops.csv", report.run.id));
+    std::fs::write(&ops, export::csv::ops(report))
+        .with_context(|| format!("writing {}", ops.display()))?;
+    let timeline = dir.join(format!("run-{}-timeline.csv", report.run.id));
+    std::fs::write(&timeline, export::csv::timeline(report))
+        .with_context(|| format!("writing {}", timeline.display()))?;
     Ok(Written {
-        files: vec![md, html, json],
+        files: vec![md, html, json, ops, timeline],
         slo_failed: report.slo.iter().any(|s| !s.pass),
         broken: broken_objectives(report),
     })
