@@ -156,8 +156,22 @@ const W: f64 = 820.0;
 const H: f64 = 240.0;
 const LEFT: f64 = 78.0;
 const RIGHT: f64 = 190.0;
+/// The width of one character of an 11 px legend, generously (sans-serif averages ~6 px).
+const LEGEND_CHAR: f64 = 6.4;
 const TOP: f64 = 30.0;
 const BOTTOM: f64 = 34.0;
+
+/// A series' legend entry: its name, and `(no data)` or `(0 throughout)` when that is all
+/// there is to see of it.
+fn legend_name(se: &Series) -> String {
+    if se.points.is_empty() {
+        format!("{} (no data)", se.name)
+    } else if se.points.iter().all(|p| p.1 == 0.0) {
+        format!("{} (0 throughout)", se.name)
+    } else {
+        se.name.clone()
+    }
+}
 
 impl Chart {
     /// A chart with these lines and nothing else yet.
@@ -209,8 +223,18 @@ impl Chart {
     /// The chart as an SVG figure (with its notes as a caption under it).
     pub fn svg(&self) -> String {
         let title = esc(&self.title);
+        // The legend's column grows with its longest entry (a comparison's `game.evaluate
+        // (run 12) (no data)`), so no name is cut at the edge; the plot keeps its width.
+        let longest = self
+            .series
+            .iter()
+            .map(|s| legend_name(s).chars().count())
+            .max()
+            .unwrap_or(0);
+        let right = RIGHT.max(32.0 + LEGEND_CHAR * longest as f64);
+        let w = W - RIGHT + right;
         let mut s = format!(
-            "<figure><figcaption>{title}</figcaption><svg viewBox=\"0 0 {W} {H}\" width=\"{W}\" height=\"{H}\" role=img aria-label=\"{title}\">"
+            "<figure><figcaption>{title}</figcaption><svg viewBox=\"0 0 {w} {H}\" width=\"{w}\" height=\"{H}\" role=img aria-label=\"{title}\">"
         );
         let (x0, x1, y0, y1) = (LEFT, W - RIGHT, H - BOTTOM, TOP);
         let _ = write!(
@@ -336,15 +360,7 @@ impl Chart {
                     esc(&self.unit)
                 );
             }
-            let zero = !se.points.is_empty() && se.points.iter().all(|p| p.1 == 0.0);
-            let name = if se.points.is_empty() {
-                format!("{} (no data)", se.name)
-            } else if zero {
-                format!("{} (0 throughout)", se.name)
-            } else {
-                se.name.clone()
-            };
-            entries.push((name, Some(se)));
+            entries.push((legend_name(se), Some(se)));
         }
         if !self.bands.is_empty() {
             entries.push(("driver saturated".into(), None));
@@ -535,6 +551,25 @@ pub(crate) mod tests {
         assert_eq!(texts(&svg, "mark"), vec!["step 1", "step 2"]);
         assert!(svg.contains("class=band><title>driver saturated: CPU 190 % of 2 cores"));
         assert!(texts(&svg, "legend").contains(&"driver saturated".to_owned()));
+    }
+
+    #[test]
+    fn a_long_legend_widens_the_figure_not_the_cut() {
+        let name = "game.evaluate (run 12)";
+        let c = Chart::new("p99", "ms", vec![Series::new(name, 3, vec![])]);
+        let svg = c.svg();
+        let width: f64 = attrs(&svg, "svg", "width")[0].parse().unwrap();
+        let legend_x = W - RIGHT + 10.0 + 22.0;
+        let text = format!("{name} (no data)");
+        assert!(
+            legend_x + LEGEND_CHAR * text.len() as f64 <= width,
+            "{width}: {svg}"
+        );
+        assert_eq!(
+            attrs(&chart().svg(), "svg", "width"),
+            vec![W.to_string()],
+            "short names keep the default"
+        );
     }
 
     #[test]

@@ -422,7 +422,7 @@ fn timeline(b: &mut Vec<Block>, r: &Report) {
         let ports = container_points(t, n, PORTS);
         if !ports.is_empty() {
             series
-                .push(Series::new("ephemeral ports (the cliff)", 1, ports).stroke(Stroke::Dashed));
+                .push(Series::new("ephemeral ports (the cliff)", 5, ports).stroke(Stroke::Dashed));
         }
         b.push(chart(
             &format!("TIME_WAIT sockets of {n} against its ephemeral-port range"),
