@@ -1,7 +1,10 @@
 //! Two runs side by side — before and after a fix — as one table with deltas and ratios: the
-//! seeds' before/after table (TIME_WAIT, new connections/s, CPU peak per container, p99 per op,
-//! errors, findings), built from two [`Report`]s by a pure function and written as Markdown and
-//! a self-contained HTML page. A value one run lacks shows why, never an empty cell.
+//! seeds' before/after table (TIME_WAIT, new connections/s, CPU peak per container, latency
+//! per op over the whole run and per step, errors, findings), built from two [`Report`]s by a
+//! pure function and written as Markdown, a self-contained HTML page with both runs'
+//! timelines overlaid, and JSON (schema: `docs/compare.schema.json`). A value one run lacks
+//! shows why, never an empty cell. `--fail-on` gates ([`crate::gate`]) are checked on the
+//! whole-run totals of both runs ([`apply_gates`]).
 
 use std::{
     collections::BTreeMap,
@@ -12,13 +15,18 @@ use anyhow::{Context as _, Result};
 use serde::{Deserialize, Serialize};
 
 use super::{
+    chart::{Chart, Series, Stroke},
     doc::{Block, Column, Document, Table, Text, Value, ValueKind},
     findings::Finding,
-    model::{Cell, ContainerRow, OpTotal, PairRow, Report, RunSummary},
+    gate::{Gate, OpFigures, Verdict},
+    model::{Cell, ContainerRow, OpRow, OpTotal, PairRow, Report, RunSummary, TimelinePoint},
+    sections,
 };
 
 /// The part of the comparison a row belongs to; rows come in this order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Section {
     /// A source container → destination.
@@ -27,12 +35,14 @@ pub enum Section {
     Container,
     /// An op, over the whole run.
     Op,
+    /// An op in one phase (step), matched by the phase's name.
+    Step,
     /// The run's totals.
     Run,
 }
 
 /// How a metric's numbers are stored (the JSON holds the stored form) and shown.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Unit {
     /// A count.
@@ -41,7 +51,7 @@ pub enum Unit {
     PerSecond,
     /// A plain ratio (churn: new connections per request).
     Ratio,
-    /// CPU cores, shown as percent of one core (the seeds read `docker stats`, which does so).
+    /// CPU cores, shown in cores with the share of the container's quota beside it.
     Cores,
     /// A share in 0..=1, shown in percent; its deltas in percentage points.
     Share,
@@ -52,7 +62,7 @@ pub enum Unit {
 }
 
 /// Which direction of change is an improvement.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Better {
     /// Less is better (TIME_WAIT, CPU, latency, errors).
@@ -64,7 +74,7 @@ pub enum Better {
 }
 
 /// One run's value in a row.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Side {
     /// The value, or why there is none.
     pub value: Cell,
@@ -73,6 +83,9 @@ pub struct Side {
     /// not sampled).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub implied: bool,
+    /// The container's CPU quota in that run, cores (CPU rows of a container with one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota_cores: Option<f64>,
 }
 
 impl Side {
@@ -80,6 +93,7 @@ impl Side {
         Self {
             value,
             implied: false,
+            quota_cores: None,
         }
     }
 
@@ -89,12 +103,15 @@ impl Side {
 }
 
 /// One row of the before/after table.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Row {
     /// Which part of the table.
     pub section: Section,
     /// `gateway → backend`, `gateway`, `game.state`, or `run`.
     pub subject: String,
+    /// The phase of a `step` row (`step 2`); absent for whole-run rows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
     /// What is compared, e.g. `TIME_WAIT peak`.
     pub metric: String,
     /// How the numbers are stored and shown.
@@ -112,20 +129,110 @@ pub struct Row {
 }
 
 /// Two runs compared.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Comparison {
+    /// The JSON form's schema version ([`SCHEMA_VERSION`]; docs/compare.schema.json).
+    pub schema_version: u32,
+    /// The herd that compared them.
+    pub herd_version: String,
     /// The run before the change.
     pub before: RunSummary,
     /// The run after it.
     pub after: RunSummary,
-    /// Pairs, then containers, then ops, then run totals.
+    /// Pairs, then containers, then ops over the whole run, then ops per step, then run
+    /// totals.
     pub rows: Vec<Row>,
+    /// The `--fail-on` gates' verdicts (empty without gates).
+    #[serde(default)]
+    pub gates: Vec<GateVerdict>,
     /// The first run's findings.
     pub before_findings: Vec<Finding>,
     /// The second run's findings.
     pub after_findings: Vec<Finding>,
     /// How the numbers were obtained and why some are missing.
     pub notes: Vec<String>,
+    /// Both runs' timelines, for the overlaid charts (each run's own JSON report has them).
+    #[serde(skip)]
+    pub timelines: [Vec<TimelinePoint>; 2],
+    /// Both runs' whole-run totals per op, what the gates are checked on.
+    #[serde(skip)]
+    pub totals: [Vec<OpTotal>; 2],
+}
+
+/// The comparison JSON's schema version: bumped whenever a field changes meaning or goes.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// One `--fail-on` gate checked on one op.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct GateVerdict {
+    /// The gate as written (`p99 +10%`).
+    pub gate: String,
+    /// The op it was checked on.
+    pub op: String,
+    /// Whether the comparison passes it.
+    pub pass: bool,
+    /// The figures and the change, in words (`p99 100ms → 115ms (+15.0 %)`).
+    pub detail: String,
+}
+
+impl From<Verdict> for GateVerdict {
+    fn from(v: Verdict) -> Self {
+        Self {
+            gate: v.gate,
+            op: v.op,
+            pass: v.pass,
+            detail: v.detail,
+        }
+    }
+}
+
+/// A run's whole-run figures of `t`, as the gates read them.
+fn figures(t: &OpTotal) -> OpFigures {
+    let lat = t.latency.value();
+    OpFigures {
+        latency_us: lat
+            .map(|l| {
+                vec![
+                    (500, l.p50_us as f64),
+                    (900, l.p90_us as f64),
+                    (990, l.p99_us as f64),
+                    (999, l.p999_us as f64),
+                    (1000, l.max_us as f64),
+                ]
+            })
+            .unwrap_or_default(),
+        mean_us: lat.map(|l| l.mean_us),
+        rate: Some(t.rate),
+        error_share: (t.count > 0).then(|| t.split.error_share()),
+    }
+}
+
+/// Checks `gates` on both runs' whole-run totals per op and keeps the verdicts in `c`;
+/// returns whether every gate passed.
+pub fn apply_gates(c: &mut Comparison, gates: &[Gate]) -> bool {
+    let [a, b] = &c.totals;
+    let names = union_in_order(
+        a.iter().map(|o| o.op.as_str()),
+        b.iter().map(|o| o.op.as_str()),
+    );
+    let ops: Vec<(String, Option<OpFigures>, Option<OpFigures>)> = names
+        .into_iter()
+        .map(|op| {
+            let f = |ts: &[OpTotal]| ts.iter().find(|t| t.op == op).map(figures);
+            (op.clone(), f(a), f(b))
+        })
+        .collect();
+    c.gates = crate::gate::check(gates, &ops)
+        .into_iter()
+        .map(GateVerdict::from)
+        .collect();
+    c.gates.iter().all(|g| g.pass)
+}
+
+/// The JSON schema of [`Comparison`], as committed in `docs/compare.schema.json`.
+pub fn schema() -> String {
+    let schema = schemars::schema_for!(Comparison);
+    serde_json::to_string_pretty(&schema).expect("a schema serializes") + "\n"
 }
 
 /// A Linux socket stays in TIME_WAIT for 60 s (`TCP_TIMEWAIT_LEN`); the report's implied peak
@@ -170,6 +277,7 @@ fn row(
     Row {
         section,
         subject: subject.to_owned(),
+        phase: None,
         metric: metric.to_owned(),
         unit,
         better,
@@ -248,6 +356,7 @@ pub fn compare(a: &Report, b: &Report) -> Comparison {
     pair_rows(a, b, &mut rows, &mut notes);
     container_rows(a, b, &mut rows);
     op_rows(a, b, &mut rows);
+    step_rows(a, b, &mut rows);
 
     // Run totals.
     let count = |v: u64| Side::of(Cell::Value(v as f64));
@@ -323,13 +432,23 @@ pub fn compare(a: &Report, b: &Report) -> Comparison {
             ));
         }
     }
+    notes.push(
+        "Per step: each op in each phase of the same name in both runs, from that phase's \
+         histogram of the op."
+            .into(),
+    );
     Comparison {
+        schema_version: SCHEMA_VERSION,
+        herd_version: env!("CARGO_PKG_VERSION").into(),
         before: a.run.clone(),
         after: b.run.clone(),
         rows,
+        gates: Vec::new(),
         before_findings: a.findings.clone(),
         after_findings: b.findings.clone(),
         notes,
+        timelines: [a.timeline.clone(), b.timeline.clone()],
+        totals: [a.totals.clone(), b.totals.clone()],
     }
 }
 
@@ -433,6 +552,7 @@ fn pair_rows(a: &Report, b: &Report, rows: &mut Vec<Row>, notes: &mut Vec<String
                     Side {
                         value: Cell::Value(total),
                         implied,
+                        quota_cores: None,
                     }
                 }
                 PairMetric::Churn => Side::of(sum(ps.iter().map(|p| &p.churn_ratio))),
@@ -537,13 +657,14 @@ fn container_rows(a: &Report, b: &Report, rows: &mut Vec<Row>) {
                 if let Some(why) = probe_missing(reports[i]) {
                     return Side::missing(why);
                 }
-                let cells = sides[i]
-                    .iter()
-                    .filter(|c| &c.container == name)
-                    .map(|c| pick(c));
-                Side::of(peak(cells).unwrap_or_else(|| {
+                let mine = || sides[i].iter().filter(|c| &c.container == name);
+                let mut s = Side::of(peak(mine().map(|c| pick(c))).unwrap_or_else(|| {
                     Cell::Missing(format!("no container {name} in run {}", ids[i]))
-                }))
+                }));
+                if unit == Unit::Cores {
+                    s.quota_cores = peak(mine().map(|c| &c.cpu_cap)).and_then(|c| c.value());
+                }
+                s
             };
             rows.push(row(
                 Section::Container,
@@ -624,6 +745,63 @@ fn op_rows(a: &Report, b: &Report, rows: &mut Vec<Row>) {
     }
 }
 
+/// Per phase × op, for every phase name either run has: p50, p99, error share and req/s,
+/// each from that phase's histogram of the op. A new contour keeps its plan, so phases line
+/// up by name (`step 2` with `step 2`).
+fn step_rows(a: &Report, b: &Report, rows: &mut Vec<Row>) {
+    let ids = [a.run.id, b.run.id];
+    let mut keys: Vec<(String, String)> = Vec::new();
+    for o in a.ops.iter().chain(&b.ops) {
+        let k = (o.phase.clone(), o.op.clone());
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    type Metric = fn(&OpRow) -> Cell;
+    let metrics: [(&str, Unit, Better, Metric); 4] = [
+        ("p50", Unit::Micros, Better::Lower, |o| {
+            Cell::Value(o.latency.p50_us as f64)
+        }),
+        ("p99", Unit::Micros, Better::Lower, |o| {
+            Cell::Value(o.latency.p99_us as f64)
+        }),
+        (
+            "error share (errors / count; expected outcomes apart)",
+            Unit::Share,
+            Better::Lower,
+            |o| Cell::Value(o.split.error_share()),
+        ),
+        ("req/s", Unit::PerSecond, Better::Higher, |o| {
+            Cell::Value(o.rate)
+        }),
+    ];
+    for (phase, op) in keys {
+        let found = [a, b].map(|r| r.ops.iter().find(|o| o.phase == phase && o.op == op));
+        for (metric, unit, better, f) in metrics {
+            let side = |i: usize| -> Side {
+                match found[i] {
+                    None => Side::missing(format!("op not run in {phase} of run {}", ids[i])),
+                    Some(o) if o.count == 0 && metric != "req/s" => {
+                        Side::missing("no requests recorded")
+                    }
+                    Some(o) => Side::of(f(o)),
+                }
+            };
+            let mut r = row(
+                Section::Step,
+                &op,
+                metric,
+                unit,
+                better,
+                [side(0), side(1)],
+                ids,
+            );
+            r.phase = Some(phase.clone());
+            rows.push(r);
+        }
+    }
+}
+
 /// `v` in `unit`, signed (`+3`, `-26500`) when `signed`.
 fn show(unit: Unit, v: f64, signed: bool) -> String {
     let m = v.abs();
@@ -634,8 +812,7 @@ fn show(unit: Unit, v: f64, signed: bool) -> String {
         Unit::Ratio if m > 0.0 && m < 0.01 => format!("{m:.4}"),
         Unit::Ratio if m < 0.1 => format!("{m:.3}"),
         Unit::Ratio => format!("{m:.2}"),
-        Unit::Cores if m >= 0.1 => format!("{:.0}", m * 100.0),
-        Unit::Cores => format!("{:.1}", m * 100.0),
+        Unit::Cores => format!("{m:.2}"),
         // Error shares live well under 1 % (the seeds' 0.07 %); one decimal would say 0.
         Unit::Share if m > 0.0 && m < 0.01 => format!("{:.2}", m * 100.0),
         Unit::Share => format!("{:.1}", m * 100.0),
@@ -653,7 +830,7 @@ fn show(unit: Unit, v: f64, signed: bool) -> String {
     };
     let suffix = match unit {
         Unit::Count | Unit::PerSecond | Unit::Ratio => "",
-        Unit::Cores => " %",
+        Unit::Cores => " cores",
         Unit::Share if signed => " pp",
         Unit::Share => " %",
         Unit::Micros => " ms",
@@ -665,6 +842,7 @@ fn show(unit: Unit, v: f64, signed: bool) -> String {
 fn show_side(unit: Unit, s: &Side) -> String {
     match &s.value {
         Cell::Value(v) if s.implied => format!("≈ {} (implied)", show(unit, *v, false)),
+        Cell::Value(v) if unit == Unit::Cores => crate::units::cores(*v, s.quota_cores),
         Cell::Value(v) => show(unit, *v, false),
         Cell::Missing(why) => format!("n/a ({why})"),
     }
@@ -702,6 +880,11 @@ fn what(r: &Row) -> String {
         Section::Pair => format!("pair {}", r.subject),
         Section::Container => format!("container {}", r.subject),
         Section::Op => format!("op {}", r.subject),
+        Section::Step => format!(
+            "op {} in {}",
+            r.subject,
+            r.phase.as_deref().unwrap_or("a phase")
+        ),
         Section::Run => r.subject.clone(),
     }
 }
@@ -761,6 +944,7 @@ pub fn before_after(c: &Comparison) -> Table {
                 Section::Pair => "Connections per source → destination",
                 Section::Container => "Containers (peaks over the load steps)",
                 Section::Op => "Ops over the whole run",
+                Section::Step => "Ops per step",
                 Section::Run => "Run totals",
             });
         }
@@ -782,17 +966,174 @@ pub fn table(c: &Comparison) -> String {
     crate::markdown::table(&before_after(c))
 }
 
-/// The comparison's page: both runs, the table, both runs' findings, notes.
-pub fn document(c: &Comparison) -> Document {
-    let mut b = vec![
-        Block::List(vec![
-            Text::plain("before: ").then_all(run_line(&c.before)),
-            Text::plain("after: ").then_all(run_line(&c.after)),
-        ]),
-        Block::Heading(2, "Before / after".into()),
-        Block::Table(before_after(c)),
-        Block::Heading(2, "Findings".into()),
+/// One chart of both runs on the same axes: `series(timeline, colour base)` of each, the
+/// run before dashed and lighter, each legend entry naming its run. Phase marks and the
+/// driver's saturated intervals are the run after's; short intervals of either run stay off
+/// the scale.
+fn overlay(
+    c: &Comparison,
+    title: &str,
+    unit: &str,
+    series: &dyn Fn(&[TimelinePoint]) -> Vec<Series>,
+) -> Chart {
+    let [ta, tb] = &c.timelines;
+    let mut lines = Vec::new();
+    for (t, id, stroke) in [
+        (ta, c.before.id, Stroke::Before),
+        (tb, c.after.id, Stroke::Solid),
+    ] {
+        for mut s in series(t) {
+            s.name = format!("{} (run {id})", s.name);
+            if s.stroke == Stroke::Solid {
+                s.stroke = stroke;
+            }
+            lines.push(s);
+        }
+    }
+    let mut chart = sections::timeline_chart(tb, title, unit, lines);
+    chart.off_scale.extend(sections::short_intervals(ta));
+    chart.x_max = [ta, tb]
+        .iter()
+        .filter_map(|t| t.last().map(TimelinePoint::end_s))
+        .reduce(f64::max);
+    chart.notes.retain(|n| !n.starts_with("The interval at"));
+    if lines_empty(&chart) {
+        chart.empty = Some("neither run recorded this".into());
+    }
+    chart
+}
+
+fn lines_empty(c: &Chart) -> bool {
+    c.series.iter().all(|s| s.points.is_empty())
+}
+
+/// Both runs' timelines overlaid: req/s, p99 per op, per container connects/s, CPU and the
+/// TIME_WAIT gauge.
+fn charts(c: &Comparison) -> Vec<Block> {
+    if c.timelines.iter().all(Vec::is_empty) {
+        return Vec::new();
+    }
+    let ops = union_in_order(
+        sections::timeline_ops(&c.timelines[0])
+            .iter()
+            .map(String::as_str),
+        sections::timeline_ops(&c.timelines[1])
+            .iter()
+            .map(String::as_str),
+    );
+    let per_op = |f: fn(&crate::model::TimelineOp) -> f64| {
+        let ops = ops.clone();
+        move |t: &[TimelinePoint]| -> Vec<Series> {
+            ops.iter()
+                .enumerate()
+                .map(|(i, op)| {
+                    Series::new(
+                        op.clone(),
+                        i,
+                        sections::points_of(t, &|p| p.ops.iter().find(|o| o.op == *op).map(f)),
+                    )
+                })
+                .collect()
+        }
+    };
+    let mut containers: Vec<String> = sections::timeline_containers(&c.timelines[0]);
+    for n in sections::timeline_containers(&c.timelines[1]) {
+        if !containers.contains(&n) {
+            containers.push(n);
+        }
+    }
+    let by = |f: sections::ContainerFigure| {
+        let names = containers.clone();
+        move |t: &[TimelinePoint]| -> Vec<Series> {
+            names
+                .iter()
+                .enumerate()
+                .map(|(i, n)| Series::new(n.clone(), i, sections::container_points(t, n, f)))
+                .filter(|s| !s.points.is_empty())
+                .collect()
+        }
+    };
+    let mut out = vec![
+        Block::Heading(2, "Timelines, both runs".into()),
+        Block::Chart({
+            let mut ch = overlay(
+                c,
+                "Requests per second, by op",
+                "req/s",
+                &per_op(|o| o.req_per_s),
+            );
+            // A note of the chart, not a paragraph: the Markdown, which has no charts, skips
+            // the whole section.
+            ch.notes.insert(
+                0,
+                format!(
+                    "Run {} dashed and lighter, run {} solid, on the same axes.",
+                    c.before.id, c.after.id
+                ),
+            );
+            ch
+        }),
+        Block::Chart(overlay(
+            c,
+            "p99 latency, by op",
+            "ms",
+            &per_op(|o| o.p99_us as f64 / 1e3),
+        )),
     ];
+    if !containers.is_empty() {
+        out.push(Block::Chart(overlay(
+            c,
+            "New TCP connections per second, by container",
+            "connects/s",
+            &by(sections::CONNECTS),
+        )));
+        out.push(Block::Chart(overlay(
+            c,
+            "CPU, by container",
+            "cores",
+            &by(sections::CPU),
+        )));
+        out.push(Block::Chart(overlay(
+            c,
+            "TIME_WAIT sockets, by container",
+            "sockets",
+            &by(sections::TIME_WAIT),
+        )));
+    }
+    out
+}
+
+/// The gates' verdicts, one line each.
+pub fn gate_lines(c: &Comparison) -> Vec<String> {
+    c.gates
+        .iter()
+        .map(|g| {
+            format!(
+                "{} `{}` on {}: {}",
+                if g.pass { "pass" } else { "FAIL" },
+                g.gate,
+                g.op,
+                g.detail
+            )
+        })
+        .collect()
+}
+
+/// The comparison's page: both runs, the gates, the table, both runs' timelines overlaid,
+/// both runs' findings, notes.
+pub fn document(c: &Comparison) -> Document {
+    let mut b = vec![Block::List(vec![
+        Text::plain("before: ").then_all(run_line(&c.before)),
+        Text::plain("after: ").then_all(run_line(&c.after)),
+    ])];
+    if !c.gates.is_empty() {
+        b.push(Block::Heading(2, "Gates (--fail-on)".into()));
+        b.push(Block::List(gate_lines(c).iter().map(Text::plain).collect()));
+    }
+    b.push(Block::Heading(2, "Before / after".into()));
+    b.push(Block::Table(before_after(c)));
+    b.extend(charts(c));
+    b.push(Block::Heading(2, "Findings".into()));
     for (label, r, fs) in [
         ("before", &c.before, &c.before_findings),
         ("after", &c.after, &c.after_findings),
@@ -829,7 +1170,7 @@ pub fn html(c: &Comparison) -> String {
     crate::html::document(&document(c))
 }
 
-/// Writes `compare-<A>-<B>.md` and `.html` into `dir`.
+/// Writes `compare-<A>-<B>.md`, `.html` and `.json` into `dir`.
 pub fn write_comparison(c: &Comparison, dir: &Path) -> Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let base = dir.join(format!("compare-{}-{}", c.before.id, c.after.id));
@@ -837,7 +1178,10 @@ pub fn write_comparison(c: &Comparison, dir: &Path) -> Result<Vec<PathBuf>> {
     std::fs::write(&md, markdown(c)).with_context(|| format!("writing {}", md.display()))?;
     let page = base.with_extension("html");
     std::fs::write(&page, html(c)).with_context(|| format!("writing {}", page.display()))?;
-    Ok(vec![md, page])
+    let json = base.with_extension("json");
+    std::fs::write(&json, serde_json::to_string_pretty(c)? + "\n")
+        .with_context(|| format!("writing {}", json.display()))?;
+    Ok(vec![md, page, json])
 }
 
 #[cfg(test)]
@@ -1234,7 +1578,7 @@ mod tests {
         let md = markdown(&c);
         for needle in [
             "| pair gateway → backend | TIME_WAIT peak | 26500 | 0 | -26500 | → 0 |",
-            "| container gateway | CPU burst peak (busiest 100 ms) | 175 % | 26 % | -149 % | ÷6.73 |",
+            "| container gateway | CPU burst peak (busiest 100 ms) | 1.75 cores (58 % of 3.00) | 0.26 cores (9 % of 3.00) | -1.49 cores | ÷6.73 |",
             "| op game.state | p99 | 600 ms | 200 ms | -400 ms | ÷3.00 |",
             "| run | findings: churn_cliff | 1 | 0 | -1 | → 0 |",
             "| pair gateway → 10.0.0.9:53 | new connections/s | 0.0 | 0.5 | +0.5 | n/a (before is 0) |",
@@ -1346,7 +1690,8 @@ mod tests {
     fn numbers_show_in_their_units() {
         assert_eq!(show(Unit::Share, 0.0007, false), "0.07 %");
         assert_eq!(show(Unit::Share, -0.02, true), "-2.0 pp");
-        assert_eq!(show(Unit::Cores, 0.045, false), "4.5 %");
+        assert_eq!(show(Unit::Cores, 0.71, false), "0.71 cores");
+        assert_eq!(show(Unit::Cores, -1.49, true), "-1.49 cores");
         assert_eq!(show(Unit::Micros, 1500.0, false), "1.5 ms");
         assert_eq!(show(Unit::Count, 0.2, true), "0");
         assert_eq!(show(Unit::Mib, 2.0, true), "+2.0 MiB");
