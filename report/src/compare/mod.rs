@@ -371,8 +371,15 @@ pub fn compare(a: &Report, b: &Report) -> Comparison {
     let totals = [
         // Same load, more requests served: the system kept up better.
         ("requests", Better::Higher, [a.run.requests, b.run.requests]),
+        // Expected outcomes are part of normal play: more of them with more play is no
+        // regression, so they are shown but never painted.
         (
-            "errors (not ok)",
+            "expected outcomes",
+            Better::Neither,
+            [a.run.split.expected, b.run.split.expected],
+        ),
+        (
+            "errors (neither ok nor expected)",
             Better::Lower,
             [a.run.errors, b.run.errors],
         ),
