@@ -4,7 +4,7 @@
 use std::{
     future::{Future, poll_fn},
     pin::Pin,
-    sync::Arc,
+    sync::{Arc, atomic::Ordering::SeqCst},
     task::{Context, Poll},
     time::{Duration, Instant},
 };
@@ -27,6 +27,12 @@ use crate::{
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("the player was told to stop")]
 pub struct Stopped;
+
+/// A place held for one op in a phase ([`Session::enter`]); spend it with
+/// [`Session::call_entered`].
+#[derive(Debug)]
+#[must_use = "a place not spent keeps its phase from completing"]
+pub(crate) struct Entered(usize);
 
 /// A player's logic, called turn after turn until the player is stopped. The driver paces
 /// turns (`think` or `tick` from the scenario), measures every op and counts outcomes.
@@ -221,6 +227,13 @@ impl Session {
         self.call_from(op, None).await
     }
 
+    /// Takes a place for one op in the phase open now, to be sent later by
+    /// [`Session::call_entered`]: an open-model arrival belongs to the phase it was
+    /// scheduled in, however late its task first runs. `None` when no phase is open.
+    pub(crate) fn enter(&self) -> Option<Entered> {
+        self.role.gate.enter(&self.shared.started).map(Entered)
+    }
+
     /// [`Session::call`] whose latency counts from `intended` when given (an open-model
     /// arrival's scheduled send time), not from the moment it was sent.
     pub(crate) async fn call_from(
@@ -228,12 +241,30 @@ impl Session {
         op: usize,
         intended: Option<Instant>,
     ) -> Result<Reply, Stopped> {
-        if self.stopping() || self.role.max_ops.is_some_and(|m| self.ops_done >= m) {
+        if self.stopping() {
             return Err(Stopped);
         }
+        let entered = self.enter().ok_or(Stopped)?;
+        self.call_entered(op, intended, entered).await
+    }
+
+    /// Sends op `op` in the phase `entered` holds a place in. The op goes out even when the
+    /// phase closed or the run began to stop since (it was due inside its phase; the stop's
+    /// grace covers it, and the abort after the grace cancels it), so what was dispatched
+    /// is what is recorded.
+    pub(crate) async fn call_entered(
+        &mut self,
+        op: usize,
+        intended: Option<Instant>,
+        Entered(phase): Entered,
+    ) -> Result<Reply, Stopped> {
         let shared = self.shared.clone();
+        if self.role.max_ops.is_some_and(|m| self.ops_done >= m) {
+            // Give the place back: the phase is complete without this op.
+            shared.started[phase].fetch_sub(1, SeqCst);
+            return Err(Stopped);
+        }
         let n_ops = shared.scenario.ops.len();
-        let phase = self.role.gate.enter(&shared.started).ok_or(Stopped)?;
         self.ops_done += 1;
         let row = (phase * n_ops + op) as u32;
         let o = &shared.scenario.ops[op];

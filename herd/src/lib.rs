@@ -29,6 +29,18 @@ pub fn environment(e: impl Into<anyhow::Error>) -> anyhow::Error {
     anyhow::Error::new(EnvironmentError(e.into()))
 }
 
+/// herd's exit code when it worked and the measured system crossed a limit the user set: an
+/// objective of the scenario in `herd run`, a `--fail-on` gate in `herd compare`. 99, as k6
+/// exits when a threshold is crossed, apart from herd's own failures (1) and bad usage or an
+/// environment to fix (2). docs/report.md lists them.
+pub const EXIT_CROSSED: u8 = 99;
+
+/// A verdict rather than a failure of herd (see [`EXIT_CROSSED`]): its message says which
+/// limit was crossed, by how much.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Crossed(pub String);
+
 /// herd: a load driver and an eBPF host probe in one binary. The probe counts, in the kernel
 /// and per container (cgroup), what load does to the host's TCP stack.
 #[derive(Debug, Parser)]
@@ -91,6 +103,9 @@ pub fn run(cli: Cli) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("Error: {e:#}");
+            if e.downcast_ref::<Crossed>().is_some() {
+                return ExitCode::from(EXIT_CROSSED);
+            }
             let env = e.downcast_ref::<EnvironmentError>().is_some();
             ExitCode::from(if env { 2 } else { 1 })
         }

@@ -92,6 +92,8 @@ pub struct RunOutcome {
     pub files: Vec<PathBuf>,
     /// Whether the report's objective checks failed.
     pub slo_failed: bool,
+    /// Each broken objective in words (op, phase, objective, measured, limit).
+    pub broken: Vec<String>,
     /// What the scenario's `[seed]` inserted before the load, if it has one.
     pub seeded: Option<Seeded>,
     /// What was removed after the load (None without `[seed]` or when kept).
@@ -295,6 +297,7 @@ async fn report(
     let written = herd_report::write_report(&Report::build(&data), out)?;
     outcome.files = written.files;
     outcome.slo_failed = written.slo_failed;
+    outcome.broken = written.broken;
     Ok(outcome)
 }
 
@@ -430,6 +433,7 @@ async fn record(
         store: config.store.clone(),
         files: Vec::new(),
         slo_failed: false,
+        broken: Vec::new(),
         seeded: None,
         seed_cleaned: None,
     })

@@ -138,6 +138,7 @@ session = "INSERT INTO sessions (token_hash, account_id) VALUES ({{token_hash}},
         quiet: true,
         keep_seed,
         insecure: false,
+        hdr_log: None,
     };
     let outcome = session::run(&args(false).config().unwrap()).unwrap();
     let seeded = outcome.seeded.as_ref().unwrap();
@@ -237,6 +238,7 @@ fn herd_run_fails_before_the_load_when_the_seed_database_is_unreachable() {
             quiet: true,
             keep_seed: false,
             insecure: false,
+            hdr_log: None,
         }
         .config()
         .unwrap(),

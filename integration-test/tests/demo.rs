@@ -163,15 +163,20 @@ fn a_broken_objective_fails_the_run_and_is_reported_per_step() {
             .output()
             .unwrap()
     };
-    // 1 µs cannot be met: the run fails, and says why.
+    // 1 µs cannot be met: the run fails with the code of a crossed limit, and says why.
     let failed = run(&scenario("1us"));
     assert_eq!(
         failed.status.code(),
-        Some(1),
+        Some(99),
         "{}",
         String::from_utf8_lossy(&failed.stderr)
     );
-    assert!(String::from_utf8_lossy(&failed.stderr).contains("broke an SLO"));
+    let stderr = String::from_utf8_lossy(&failed.stderr);
+    assert!(stderr.contains("broke an SLO"), "{stderr}");
+    assert!(
+        stderr.contains("health in step 1: `p99 < 1us` broken: measured "),
+        "{stderr}"
+    );
     let passed = run(&scenario("10s"));
     assert!(
         passed.status.success(),

@@ -24,8 +24,9 @@ table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;p
 td.l,th.l{text-align:left}th{background:#f3f3f3}th.section{background:#e6e6e6;text-align:left}\
 .na{color:#999;border-bottom:1px dotted #999}.better{color:#1a7f37;font-weight:600}.worse{color:#d62728;font-weight:600}\
 .finding{border-left:4px solid #d62728;padding:.3em .8em;margin:.6em 0;background:#fff6f6}\
-svg .axis{stroke:#888}svg .step{stroke:#bbb;stroke-dasharray:4 3}svg .tick,svg .legend{font-size:11px}svg .tick{fill:#555}\
-figure{margin:1em 0}figcaption{font-weight:600}";
+svg .frame{fill:none;stroke:#888}svg .axis{stroke:#888}svg .grid{stroke:#eee}svg .phase{stroke:#999;stroke-dasharray:4 3}\
+svg .band{fill:#f4a261;fill-opacity:.28}svg text{font-size:11px}svg .tick,svg .unit,svg .mark{fill:#555}svg .empty{fill:#888;font-size:13px}\
+figure{margin:1em 0}figcaption{font-weight:600}.chartnote{margin:.1em 0;color:#666;font-size:12px}";
 
 /// The run report's page.
 pub fn render(r: &Report) -> String {

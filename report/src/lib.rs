@@ -78,6 +78,35 @@ pub struct Written {
     pub files: Vec<PathBuf>,
     /// True when an SLO of the scenario failed.
     pub slo_failed: bool,
+    /// Each broken objective in words ([`broken_objectives`]).
+    pub broken: Vec<String>,
+}
+
+/// Each objective a phase broke, in words: op, phase, objective, measured value and limit
+/// (`game.state in step 2: p99 < 500ms broken: measured 812ms, limit 500ms`).
+pub fn broken_objectives(report: &Report) -> Vec<String> {
+    report
+        .slo
+        .iter()
+        .filter(|s| !s.pass)
+        .map(|s| {
+            let show = |v: f64| {
+                if s.objective.starts_with("errors") {
+                    units::percent(v * 100.0)
+                } else {
+                    herd_driver::units::latency(v.round() as u64)
+                }
+            };
+            format!(
+                "{} in {}: `{}` broken: measured {}, limit {}",
+                s.op,
+                s.phase,
+                s.objective,
+                show(s.measured),
+                show(s.limit)
+            )
+        })
+        .collect()
 }
 
 /// Writes a built report's files into `dir`.
@@ -93,9 +122,16 @@ pub fn write_report(report: &Report, dir: &Path) -> Result<Written> {
     let json = base.with_extension("json");
     std::fs::write(&json, serde_json::to_string_pretty(report)?)
         .with_context(|| format!("writing {}", json.display()))?;
+    let ops = dir.join(format!("run-{}-ops.csv", report.run.id));
+    std::fs::write(&ops, export::csv::ops(report))
+        .with_context(|| format!("writing {}", ops.display()))?;
+    let timeline = dir.join(format!("run-{}-timeline.csv", report.run.id));
+    std::fs::write(&timeline, export::csv::timeline(report))
+        .with_context(|| format!("writing {}", timeline.display()))?;
     Ok(Written {
-        files: vec![md, html, json],
+        files: vec![md, html, json, ops, timeline],
         slo_failed: report.slo.iter().any(|s| !s.pass),
+        broken: broken_objectives(report),
     })
 }
 
@@ -120,6 +156,21 @@ mod tests {
         assert!(
             committed == now,
             "docs/report.schema.json is out of date; regenerate it with UPDATE_SCHEMA=1 cargo test -p herd-report schema"
+        );
+    }
+
+    /// Likewise for `compare-A-B.json`, which CI jobs read for their own gates.
+    #[test]
+    fn the_committed_compare_schema_matches_the_comparison_type() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/compare.schema.json");
+        let now = super::compare::schema();
+        if std::env::var_os("UPDATE_SCHEMA").is_some() {
+            std::fs::write(path, &now).unwrap();
+        }
+        let committed = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(
+            committed == now,
+            "docs/compare.schema.json is out of date; regenerate it with UPDATE_SCHEMA=1 cargo test -p herd-report schema"
         );
     }
 }

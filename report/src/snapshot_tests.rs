@@ -674,3 +674,117 @@ fn snapshot_the_comparison_in_markdown_html_and_its_table() {
     insta::assert_snapshot!("compare_table", compare::table(&c));
     insta::assert_snapshot!("compare_html", lines(&compare::html(&c)));
 }
+
+/// The figures of a page, one string each.
+fn figures(page: &str) -> Vec<&str> {
+    page.split("<figure>")
+        .skip(1)
+        .map(|f| f.split("</figure>").next().unwrap())
+        .collect()
+}
+
+fn figure<'a>(page: &'a str, caption: &str) -> &'a str {
+    figures(page)
+        .into_iter()
+        .find(|f| f.starts_with(&format!("<figcaption>{caption}")))
+        .unwrap_or_else(|| panic!("no chart {caption:?} in the page"))
+}
+
+#[test]
+fn the_run_reports_charts_show_quotas_the_port_cliff_and_phases_at_their_start() {
+    use crate::chart::tests::{attrs, texts};
+    let r = report(false);
+    let page = html::render(&r);
+    for f in figures(&page) {
+        // Every legend entry of a line wears its line's colour.
+        let lines = attrs(f, "line x1", "stroke");
+        let legends = attrs(f, "text x", "fill");
+        assert_eq!(lines, legends, "{f}");
+        // Nice y ticks: evenly spaced 1-2-5 steps from 0.
+        let ys: Vec<f64> = texts(f, "tick")
+            .iter()
+            .filter(|t| !t.ends_with(" s"))
+            .map(|t| t.parse().unwrap())
+            .collect();
+        if ys.len() > 1 {
+            let step = ys[1] - ys[0];
+            let mag = 10f64.powf(step.log10().floor());
+            assert!(
+                [1.0, 2.0, 5.0, 10.0]
+                    .iter()
+                    .any(|n| (step / mag - n).abs() < 1e-6),
+                "{ys:?}"
+            );
+            assert_eq!(ys[0], 0.0);
+        }
+        assert!(!f.contains("<script") && !f.contains("http"));
+    }
+    // The CPU chart draws the gateway's 1-core quota dashed in the gateway's colour.
+    let cpu = figure(&page, "CPU, by container");
+    let gateway = cpu
+        .split("<polyline")
+        .find(|p| p.contains("stroke-dasharray"))
+        .expect("a dashed quota line");
+    assert!(
+        texts(cpu, "legend").contains(&"gateway quota".to_owned()),
+        "{cpu}"
+    );
+    let colour = attrs(cpu, "polyline", "stroke")[0].clone();
+    assert!(
+        gateway.contains(&colour),
+        "the quota wears its container's colour"
+    );
+    // The TIME_WAIT gauge against the ports: the cliff is a dashed line.
+    let tw = figure(&page, "TIME_WAIT sockets of gateway");
+    assert!(texts(tw, "legend").contains(&"ephemeral ports (the cliff)".to_owned()));
+    assert!(tw.contains("stroke-dasharray"));
+    // Phase marks carry the phases' names, at the start of their first interval.
+    let marks = crate::sections::phase_marks(&r.timeline);
+    assert_eq!(
+        texts(figure(&page, "Requests per second"), "mark"),
+        marks.iter().map(|m| m.1.clone()).collect::<Vec<_>>()
+    );
+    for (x, name) in &marks {
+        let first = r
+            .timeline
+            .iter()
+            .find(|p| p.phase.as_deref() == Some(name.as_str()))
+            .unwrap();
+        assert_eq!(*x, first.start_s, "{name}");
+    }
+    // The driver's saturated intervals are shaded where the fixture saturates it.
+    assert!(
+        r.timeline.iter().any(|p| p.driver.saturated.is_some())
+            == page.contains("class=band><title>")
+    );
+}
+
+#[test]
+fn the_comparison_overlays_both_runs_on_the_same_axes() {
+    use crate::chart::tests::{attrs, texts};
+    let c = compare::compare(&report(false), &report(true));
+    let page = compare::html(&c);
+    let rps = figure(&page, "Requests per second");
+    let legend = texts(rps, "legend");
+    assert!(legend.iter().any(|l| l.ends_with("(run 12)")), "{legend:?}");
+    assert!(legend.iter().any(|l| l.ends_with("(run 13)")), "{legend:?}");
+    // The run before is dashed and lighter; each op keeps its colour in both runs.
+    let before: Vec<&str> = rps
+        .split("<polyline")
+        .skip(1)
+        .filter(|p| p.contains("stroke-opacity"))
+        .collect();
+    assert!(!before.is_empty());
+    let names = texts(rps, "legend");
+    let fills = attrs(rps, "text x", "fill");
+    assert_eq!(names.len(), fills.len());
+    for (name, fill) in names.iter().zip(&fills) {
+        let Some(op) = name.strip_suffix(" (run 12)") else {
+            continue;
+        };
+        let after = names.iter().position(|n| n == &format!("{op} (run 13)"));
+        if let Some(i) = after {
+            assert_eq!(&fills[i], fill, "{op} in both runs");
+        }
+    }
+}

@@ -179,7 +179,8 @@ async fn write_compare_reads_two_stored_runs_and_writes_both_pages() {
         files,
         vec![
             dir.join(format!("compare-{a}-{b}.md")),
-            dir.join(format!("compare-{a}-{b}.html"))
+            dir.join(format!("compare-{a}-{b}.html")),
+            dir.join(format!("compare-{a}-{b}.json"))
         ]
     );
     let md = std::fs::read_to_string(&files[0]).unwrap();

@@ -63,7 +63,7 @@ enum Task {
 enum IntegrationTest {
     /// On this host's kernel, as root.
     Local,
-    /// In QEMU, on each kernel of the matrix in xtask/src/vm.rs.
+    /// In QEMU, on each kernel of the matrix in xtask/src/vm/mod.rs.
     Vm(vm::Args),
     /// Only the Docker tests (integration-test/tests/docker.rs), on the engine `cargo xtask
     /// ci` would use (a private dockerd under target/docker when none answers), as root.

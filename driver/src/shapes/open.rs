@@ -171,6 +171,13 @@ impl Open {
                     }
                 }
             };
+            // The arrival's place in this phase is taken now: its task may first run after
+            // the phase closed (a busy host), and it must still go out, counted here.
+            let Some(entered) = slot.session.enter() else {
+                self.free.push(slot);
+                halted = true;
+                break;
+            };
             st.sent += 1;
             st.peak_in_flight = st.peak_in_flight.max(self.busy());
             let op = self.pick(&r.ops);
@@ -184,8 +191,7 @@ impl Open {
                 if let Some(ops) = setup {
                     slot.setup(&ops).await;
                 }
-                // A closed gate (the run stopping) sends nothing; the slot still returns.
-                let _ = slot.session.call_from(op, Some(at)).await;
+                let _ = slot.session.call_entered(op, Some(at), entered).await;
                 live.in_flight.fetch_sub(1, SeqCst);
                 let _ = back.send(slot);
             });

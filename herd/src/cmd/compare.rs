@@ -1,11 +1,15 @@
 //! `herd compare`: two recorded runs side by side (before and after a fix), with deltas and
-//! ratios, as Markdown and a self-contained HTML page.
+//! ratios, as Markdown, a self-contained HTML page and JSON; `--fail-on` gates turn it into
+//! a CI check (exit code 99 when one fails, 2 when one does not parse).
 
 use std::path::PathBuf;
 
 use anyhow::{Context as _, Result};
 
-use herd_report::compare;
+use herd_report::{
+    compare,
+    gate::{self, Gate},
+};
 use herd_store::Store;
 
 /// Options of `herd compare`.
@@ -18,12 +22,24 @@ pub struct CompareArgs {
     #[arg(value_name = "RUN_B")]
     pub after: i64,
     /// Directory of the default store and of the comparison files
-    /// (`compare-<RUN_A>-<RUN_B>.md` and `.html`).
+    /// (`compare-<RUN_A>-<RUN_B>.md`, `.html` and `.json`).
     #[arg(long, default_value = "herd-out")]
     pub out: PathBuf,
     /// Run store URL (default: sqlite:<out>/runs.db).
     #[arg(long, value_name = "URL", env = "HERD_STORE")]
     pub store: Option<String>,
+    /// Fail (exit code 99) when the run after regressed past this gate, checked on each op's
+    /// whole-run figures: `p99 +10%`, `game.state p99 +20ms`, `req/s -5%`, `errors +0.5pp`.
+    /// Repeatable; every gate is checked and printed. A gate that cannot be checked (its op
+    /// or figure missing from a run) fails.
+    #[arg(long = "fail-on", value_name = "GATE", value_parser = parse_gate)]
+    pub fail_on: Vec<Gate>,
+}
+
+/// A `--fail-on` value; clap exits 2 with the reason and [`gate::SYNTAX`] when it does not
+/// parse.
+fn parse_gate(s: &str) -> std::result::Result<Gate, gate::GateError> {
+    s.parse()
 }
 
 /// Runs `herd compare`: writes the files and prints the table.
@@ -38,12 +54,28 @@ pub fn run(args: &CompareArgs) -> Result<()> {
         .context("starting the comparison's runtime")?;
     rt.block_on(async {
         let store = Store::open(&url).await?;
-        let c = store.load_comparison(args.before, args.after).await?;
+        let mut c = store.load_comparison(args.before, args.after).await?;
+        let passed = compare::apply_gates(&mut c, &args.fail_on);
         let files = compare::write_comparison(&c, &args.out)?;
         print!("{}", compare::table(&c));
-        // stdout carries only the table, so it can be piped into a pull request as it is.
+        // stdout carries only the table, so it can be piped into a pull request as it is; the
+        // gates' verdicts go to stderr, also under --quiet logging.
+        for line in compare::gate_lines(&c) {
+            eprintln!("herd compare: {line}");
+        }
         for f in files {
             tracing::info!("wrote {}", f.display());
+        }
+        if !passed {
+            let failed = c.gates.iter().filter(|g| !g.pass).count();
+            return Err(crate::Crossed(format!(
+                "{failed} of {} --fail-on checks failed comparing run {} with run {} (exit code {})",
+                c.gates.len(),
+                args.before,
+                args.after,
+                crate::EXIT_CROSSED
+            ))
+            .into());
         }
         Ok(())
     })

@@ -1,6 +1,6 @@
 //! `herd report`: rebuild a run's report from the store, also for runs that were killed.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result};
 
@@ -26,6 +26,32 @@ pub struct ReportArgs {
     /// one `other` row of sums.
     #[arg(long, value_name = "N", default_value_t = herd_report::DEFAULT_PAIR_ROWS)]
     pub pair_rows: usize,
+    /// Also write HdrHistogram interval logs into DIR: `run-<id>-<op>.hlog`, one per op,
+    /// one histogram per driver interval (HdrHistogram's HistogramLogProcessor reads them).
+    #[arg(long = "hdr-log", value_name = "DIR")]
+    pub hdr_log: Option<PathBuf>,
+}
+
+/// Writes run `id`'s HdrHistogram interval logs into `dir`; the error says which file could
+/// not be written and that the run itself is safe in `store`.
+pub(crate) async fn hdr_logs(
+    data: &herd_report::RunData,
+    dir: &Path,
+    store: &str,
+) -> Result<Vec<PathBuf>> {
+    let id = data.meta.id;
+    let again = || {
+        format!(
+            "writing the HdrHistogram logs of run {id} into {} (--hdr-log); the run is \
+             recorded in {}: `herd report {id} --hdr-log DIR` writes them from there",
+            dir.display(),
+            herd_store::redact(store)
+        )
+    };
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("creating {}", dir.display()))
+        .with_context(again)?;
+    herd_report::export::hdr::write_logs(data, dir).with_context(again)
 }
 
 /// Runs `herd report`.
@@ -50,9 +76,13 @@ pub fn run(args: &ReportArgs) -> Result<()> {
             }
             return Ok(());
         }
-        let built = Report::build_with_pair_rows(&store.load_run(args.run).await?, args.pair_rows);
-        let written = herd_report::write_report(&built, &args.out)?;
-        for f in written.files {
+        let data = store.load_run(args.run).await?;
+        let built = Report::build_with_pair_rows(&data, args.pair_rows);
+        let mut files = herd_report::write_report(&built, &args.out)?.files;
+        if let Some(dir) = &args.hdr_log {
+            files.extend(hdr_logs(&data, dir, &url).await?);
+        }
+        for f in files {
             println!("wrote {}", f.display());
         }
         Ok(())

@@ -2,7 +2,7 @@
 
 use std::{path::PathBuf, time::Duration};
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 use herd_driver::{
     Scenario,
     units::{parse_duration, parse_interval},
@@ -53,6 +53,10 @@ pub struct RunArgs {
     /// them later with `herd seed SCENARIO --cleanup`).
     #[arg(long)]
     pub keep_seed: bool,
+    /// Also write HdrHistogram interval logs into DIR once the run is recorded:
+    /// `run-<id>-<op>.hlog`, one per op, one histogram per interval.
+    #[arg(long = "hdr-log", value_name = "DIR")]
+    pub hdr_log: Option<PathBuf>,
 }
 
 impl RunArgs {
@@ -85,11 +89,35 @@ pub fn run(args: &RunArgs) -> Result<()> {
     for f in &outcome.files {
         println!("wrote {}", f.display());
     }
+    if let Some(dir) = &args.hdr_log {
+        // From the store, after the run: a directory that cannot be written loses nothing.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("starting the HdrHistogram export's runtime")?;
+        let files = rt.block_on(async {
+            let store = herd_store::Store::open(&outcome.store).await?;
+            let data = store.load_run(Some(outcome.run_id)).await?;
+            crate::cmd::report::hdr_logs(&data, dir, &outcome.store).await
+        })?;
+        for f in &files {
+            println!("wrote {}", f.display());
+        }
+    }
     if outcome.slo_failed {
-        anyhow::bail!(
-            "run {} broke an SLO of the scenario (see the report's SLO table)",
-            outcome.run_id
+        let n = outcome.broken.len();
+        let mut msg = format!(
+            "run {} broke an SLO of the scenario: {n} objective{} not met (the report's \
+             Objectives table has every phase); exit code {}",
+            outcome.run_id,
+            if n == 1 { "" } else { "s" },
+            crate::EXIT_CROSSED
         );
+        for b in &outcome.broken {
+            msg.push_str("\n  ");
+            msg.push_str(b);
+        }
+        return Err(crate::Crossed(msg).into());
     }
     Ok(())
 }

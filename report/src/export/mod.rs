@@ -1,3 +1,5 @@
-//! Exports for other tools: HdrHistogram interval logs ([`hdr`]).
+//! Exports for other tools: CSV of the per-phase × op table and of the timeline ([`csv`]),
+//! HdrHistogram interval logs ([`hdr`]).
 
+pub mod csv;
 pub mod hdr;

@@ -18,8 +18,21 @@ const COLLAPSE_SHARE: f64 = 0.5;
 /// An interval shorter than this (a run's last, cut short) is left out of rate findings.
 const SHORT_S: f64 = 0.5;
 
-fn worst_p99(p: &TimelinePoint) -> u64 {
-    p.ops.iter().map(|o| o.p99_us).max().unwrap_or(0)
+/// The highest p99 of any op in `p`; `None` when no request completed in it.
+fn worst_p99(p: &TimelinePoint) -> Option<u64> {
+    p.ops
+        .iter()
+        .filter(|o| o.req_per_s > 0.0)
+        .map(|o| o.p99_us)
+        .max()
+}
+
+/// `p`'s worst p99 in words, or that nothing completed (never a made-up `0µs`).
+fn worst_p99_text(p: &TimelinePoint) -> String {
+    worst_p99(p).map_or_else(
+        || "no request completed".into(),
+        |us| format!("worst p99 {}", latency(us)),
+    )
 }
 
 /// Throughput collapse: in a phase of players, req/s falls below half the phase's best for
@@ -71,20 +84,23 @@ pub fn throughput_collapse(r: &Report) -> Vec<Finding> {
             .unwrap_or_else(|| format!("phase {}", k + 1));
         let row = |p: &TimelinePoint| {
             format!(
-                "t = {:.0}–{:.0} s: {:.0} req/s, {} players, worst p99 {}, errors {}",
+                "t = {:.0}–{:.0} s: {:.0} req/s, {} players, {}, errors {}",
                 p.start_s,
                 p.end_s(),
                 p.req_per_s,
                 p.players,
-                latency(worst_p99(p)),
+                worst_p99_text(p),
                 n(p.split.errors)
             )
         };
-        let mut evidence = vec![row(best)];
-        evidence.extend(low.iter().take(10).map(|p| row(p)));
-        if !low.iter().take(10).any(|p| std::ptr::eq(*p, worst)) {
-            evidence.push(row(worst));
+        let mut shown: Vec<&TimelinePoint> = low.iter().take(10).copied().collect();
+        if !shown.iter().any(|p| std::ptr::eq(*p, worst)) {
+            shown.push(worst);
         }
+        let mut evidence = vec![row(best)];
+        evidence.extend(shown.iter().map(|p| row(p)));
+        // The latency the players waited, from the collapsed intervals the evidence shows.
+        let slowest = shown.iter().filter_map(|p| worst_p99(p)).max();
         // What rose with it, in the collapsed intervals: a container at its quota first.
         let at_quota = worst
             .containers
@@ -114,12 +130,14 @@ pub fn throughput_collapse(r: &Report) -> Vec<Finding> {
             Finding::new(
                 "throughput_collapse",
                 format!(
-                    "{phase}: req/s fell from {:.0} to {:.0} while {} players kept asking; the \
-                     worst p99 reached {}{cause}",
+                    "{phase}: req/s fell from {:.0} to {:.0} while {} players kept asking{}{cause}",
                     best.req_per_s,
                     worst.req_per_s,
                     worst.players,
-                    latency(worst_p99(worst))
+                    slowest.map_or_else(String::new, |us| format!(
+                        "; the worst p99 reached {}",
+                        latency(us)
+                    ))
                 ),
                 "The offered load held but fewer requests completed: something on the path is \
                  saturated and the players wait on it. The rows name the intervals; the \

@@ -309,6 +309,55 @@ fn seeds_run() -> Report {
     r
 }
 
+/// An interval in which no request completed has no latency: the collapse says 0 req/s and
+/// "no request completed", never a p99 of 0µs or a rate of "-0".
+#[test]
+fn a_collapse_to_nothing_completed_names_no_latency_for_it() {
+    let mut r = seeds_run();
+    for p in r.timeline.iter_mut().filter(|p| p.start_s >= 40.0) {
+        p.req_per_s = 0.0;
+        p.split = Split::default();
+        p.ops.clear();
+    }
+    let col = throughput_collapse(&r);
+    assert_eq!(col.len(), 1, "{col:#?}");
+    let f = &col[0];
+    assert!(
+        f.title.starts_with(
+            "step 2: req/s fell from 1800 to 0 while 400 players kept asking; the worst p99 \
+             reached 2.10s"
+        ),
+        "{}",
+        f.title
+    );
+    assert!(
+        !f.title.contains("-0") && !f.title.contains("0µs"),
+        "{}",
+        f.title
+    );
+    assert!(
+        f.evidence
+            .iter()
+            .any(|e| e.starts_with("t = 40–41 s: 0 req/s, 400 players, no request completed")),
+        "{:#?}",
+        f.evidence
+    );
+    numbers_stand_in_the_evidence(f);
+    // Nothing completed in any collapsed interval: no latency is claimed at all.
+    for p in r.timeline.iter_mut().filter(|p| p.start_s >= 38.0) {
+        p.req_per_s = 0.0;
+        p.ops.clear();
+    }
+    let col = throughput_collapse(&r);
+    assert!(
+        col[0].title.starts_with(
+            "step 2: req/s fell from 1800 to 0 while 400 players kept asking; gateway"
+        ),
+        "{}",
+        col[0].title
+    );
+}
+
 #[test]
 fn a_quota_held_for_seconds_is_saturation_and_heads_a_causal_chain_with_the_churn() {
     let d = crate::model::tests::data();

@@ -222,7 +222,8 @@ pub(super) fn points(d: &RunData) -> Vec<TimelinePoint> {
                 phase_index: iv.phase_index,
                 phase: iv.phase.clone(),
                 players: iv.players,
-                req_per_s: ops.iter().map(|o| o.req_per_s).sum(),
+                // A fold from +0: `sum` of no f64 is -0.0, which prints as "-0".
+                req_per_s: ops.iter().fold(0.0, |a, o| a + o.req_per_s),
                 split,
                 stream_events_per_s: iv.play.streams.iter().map(|s| s.events).sum::<u64>() as f64
                     / secs,
