@@ -18,15 +18,59 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// herd's exit codes (README, "Exit codes").
+pub mod exit {
+    /// The command failed: a run that failed, a store that lost rows, a target no connect
+    /// reached.
+    pub const FAILED: u8 = 1;
+    /// Fix the input or the environment: bad usage, a scenario or `--container` error, a
+    /// plan larger than the host, a missing capability, no BTF, no cgroup v2.
+    pub const USAGE: u8 = 2;
+    /// Reserved for a run whose objectives broke (the report's gate, like k6's 99): no other
+    /// path exits with it.
+    pub const OBJECTIVE: u8 = 99;
+}
+
 /// An error the user fixes in their environment (privileges, kernel features, cgroup layout)
-/// rather than a failure of herd: the process exits with code 2.
+/// or in what they asked for (usage, the scenario), rather than a failure of herd: the process
+/// exits with [`exit::USAGE`].
 #[derive(Debug, thiserror::Error)]
-#[error("{0:#}")]
+#[error("{}", error_text(.0))]
 pub struct EnvironmentError(pub anyhow::Error);
 
 /// Wraps `e` as an [`EnvironmentError`].
 pub fn environment(e: impl Into<anyhow::Error>) -> anyhow::Error {
     anyhow::Error::new(EnvironmentError(e.into()))
+}
+
+/// `e` and its causes as one line, `what herd was doing: why`, each cause once: a cause
+/// whose text its context already quotes (`reading x: No such file or directory (os error
+/// 2)` over the same io::Error) is not repeated.
+pub fn error_text(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if text.is_empty() || out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
+}
+
+/// The exit code for `e`: [`exit::USAGE`] when any cause is bad input (a scenario, a
+/// `--container`, a plan the host cannot hold) or the environment, else [`exit::FAILED`].
+pub fn exit_code(e: &anyhow::Error) -> u8 {
+    let usage = e.chain().any(|c| {
+        c.is::<EnvironmentError>()
+            || c.is::<herd_driver::ScenarioError>()
+            || c.is::<herd_probe::containers::ContainerError>()
+            || c.is::<herd_seed::SpecError>()
+    });
+    if usage { exit::USAGE } else { exit::FAILED }
 }
 
 /// herd: a load driver and an eBPF host probe in one binary. The probe counts, in the kernel
@@ -90,9 +134,44 @@ pub fn run(cli: Cli) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("Error: {e:#}");
-            let env = e.downcast_ref::<EnvironmentError>().is_some();
-            ExitCode::from(if env { 2 } else { 1 })
+            eprintln!("Error: {}", error_text(&e));
+            ExitCode::from(exit_code(&e))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use anyhow::Context as _;
+
+    use super::*;
+
+    #[test]
+    fn a_cause_its_context_already_quotes_is_printed_once() {
+        let io = std::fs::read("/no/such/file").unwrap_err();
+        let said = io.to_string();
+        let e = Err::<(), _>(io)
+            .with_context(|| format!("reading /no/such/file: {said}"))
+            .context("herd report")
+            .unwrap_err();
+        let text = error_text(&e);
+        assert_eq!(text.matches(&said).count(), 1, "{text}");
+        assert_eq!(text, format!("herd report: reading /no/such/file: {said}"));
+    }
+
+    #[test]
+    fn bad_input_exits_2_a_failure_1_and_99_is_reserved() {
+        let scenario = herd_driver::Scenario::parse("s.toml", "[target", &[]).unwrap_err();
+        let e = anyhow::Error::new(scenario).context("herd run");
+        assert_eq!(exit_code(&e), exit::USAGE);
+        assert_eq!(
+            exit_code(&environment(anyhow::anyhow!("no BTF"))),
+            exit::USAGE
+        );
+        let e = anyhow::anyhow!("the store went away").context("herd run");
+        assert_eq!(exit_code(&e), exit::FAILED);
+        // 99 belongs to the report's objectives (issue #11): nothing here maps to it.
+        assert_ne!(exit::OBJECTIVE, exit::USAGE);
+        assert_ne!(exit::OBJECTIVE, exit::FAILED);
     }
 }

@@ -270,7 +270,7 @@ async fn finish_seeding(
                 )
                 .await;
             if let Err(r) = report(store, outcome, &config.out).await {
-                tracing::error!("herd run: writing the report: {r:#}");
+                tracing::error!("herd run: writing the report: {}", crate::error_text(&r));
             }
             Err(e)
         }
@@ -279,7 +279,7 @@ async fn finish_seeding(
             Err(e)
         }
         (Err(e), Err(c)) => {
-            tracing::error!("herd run: {c:#}");
+            tracing::error!("herd run: {}", crate::error_text(&c));
             Err(e)
         }
     }
@@ -357,7 +357,7 @@ async fn record(
         match start_probe(config, probe_tx, probe_stop.clone()) {
             Ok(t) => Some(t),
             Err(e) => {
-                let why = format!("{e:#}");
+                let why = crate::error_text(&e);
                 tracing::warn!("herd run: driving without the kernel probe: {why}");
                 store.put(meta.id, Source::ProbeMissing, 0, 0, &why).await?;
                 None

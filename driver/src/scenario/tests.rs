@@ -316,3 +316,42 @@ duration = "1s"
         d.message
     );
 }
+
+#[test]
+fn a_scenario_that_is_not_utf8_names_line_column_and_byte_offset() {
+    let dir = herd_testkit::TempDir::new("scenario-latin1");
+    // `é` in Latin-1 (0xE9) on line 7, after `name = "caf`.
+    let mut bytes = MINIMAL.replace("\"state\"", "\"cafX\"").into_bytes();
+    let at = bytes.iter().position(|&b| b == b'X').unwrap();
+    bytes[at] = 0xE9;
+    let path = dir.join("s.toml");
+    std::fs::write(&path, &bytes).unwrap();
+    let e = Scenario::load(&path, &[]).unwrap_err();
+    let text = e.to_string();
+    assert!(
+        matches!(
+            e,
+            ScenarioError::NotUtf8 { line: 7, column: 12, byte: 0xE9, offset, .. } if offset == at
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("s.toml:7:12") && text.contains(&format!("byte offset {at}")),
+        "{text}"
+    );
+    assert!(text.contains("iconv"), "says what to do: {text}");
+}
+
+#[test]
+fn a_missing_scenario_says_what_the_os_said_once() {
+    let e = Scenario::load(Path::new("/no/such/scenario.toml"), &[]).unwrap_err();
+    assert!(
+        std::error::Error::source(&e).is_none(),
+        "the io::Error is not a second cause, printed again by a chain: {e}"
+    );
+    let text = e.to_string();
+    assert!(
+        text.contains("/no/such/scenario.toml: No such file"),
+        "{text}"
+    );
+}
