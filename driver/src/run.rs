@@ -429,7 +429,11 @@ async fn hammer(
             ))
         })
         .collect();
-    sleep_until(t0 + h.start + h.duration, &mut halt).await;
+    sleep_until(
+        crate::units::deadline(t0, h.start.saturating_add(h.duration)),
+        &mut halt,
+    )
+    .await;
     gate.close();
     let _ = shared.tx.send(Msg::PhaseClosed { phase });
     for w in workers {

@@ -42,7 +42,7 @@ pub fn received() -> Option<i32> {
 
 /// Sleeps up to `d`, waking early when a stop is requested. Returns false if stopped.
 pub fn sleep(d: std::time::Duration) -> bool {
-    let end = std::time::Instant::now() + d;
+    let end = herd_driver::units::deadline(std::time::Instant::now(), d);
     while !stop_requested() {
         let now = std::time::Instant::now();
         if now >= end {

@@ -355,3 +355,12 @@ fn a_missing_scenario_says_what_the_os_said_once() {
         "{text}"
     );
 }
+
+#[test]
+fn a_duration_no_instant_can_hold_is_refused_at_its_line() {
+    for huge in ["18446744073709551615s", "5124095576030431h"] {
+        let d = diag(&MINIMAL.replace("\"2s\"", &format!("\"{huge}\"")), &[]);
+        assert!(d.message.contains("366 days"), "{huge}: {}", d.message);
+        assert_eq!((d.line, d.key.as_str()), (12, "step[0].duration"), "{huge}");
+    }
+}
