@@ -63,12 +63,14 @@ pub fn error_text(e: &anyhow::Error) -> String {
 
 /// The exit code for `e`: [`exit::USAGE`] when any cause is bad input (a scenario, a
 /// `--container`, a plan the host cannot hold) or the environment, else [`exit::FAILED`].
+/// (Seed-spec errors count too.)
 pub fn exit_code(e: &anyhow::Error) -> u8 {
     let usage = e.chain().any(|c| {
         c.is::<EnvironmentError>()
             || c.is::<herd_driver::ScenarioError>()
             || c.is::<herd_probe::containers::ContainerError>()
             || c.is::<herd_seed::SpecError>()
+            || c.is::<herd_driver::limits::PlanTooLarge>()
     });
     if usage { exit::USAGE } else { exit::FAILED }
 }
@@ -119,6 +121,7 @@ pub enum Command {
 pub fn run(cli: Cli) -> ExitCode {
     log::init();
     signals::install();
+    herd_driver::limits::raise_nofile();
     let result = match &cli.command {
         Command::Compare(a) => cmd::compare::run(a),
         #[cfg(feature = "demo")]
