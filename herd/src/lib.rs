@@ -71,6 +71,7 @@ pub fn exit_code(e: &anyhow::Error) -> u8 {
             || c.is::<herd_probe::containers::ContainerError>()
             || c.is::<herd_seed::SpecError>()
             || c.is::<herd_driver::limits::PlanTooLarge>()
+            || c.is::<herd_store::StoreUrlError>()
     });
     if usage { exit::USAGE } else { exit::FAILED }
 }

@@ -29,7 +29,7 @@ use herd_report::{
     seeding::{CleanupRecord, SeedRecord},
 };
 use herd_seed::{Cleaned, RunSeeding, Seeded};
-use herd_store::{Source, Store, redact};
+use herd_store::{Source, Store};
 use tokio::sync::{mpsc, watch};
 
 use crate::{attach, live::Live, signals};
@@ -226,10 +226,16 @@ pub fn run(config: &RunConfig) -> Result<RunOutcome> {
             tracing::info!("herd run: {}", s.seeded.line(s.shown()));
         }
         let driven = record(config, &store, seeding.as_ref().map(|s| &s.seeded), cores).await;
-        let Some(seeding) = seeding else {
-            return report(&store, driven?, &config.out).await;
+        let result = match seeding {
+            None => match driven {
+                Ok(outcome) => report(&store, outcome, &config.out).await,
+                Err(e) => Err(e),
+            },
+            Some(seeding) => finish_seeding(config, &store, driven, seeding).await,
         };
-        finish_seeding(config, &store, driven, seeding).await
+        // Closed, not dropped: SQLite folds its WAL into runs.db and removes -wal and -shm.
+        store.close().await;
+        result
     })
 }
 
@@ -314,7 +320,7 @@ async fn record(
         "herd run: run {} ({}) recorded in {}",
         meta.id,
         config.name,
-        redact(&config.store)
+        store.url()
     );
     let mut rec = Recorder {
         store,
