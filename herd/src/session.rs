@@ -121,19 +121,32 @@ pub fn cores() -> usize {
 }
 
 /// Turns herd's stop signal (a flag set by the signal handler) into the driver's stop
-/// channel; `on_stop` runs once when it fires.
+/// channel, and a second signal into its hurry channel (the grace ends at once); `on_stop`
+/// runs once when the first fires.
 pub fn stop_channel(
     on_stop: impl FnOnce() + Send + 'static,
-) -> (watch::Receiver<bool>, tokio::task::JoinHandle<()>) {
+) -> (
+    watch::Receiver<bool>,
+    watch::Receiver<bool>,
+    tokio::task::JoinHandle<()>,
+) {
     let (tx, rx) = watch::channel(false);
+    let (hurry_tx, hurry_rx) = watch::channel(false);
     let task = tokio::spawn(async move {
         while !signals::stop_requested() {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         tx.send_replace(true);
         on_stop();
+        while !signals::hurry_requested() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        tracing::info!(
+            "second signal: ending the grace now; requests in flight count as cancelled"
+        );
+        hurry_tx.send_replace(true);
     });
-    (rx, task)
+    (rx, hurry_rx, task)
 }
 
 /// Under the tables, what to do about each TLS outcome the run had (the outcome names the
@@ -161,7 +174,7 @@ pub fn drive(scenario: Scenario, config: &DriveConfig) -> Result<RunReport> {
     let cores = cores();
     runtime(cores)?.block_on(async {
         let live = Arc::new(Mutex::new(Live::for_stdout(scenario.plan().len())));
-        let (stop_rx, watcher) = {
+        let (stop_rx, hurry_rx, watcher) = {
             let live = live.clone();
             stop_channel(move || {
                 // Under the block: the next one is drawn below this line, not over it.
@@ -188,6 +201,7 @@ pub fn drive(scenario: Scenario, config: &DriveConfig) -> Result<RunReport> {
         });
         let opts = RunOptions {
             stop: Some(stop_rx),
+            hurry: Some(hurry_rx),
             grace: config.grace,
             interval: config.interval,
             events: Some(events_tx),
@@ -371,12 +385,13 @@ async fn record(
         }
     };
 
-    let (stop_rx, watcher) = stop_channel(|| ());
+    let (stop_rx, hurry_rx, watcher) = stop_channel(|| ());
     let (events_tx, mut events) = mpsc::unbounded_channel();
     let driver = tokio::spawn(herd_driver::run(
         scenario.clone(),
         RunOptions {
             stop: Some(stop_rx),
+            hurry: Some(hurry_rx),
             grace: config.grace,
             interval: config.interval,
             events: Some(events_tx),
