@@ -100,6 +100,9 @@ pub enum Command {
     /// Drive virtual players against a service from a scenario file and print a per-step
     /// table (latency percentiles and outcomes per op).
     Drive(cmd::drive::DriveArgs),
+    /// Put a run whose store went down during it (`OUT/run-N-rows.json`, saved by `herd run`)
+    /// into a store.
+    Import(cmd::import::ImportArgs),
     /// Report a recorded run (Markdown, HTML and JSON), also one that was killed, or list the
     /// runs in a store.
     Report(cmd::report::ReportArgs),
@@ -128,6 +131,7 @@ pub fn run(cli: Cli) -> ExitCode {
         #[cfg(feature = "demo")]
         Command::Demo(a) => cmd::demo::run(a),
         Command::Drive(a) => cmd::drive::run(a),
+        Command::Import(a) => cmd::import::run(a),
         Command::Probe(a) => cmd::probe::run(a),
         Command::Report(a) => cmd::report::run(a),
         Command::Run(a) => cmd::run::run(a),

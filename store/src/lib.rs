@@ -42,7 +42,21 @@ pub enum Source {
 }
 
 impl Source {
-    fn as_str(self) -> &'static str {
+    /// The sources a report reads.
+    const REPORTED: [Source; 9] = [
+        Source::Driver,
+        Source::Phase,
+        Source::Report,
+        Source::Probe,
+        Source::ProbeMissing,
+        Source::Slo,
+        Source::Seed,
+        Source::SeedCleanup,
+        Source::Expected,
+    ];
+
+    /// The name rows of this source carry in the store.
+    pub fn as_str(self) -> &'static str {
         match self {
             Source::Driver => "driver",
             // `step`: the name rows have had since the first runs were recorded.
@@ -72,6 +86,97 @@ pub use herd_seed::secret::redact;
 /// The default store: `runs.db` (SQLite) inside `dir`.
 pub fn default_url(dir: &Path) -> String {
     format!("sqlite:{}", dir.join("runs.db").display())
+}
+
+/// One stored row, as [`Rows`] keeps it in memory and in its JSON file.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct Row {
+    /// [`Source::as_str`].
+    pub source: String,
+    /// Order within its source.
+    pub seq: u64,
+    /// CLOCK_MONOTONIC ns (0 for rows without a time).
+    pub at_ns: u64,
+    /// The row itself.
+    pub body: serde_json::Value,
+}
+
+/// Every row of one run held in memory: what `herd run` writes to a JSON file when the store
+/// went down and stayed down, and what `herd import` reads back into a store.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct Rows {
+    /// The run's header.
+    pub meta: RunMeta,
+    /// Its rows, in the order they were recorded.
+    pub rows: Vec<Row>,
+}
+
+impl Rows {
+    fn of<T: serde::de::DeserializeOwned>(&self, source: Source) -> Result<Vec<T>> {
+        let mut rows: Vec<&Row> = self
+            .rows
+            .iter()
+            .filter(|r| r.source == source.as_str())
+            .collect();
+        rows.sort_by_key(|r| r.seq);
+        rows.iter()
+            .map(|r| {
+                serde_json::from_value(r.body.clone()).with_context(|| {
+                    format!(
+                        "run {}: {} row {} does not decode",
+                        self.meta.id, r.source, r.seq
+                    )
+                })
+            })
+            .collect()
+    }
+
+    /// Everything a report needs, from these rows.
+    pub fn run_data(self) -> Result<RunData> {
+        let probe_missing: Vec<String> = self.of(Source::ProbeMissing)?;
+        let mut finals: Vec<RunReport> = self.of(Source::Report)?;
+        let slo: Vec<Vec<herd_driver::scenario::Slo>> = self.of(Source::Slo)?;
+        let mut seeded: Vec<SeedRecord> = self.of(Source::Seed)?;
+        let mut cleanup: Vec<CleanupRecord> = self.of(Source::SeedCleanup)?;
+        let mut expected: Vec<BTreeMap<String, Vec<herd_driver::Outcome>>> =
+            self.of(Source::Expected)?;
+        // Runs recorded before the row existed: the driver's final report carries it too.
+        let expected = expected
+            .pop()
+            .or_else(|| finals.last().map(|r| r.expected.clone()))
+            .unwrap_or_default();
+        Ok(RunData {
+            phases: self.of(Source::Phase)?,
+            driver: self.of(Source::Driver)?,
+            probe: self.of(Source::Probe)?,
+            probe_missing: probe_missing.into_iter().next(),
+            final_report: finals.pop(),
+            slo: slo.into_iter().next().unwrap_or_default(),
+            seeded: seeded.pop(),
+            seed_cleanup: cleanup.pop(),
+            expected,
+            meta: self.meta,
+        })
+    }
+
+    /// Writes the rows as JSON to `path`.
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let write = || -> Result<()> {
+            let mut w = std::io::BufWriter::new(std::fs::File::create(path)?);
+            serde_json::to_writer(&mut w, self)?;
+            std::io::Write::flush(&mut w)?;
+            Ok(())
+        };
+        write().with_context(|| format!("writing the run's rows to {}", path.display()))
+    }
+
+    /// Reads rows written by [`Rows::save`].
+    pub fn load(path: &Path) -> Result<Self> {
+        let file = std::fs::File::open(path)
+            .with_context(|| format!("opening saved rows {}", path.display()))?;
+        serde_json::from_reader(std::io::BufReader::new(file))
+            .with_context(|| format!("{} holds no saved herd run", path.display()))
+    }
 }
 
 /// A `--store` that names no store herd can open: bad input (exit 2).
@@ -368,30 +473,56 @@ impl Store {
     /// Everything recorded for run `id` (the latest when None), for [`Report::build`].
     pub async fn load_run(&self, id: Option<i64>) -> Result<RunData> {
         let meta = self.meta(id).await?;
-        let probe_missing: Vec<String> = self.rows(meta.id, Source::ProbeMissing).await?;
-        let mut finals: Vec<RunReport> = self.rows(meta.id, Source::Report).await?;
-        let slo: Vec<Vec<herd_driver::scenario::Slo>> = self.rows(meta.id, Source::Slo).await?;
-        let mut seeded: Vec<SeedRecord> = self.rows(meta.id, Source::Seed).await?;
-        let mut cleanup: Vec<CleanupRecord> = self.rows(meta.id, Source::SeedCleanup).await?;
-        let mut expected: Vec<BTreeMap<String, Vec<herd_driver::Outcome>>> =
-            self.rows(meta.id, Source::Expected).await?;
-        // Runs recorded before the row existed: the driver's final report carries it too.
-        let expected = expected
-            .pop()
-            .or_else(|| finals.last().map(|r| r.expected.clone()))
-            .unwrap_or_default();
-        Ok(RunData {
-            phases: self.rows(meta.id, Source::Phase).await?,
-            driver: self.rows(meta.id, Source::Driver).await?,
-            probe: self.rows(meta.id, Source::Probe).await?,
-            probe_missing: probe_missing.into_iter().next(),
-            final_report: finals.pop(),
-            slo: slo.into_iter().next().unwrap_or_default(),
-            seeded: seeded.pop(),
-            seed_cleanup: cleanup.pop(),
-            expected,
-            meta,
-        })
+        let mut rows = Vec::new();
+        for source in Source::REPORTED {
+            let bodies: Vec<serde_json::Value> = self.rows(meta.id, source).await?;
+            rows.extend(bodies.into_iter().enumerate().map(|(seq, body)| Row {
+                source: source.as_str().to_owned(),
+                seq: seq as u64,
+                at_ns: 0,
+                body,
+            }));
+        }
+        Rows { meta, rows }.run_data()
+    }
+
+    /// Writes a run saved by [`Rows::save`] (the store was down) into this store, under a new
+    /// id; returns it.
+    pub async fn import(&self, saved: &Rows) -> Result<i64> {
+        let m = &saved.meta;
+        let meta = self
+            .begin(&m.name, &m.scenario, m.mono_start_ns as u64)
+            .await?;
+        sqlx::query("UPDATE herd_runs SET started_unix_ms = $1 WHERE id = $2")
+            .bind(m.started_unix_ms)
+            .bind(meta.id)
+            .execute(&self.pool)
+            .await
+            .with_context(|| format!("importing run {} as run {}", m.id, meta.id))?;
+        for r in saved
+            .rows
+            .iter()
+            .filter(|r| r.source != Source::Owner.as_str())
+        {
+            sqlx::query(
+                "INSERT INTO herd_rows (run_id, source, seq, at_ns, body) VALUES ($1, $2, $3, $4, $5)",
+            )
+            .bind(meta.id)
+            .bind(&r.source)
+            .bind(r.seq as i64)
+            .bind(r.at_ns as i64)
+            .bind(r.body.to_string())
+            .execute(&self.pool)
+            .await
+            .with_context(|| format!("importing a {} row of run {}", r.source, m.id))?;
+        }
+        let status = if m.status == "running" {
+            "interrupted"
+        } else {
+            m.status.as_str()
+        };
+        self.finish(meta.id, status).await?;
+        Ok(meta.id)
     }
 
     /// Reads runs `a` and `b` and compares their reports.
