@@ -96,6 +96,8 @@ pub struct RunOutcome {
     pub seeded: Option<Seeded>,
     /// What was removed after the load (None without `[seed]` or when kept).
     pub seed_cleaned: Option<Cleaned>,
+    /// Why the run measured nothing, when every connect failed ([`RunReport::unreachable`]).
+    pub unreachable: Option<String>,
     /// Every row of the run, when the store went down during it and stayed down: the report
     /// is built from these and they are saved beside it for `herd import`.
     pub lost: Option<Rows>,
@@ -483,6 +485,7 @@ async fn record(
         slo_failed: false,
         seeded: None,
         seed_cleaned: None,
+        unreachable: final_report.as_ref().and_then(RunReport::unreachable),
         lost,
     })
 }

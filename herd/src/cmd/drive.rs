@@ -91,6 +91,9 @@ pub fn run(args: &DriveArgs) -> Result<()> {
             .with_context(|| format!("writing the run to {}", path.display()))?;
         println!("wrote {}", path.display());
     }
+    if let Some(why) = report.unreachable() {
+        anyhow::bail!("{why}");
+    }
     Ok(())
 }
 

@@ -86,6 +86,9 @@ pub fn run(args: &RunArgs) -> Result<()> {
     for f in &outcome.files {
         println!("wrote {}", f.display());
     }
+    if let Some(why) = &outcome.unreachable {
+        anyhow::bail!("run {}: {why}", outcome.run_id);
+    }
     if outcome.slo_failed {
         anyhow::bail!(
             "run {} broke an SLO of the scenario (see the report's SLO table)",
