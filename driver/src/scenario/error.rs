@@ -17,6 +17,20 @@ pub enum ScenarioError {
         /// What the OS said.
         error: std::io::Error,
     },
+    /// The file is larger than [`super::MAX_FILE_BYTES`]: refused before it is read.
+    #[error(
+        "{path}: the scenario is {bytes} bytes; herd reads scenarios up to {max} bytes (1 MiB): \
+         checking one costs about 50 KB of memory per [[op]], so a generated list this long \
+         would take gigabytes; use fewer ops with weights, or vars"
+    )]
+    TooLarge {
+        /// The scenario file.
+        path: PathBuf,
+        /// Its size.
+        bytes: u64,
+        /// The limit.
+        max: u64,
+    },
     /// The file is not UTF-8: where the first byte that starts no UTF-8 character is.
     #[error(
         "{path}:{line}:{column}: the scenario is not UTF-8: byte 0x{byte:02X} at byte offset \

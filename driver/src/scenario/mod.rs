@@ -147,9 +147,22 @@ pub struct Scenario {
     pub seed: Option<SeedSpec>,
 }
 
+/// The largest scenario file herd reads: far beyond a written one, and small enough that
+/// checking it (about 50 KB per `[[op]]`, issue #13) cannot take the host's memory.
+pub const MAX_FILE_BYTES: u64 = 1 << 20;
+
 impl Scenario {
     /// Reads and checks a scenario file, applying `--set KEY=VALUE` overrides.
     pub fn load(path: &Path, overrides: &[String]) -> Result<Self, ScenarioError> {
+        if let Ok(m) = std::fs::metadata(path)
+            && m.len() > MAX_FILE_BYTES
+        {
+            return Err(ScenarioError::TooLarge {
+                path: path.to_owned(),
+                bytes: m.len(),
+                max: MAX_FILE_BYTES,
+            });
+        }
         let bytes = std::fs::read(path).map_err(|error| ScenarioError::Read {
             path: path.to_owned(),
             error,

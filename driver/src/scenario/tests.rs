@@ -364,3 +364,25 @@ fn a_duration_no_instant_can_hold_is_refused_at_its_line() {
         assert_eq!((d.line, d.key.as_str()), (12, "step[0].duration"), "{huge}");
     }
 }
+
+#[test]
+fn a_scenario_file_over_a_mebibyte_is_refused_before_it_is_read() {
+    let dir = herd_testkit::TempDir::new("scenario-huge");
+    let op = "[[op]]\nname = \"o\"\npath = \"/\"\n";
+    let mut src = MINIMAL.to_owned();
+    while src.len() as u64 <= MAX_FILE_BYTES {
+        src.push_str(op);
+    }
+    let path = dir.join("huge.toml");
+    std::fs::write(&path, &src).unwrap();
+    let start = std::time::Instant::now();
+    let e = Scenario::load(&path, &[]).unwrap_err();
+    assert!(start.elapsed() < std::time::Duration::from_secs(1));
+    let text = e.to_string();
+    assert!(
+        matches!(e, ScenarioError::TooLarge { .. })
+            && text.contains(&format!("{} bytes", src.len()))
+            && text.contains("1 MiB"),
+        "{text}"
+    );
+}
