@@ -22,6 +22,7 @@ mod conns;
 #[doc(hidden)]
 pub mod fuzzing;
 mod groups;
+pub mod limits;
 pub mod measure;
 pub mod outcome;
 pub mod player;

@@ -196,7 +196,8 @@ impl Session {
 
     /// Sleeps `d`, waking early (with [`Stopped`]) when the player is stopped.
     pub async fn sleep(&mut self, d: Duration) -> Result<(), Stopped> {
-        self.sleep_until(Instant::now() + d).await
+        self.sleep_until(crate::units::deadline(Instant::now(), d))
+            .await
     }
 
     pub(crate) async fn sleep_until(&mut self, at: Instant) -> Result<(), Stopped> {
@@ -273,7 +274,7 @@ impl Session {
         };
         let sent = Instant::now();
         let start = intended.unwrap_or(sent);
-        let deadline = sent + o.timeout;
+        let deadline = crate::units::deadline(sent, o.timeout);
         let result = {
             let watchdog = self
                 .watchdog

@@ -238,6 +238,19 @@ pub struct RunReport {
 }
 
 impl RunReport {
+    /// When every connect of the run failed and none succeeded: the target was never reached,
+    /// so the run measured nothing about it. Says so with the numbers and what to check.
+    pub fn unreachable(&self) -> Option<String> {
+        (self.connects == 0 && self.connect_errors > 0).then(|| {
+            format!(
+                "every one of the run's {} connects to {} failed and none succeeded: the run \
+                 measured nothing about the target; is it up and listening there (the \
+                 transport_error.connect rows above say how each failed)?",
+                self.connect_errors, self.target
+            )
+        })
+    }
+
     /// Count of the outcome named `outcome` for `op` summed over all phases and the hammer.
     pub fn outcome_count(&self, op: &str, outcome: &str) -> u64 {
         let outcome: Outcome = outcome.parse().unwrap_or_else(|e| match e {});

@@ -35,6 +35,9 @@ pub struct RunOptions {
     /// Becomes true to stop the run early (Ctrl-C): no new ops start, in-flight ones get
     /// [`RunOptions::grace`], results are still reported.
     pub stop: Option<watch::Receiver<bool>>,
+    /// Becomes true to end the grace at once (a second Ctrl-C): ops still in flight are
+    /// recorded as `cancelled` and the results reported without waiting.
+    pub hurry: Option<watch::Receiver<bool>>,
     /// How long in-flight ops may take to finish once the run stops (early or at its
     /// plan's end); ops still in flight after that are recorded as `cancelled`.
     pub grace: Duration,
@@ -50,6 +53,7 @@ impl Default for RunOptions {
     fn default() -> Self {
         Self {
             stop: None,
+            hurry: None,
             grace: Duration::from_secs(5),
             interval: Duration::from_secs(1),
             events: None,
@@ -297,7 +301,22 @@ where
             let _ = h.await;
         }
     });
-    if tokio::time::timeout(opts.grace, &mut join).await.is_err() {
+    let mut hurry = opts.hurry.clone();
+    let cut = async {
+        match hurry.as_mut() {
+            Some(h) => {
+                if h.wait_for(|h| *h).await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            }
+            None => std::future::pending().await,
+        }
+    };
+    let within_grace = tokio::select! {
+        r = tokio::time::timeout(opts.grace, &mut join) => r.is_ok(),
+        () = cut => false,
+    };
+    if !within_grace {
         abort_tx.send_replace(true);
         // Every call ends at once on the abort; this bound only covers player code that
         // keeps a turn going without calling.
@@ -429,7 +448,11 @@ async fn hammer(
             ))
         })
         .collect();
-    sleep_until(t0 + h.start + h.duration, &mut halt).await;
+    sleep_until(
+        crate::units::deadline(t0, h.start.saturating_add(h.duration)),
+        &mut halt,
+    )
+    .await;
     gate.close();
     let _ = shared.tx.send(Msg::PhaseClosed { phase });
     for w in workers {

@@ -18,10 +18,25 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// herd's exit codes (README, "Exit codes").
+pub mod exit {
+    /// The command failed: a run that failed, a store that lost rows, a target no connect
+    /// reached.
+    pub const FAILED: u8 = 1;
+    /// Fix the input or the environment: bad usage, a scenario or `--container` error, a
+    /// plan larger than the host, a missing capability, no BTF, no cgroup v2.
+    pub const USAGE: u8 = 2;
+    /// herd worked and the measured system crossed a limit the user set: an objective of
+    /// the scenario in `herd run`, a `--fail-on` gate in `herd compare` (k6 exits 99 on a
+    /// crossed threshold). No other path exits with it.
+    pub const CROSSED: u8 = 99;
+}
+
 /// An error the user fixes in their environment (privileges, kernel features, cgroup layout)
-/// rather than a failure of herd: the process exits with code 2.
+/// or in what they asked for (usage, the scenario), rather than a failure of herd: the process
+/// exits with [`exit::USAGE`].
 #[derive(Debug, thiserror::Error)]
-#[error("{0:#}")]
+#[error("{}", error_text(.0))]
 pub struct EnvironmentError(pub anyhow::Error);
 
 /// Wraps `e` as an [`EnvironmentError`].
@@ -33,13 +48,52 @@ pub fn environment(e: impl Into<anyhow::Error>) -> anyhow::Error {
 /// objective of the scenario in `herd run`, a `--fail-on` gate in `herd compare`. 99, as k6
 /// exits when a threshold is crossed, apart from herd's own failures (1) and bad usage or an
 /// environment to fix (2). docs/report.md lists them.
-pub const EXIT_CROSSED: u8 = 99;
+pub const EXIT_CROSSED: u8 = exit::CROSSED;
 
 /// A verdict rather than a failure of herd (see [`EXIT_CROSSED`]): its message says which
 /// limit was crossed, by how much.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct Crossed(pub String);
+
+/// `e` and its causes as one line, `what herd was doing: why`, each cause once: a cause
+/// whose text its context already quotes (`reading x: No such file or directory (os error
+/// 2)` over the same io::Error) is not repeated.
+pub fn error_text(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if text.is_empty() || out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
+}
+
+/// The exit code for `e`: [`exit::USAGE`] when any cause is bad input (a scenario, a
+/// `--container`, a plan the host cannot hold) or the environment, else [`exit::FAILED`].
+/// (Seed-spec errors count too.)
+pub fn exit_code(e: &anyhow::Error) -> u8 {
+    let usage = e.chain().any(|c| {
+        c.is::<EnvironmentError>()
+            || c.is::<herd_driver::ScenarioError>()
+            || c.is::<herd_probe::containers::ContainerError>()
+            || c.is::<herd_seed::SpecError>()
+            || c.is::<herd_driver::limits::PlanTooLarge>()
+            || c.is::<herd_store::StoreUrlError>()
+    });
+    if e.chain().any(|c| c.is::<Crossed>()) {
+        exit::CROSSED
+    } else if usage {
+        exit::USAGE
+    } else {
+        exit::FAILED
+    }
+}
 
 /// herd: a load driver and an eBPF host probe in one binary. The probe counts, in the kernel
 /// and per container (cgroup), what load does to the host's TCP stack.
@@ -65,6 +119,9 @@ pub enum Command {
     /// Drive virtual players against a service from a scenario file and print a per-step
     /// table (latency percentiles and outcomes per op).
     Drive(cmd::drive::DriveArgs),
+    /// Put a run whose store went down during it (`OUT/run-N-rows.json`, saved by `herd run`)
+    /// into a store.
+    Import(cmd::import::ImportArgs),
     /// Report a recorded run (Markdown, HTML and JSON), also one that was killed, or list the
     /// runs in a store.
     Report(cmd::report::ReportArgs),
@@ -87,11 +144,13 @@ pub enum Command {
 pub fn run(cli: Cli) -> ExitCode {
     log::init();
     signals::install();
+    herd_driver::limits::raise_nofile();
     let result = match &cli.command {
         Command::Compare(a) => cmd::compare::run(a),
         #[cfg(feature = "demo")]
         Command::Demo(a) => cmd::demo::run(a),
         Command::Drive(a) => cmd::drive::run(a),
+        Command::Import(a) => cmd::import::run(a),
         Command::Probe(a) => cmd::probe::run(a),
         Command::Report(a) => cmd::report::run(a),
         Command::Run(a) => cmd::run::run(a),
@@ -102,12 +161,44 @@ pub fn run(cli: Cli) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("Error: {e:#}");
-            if e.downcast_ref::<Crossed>().is_some() {
-                return ExitCode::from(EXIT_CROSSED);
-            }
-            let env = e.downcast_ref::<EnvironmentError>().is_some();
-            ExitCode::from(if env { 2 } else { 1 })
+            eprintln!("Error: {}", error_text(&e));
+            ExitCode::from(exit_code(&e))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use anyhow::Context as _;
+
+    use super::*;
+
+    #[test]
+    fn a_cause_its_context_already_quotes_is_printed_once() {
+        let io = std::fs::read("/no/such/file").unwrap_err();
+        let said = io.to_string();
+        let e = Err::<(), _>(io)
+            .with_context(|| format!("reading /no/such/file: {said}"))
+            .context("herd report")
+            .unwrap_err();
+        let text = error_text(&e);
+        assert_eq!(text.matches(&said).count(), 1, "{text}");
+        assert_eq!(text, format!("herd report: reading /no/such/file: {said}"));
+    }
+
+    #[test]
+    fn bad_input_exits_2_a_failure_1_and_99_is_reserved() {
+        let scenario = herd_driver::Scenario::parse("s.toml", "[target", &[]).unwrap_err();
+        let e = anyhow::Error::new(scenario).context("herd run");
+        assert_eq!(exit_code(&e), exit::USAGE);
+        assert_eq!(
+            exit_code(&environment(anyhow::anyhow!("no BTF"))),
+            exit::USAGE
+        );
+        let e = anyhow::anyhow!("the store went away").context("herd run");
+        assert_eq!(exit_code(&e), exit::FAILED);
+        // 99 belongs to the report's objectives (issue #11): nothing here maps to it.
+        assert_ne!(exit::CROSSED, exit::USAGE);
+        assert_ne!(exit::CROSSED, exit::FAILED);
     }
 }

@@ -29,7 +29,7 @@ use herd_report::{
     seeding::{CleanupRecord, SeedRecord},
 };
 use herd_seed::{Cleaned, RunSeeding, Seeded};
-use herd_store::{Source, Store, redact};
+use herd_store::{Row, Rows, Source, Store};
 use tokio::sync::{mpsc, watch};
 
 use crate::{attach, live::Live, signals};
@@ -98,6 +98,11 @@ pub struct RunOutcome {
     pub seeded: Option<Seeded>,
     /// What was removed after the load (None without `[seed]` or when kept).
     pub seed_cleaned: Option<Cleaned>,
+    /// Why the run measured nothing, when every connect failed ([`RunReport::unreachable`]).
+    pub unreachable: Option<String>,
+    /// Every row of the run, when the store went down during it and stayed down: the report
+    /// is built from these and they are saved beside it for `herd import`.
+    pub lost: Option<Rows>,
 }
 
 /// The runtime a run drives its players on: one worker per core, or a single thread on one
@@ -123,19 +128,32 @@ pub fn cores() -> usize {
 }
 
 /// Turns herd's stop signal (a flag set by the signal handler) into the driver's stop
-/// channel; `on_stop` runs once when it fires.
+/// channel, and a second signal into its hurry channel (the grace ends at once); `on_stop`
+/// runs once when the first fires.
 pub fn stop_channel(
     on_stop: impl FnOnce() + Send + 'static,
-) -> (watch::Receiver<bool>, tokio::task::JoinHandle<()>) {
+) -> (
+    watch::Receiver<bool>,
+    watch::Receiver<bool>,
+    tokio::task::JoinHandle<()>,
+) {
     let (tx, rx) = watch::channel(false);
+    let (hurry_tx, hurry_rx) = watch::channel(false);
     let task = tokio::spawn(async move {
         while !signals::stop_requested() {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         tx.send_replace(true);
         on_stop();
+        while !signals::hurry_requested() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        tracing::info!(
+            "second signal: ending the grace now; requests in flight count as cancelled"
+        );
+        hurry_tx.send_replace(true);
     });
-    (rx, task)
+    (rx, hurry_rx, task)
 }
 
 /// Under the tables, what to do about each TLS outcome the run had (the outcome names the
@@ -163,7 +181,7 @@ pub fn drive(scenario: Scenario, config: &DriveConfig) -> Result<RunReport> {
     let cores = cores();
     runtime(cores)?.block_on(async {
         let live = Arc::new(Mutex::new(Live::for_stdout(scenario.plan().len())));
-        let (stop_rx, watcher) = {
+        let (stop_rx, hurry_rx, watcher) = {
             let live = live.clone();
             stop_channel(move || {
                 // Under the block: the next one is drawn below this line, not over it.
@@ -190,6 +208,7 @@ pub fn drive(scenario: Scenario, config: &DriveConfig) -> Result<RunReport> {
         });
         let opts = RunOptions {
             stop: Some(stop_rx),
+            hurry: Some(hurry_rx),
             grace: config.grace,
             interval: config.interval,
             events: Some(events_tx),
@@ -228,10 +247,16 @@ pub fn run(config: &RunConfig) -> Result<RunOutcome> {
             tracing::info!("herd run: {}", s.seeded.line(s.shown()));
         }
         let driven = record(config, &store, seeding.as_ref().map(|s| &s.seeded), cores).await;
-        let Some(seeding) = seeding else {
-            return report(&store, driven?, &config.out).await;
+        let result = match seeding {
+            None => match driven {
+                Ok(outcome) => report(&store, outcome, &config.out).await,
+                Err(e) => Err(e),
+            },
+            Some(seeding) => finish_seeding(config, &store, driven, seeding).await,
         };
-        finish_seeding(config, &store, driven, seeding).await
+        // Closed, not dropped: SQLite folds its WAL into runs.db and removes -wal and -shm.
+        store.close().await;
+        result
     })
 }
 
@@ -253,26 +278,22 @@ async fn finish_seeding(
                 (None, true) => CleanupRecord::Kept,
                 (None, false) => CleanupRecord::AlreadyRemoved,
             };
-            store
-                .put(outcome.run_id, Source::SeedCleanup, 0, 0, &record)
-                .await?;
+            put_after(store, &mut outcome, Source::SeedCleanup, &record).await?;
             outcome.seeded = Some(seeded);
             outcome.seed_cleaned = cleaned;
             report(store, outcome, &config.out).await
         }
-        (Ok(outcome), Err(e)) => {
+        (Ok(mut outcome), Err(e)) => {
             // The load ran: its report still says the cleanup failed, then the error.
-            let _ = store
-                .put(
-                    outcome.run_id,
-                    Source::SeedCleanup,
-                    0,
-                    0,
-                    &CleanupRecord::Failed,
-                )
-                .await;
+            let _ = put_after(
+                store,
+                &mut outcome,
+                Source::SeedCleanup,
+                &CleanupRecord::Failed,
+            )
+            .await;
             if let Err(r) = report(store, outcome, &config.out).await {
-                tracing::error!("herd run: writing the report: {r:#}");
+                tracing::error!("herd run: writing the report: {}", crate::error_text(&r));
             }
             Err(e)
         }
@@ -281,24 +302,66 @@ async fn finish_seeding(
             Err(e)
         }
         (Err(e), Err(c)) => {
-            tracing::error!("herd run: {c:#}");
+            tracing::error!("herd run: {}", crate::error_text(&c));
             Err(e)
         }
     }
 }
 
-/// Builds the run's report from the store and writes its files.
+/// A row written after the load: to the store, or to the rows in memory once it is lost.
+async fn put_after(
+    store: &Store,
+    outcome: &mut RunOutcome,
+    source: Source,
+    body: &impl serde::Serialize,
+) -> Result<()> {
+    match &mut outcome.lost {
+        Some(rows) => {
+            rows.rows.push(Row {
+                source: source.as_str().to_owned(),
+                seq: 0,
+                at_ns: 0,
+                body: serde_json::to_value(body)?,
+            });
+            Ok(())
+        }
+        None => store.put(outcome.run_id, source, 0, 0, body).await,
+    }
+}
+
+/// Builds the run's report from the store (or, when the store was lost, from the rows in
+/// memory, saved beside the report) and writes its files.
 async fn report(
     store: &Store,
     mut outcome: RunOutcome,
     out: &std::path::Path,
 ) -> Result<RunOutcome> {
-    let data = store.load_run(Some(outcome.run_id)).await?;
-    let written = herd_report::write_report(&Report::build(&data), out)?;
-    outcome.files = written.files;
-    outcome.slo_failed = written.slo_failed;
-    outcome.broken = written.broken;
-    Ok(outcome)
+    let Some(rows) = outcome.lost.take() else {
+        let data = store.load_run(Some(outcome.run_id)).await?;
+        let written = herd_report::write_report(&Report::build(&data), out)?;
+        outcome.files = written.files;
+        outcome.slo_failed = written.slo_failed;
+        outcome.broken = written.broken;
+        return Ok(outcome);
+    };
+    std::fs::create_dir_all(out)
+        .with_context(|| format!("creating the output directory {}", out.display()))?;
+    let saved = out.join(format!("run-{}-rows.json", outcome.run_id));
+    rows.save(&saved)?;
+    let written = herd_report::write_report(&Report::build(&rows.clone().run_data()?), out)?;
+    for f in &written.files {
+        println!("wrote {}", f.display());
+    }
+    println!("wrote {}", saved.display());
+    anyhow::bail!(
+        "the run store {} went down during run {} and stayed down: the tables above and the \
+         report are complete, and every row is in {}; once the store is back, \
+         `herd import {} --store URL` puts the run into it",
+        outcome.store,
+        outcome.run_id,
+        saved.display(),
+        saved.display()
+    )
 }
 
 /// Records the run: begins it in the store, attaches the probe, drives, and commits every
@@ -317,63 +380,43 @@ async fn record(
         "herd run: run {} ({}) recorded in {}",
         meta.id,
         config.name,
-        redact(&config.store)
+        store.url()
     );
-    let mut rec = Recorder {
-        store,
-        run: meta.id,
-        mono0: meta.mono_start_ns as u64,
-        seq: [0; 3],
-    };
-    store.put(meta.id, Source::Slo, 0, 0, &scenario.slo).await?;
-    store
-        .put(
-            meta.id,
-            Source::Expected,
-            0,
-            0,
-            &scenario.expected_outcomes(),
-        )
+    let mut rec = Recorder::new(store, meta.clone());
+    rec.put_once(Source::Slo, &scenario.slo).await?;
+    rec.put_once(Source::Expected, &scenario.expected_outcomes())
         .await?;
     if let Some(s) = seeded {
         // Counts, tables and time only: never the database's URL.
-        store
-            .put(meta.id, Source::Seed, 0, 0, &SeedRecord::from(s))
-            .await?;
+        rec.put_once(Source::Seed, &SeedRecord::from(s)).await?;
     }
 
     // The probe samples in its own thread and sends intervals to the recorder.
     let (probe_tx, mut probe_rx) = mpsc::unbounded_channel::<Interval>();
     let probe_stop = Arc::new(AtomicBool::new(false));
     let probe_thread = if !config.probe {
-        store
-            .put(
-                meta.id,
-                Source::ProbeMissing,
-                0,
-                0,
-                &"the run was started with --no-probe",
-            )
+        rec.put_once(Source::ProbeMissing, &"the run was started with --no-probe")
             .await?;
         None
     } else {
         match start_probe(config, probe_tx, probe_stop.clone()) {
             Ok(t) => Some(t),
             Err(e) => {
-                let why = format!("{e:#}");
+                let why = crate::error_text(&e);
                 tracing::warn!("herd run: driving without the kernel probe: {why}");
-                store.put(meta.id, Source::ProbeMissing, 0, 0, &why).await?;
+                rec.put_once(Source::ProbeMissing, &why).await?;
                 None
             }
         }
     };
 
-    let (stop_rx, watcher) = stop_channel(|| ());
+    let (stop_rx, hurry_rx, watcher) = stop_channel(|| ());
     let (events_tx, mut events) = mpsc::unbounded_channel();
     let driver = tokio::spawn(herd_driver::run(
         scenario.clone(),
         RunOptions {
             stop: Some(stop_rx),
+            hurry: Some(hurry_rx),
             grace: config.grace,
             interval: config.interval,
             events: Some(events_tx),
@@ -421,7 +464,17 @@ async fn record(
         (Ok(r), _) if r.stopped_early => "stopped",
         _ => "finished",
     };
-    store.finish(meta.id, status).await?;
+    let lost = rec.finish(status).await;
+    if let (Err(_), Some(rows)) = (&driven, &lost) {
+        // A failed run on a lost store: its rows are all that is left of it.
+        let saved = config.out.join(format!("run-{}-rows.json", meta.id));
+        if std::fs::create_dir_all(&config.out).is_ok() && rows.save(&saved).is_ok() {
+            tracing::error!(
+                "herd run: the store is down; the run's rows are in {}",
+                saved.display()
+            );
+        }
+    }
     driven.context("driving the scenario")?;
     if let Some(r) = &final_report {
         print!("\n{}", text::table(r));
@@ -430,16 +483,21 @@ async fn record(
     // The report is written once the seeded rows' fate is recorded.
     Ok(RunOutcome {
         run_id: meta.id,
-        store: config.store.clone(),
+        store: store.url().to_owned(),
         files: Vec::new(),
         slo_failed: false,
         broken: Vec::new(),
         seeded: None,
         seed_cleaned: None,
+        unreachable: final_report.as_ref().and_then(RunReport::unreachable),
+        lost,
     })
 }
 
-/// Writes the run's rows as they arrive, each committed on return.
+/// Writes the run's rows as they arrive, each committed on return while the store answers.
+/// A store that fails (PostgreSQL stopped, a full disk) is retried with a bounded backoff, the
+/// rows kept in memory meanwhile and written in order once it answers again; every row is
+/// also kept until the end, so a store that never comes back costs no number of the report.
 struct Recorder<'a> {
     store: &'a Store,
     run: i64,
@@ -447,9 +505,44 @@ struct Recorder<'a> {
     mono0: u64,
     /// Next sequence number per source: driver intervals, phase ends, probe intervals.
     seq: [u64; 3],
+    /// Every row so far, in order.
+    rows: Rows,
+    /// Rows not yet in the store (indices into `rows`), oldest first.
+    pending: std::collections::VecDeque<(Source, usize)>,
+    /// When the store stopped answering, while it does not.
+    down_since: Option<std::time::Instant>,
+    /// No write is tried before this.
+    retry_at: std::time::Instant,
+    backoff: Duration,
 }
 
-impl Recorder<'_> {
+/// The first retry's wait; each failure doubles it up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(250);
+/// The longest wait between two tries of a store that is down.
+const MAX_BACKOFF: Duration = Duration::from_secs(4);
+/// How long one write may take before the store counts as down.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long the end of a run keeps trying a store that is down before giving up on it.
+const FINAL_RETRY: Duration = Duration::from_secs(6);
+
+impl<'a> Recorder<'a> {
+    fn new(store: &'a Store, meta: herd_report::RunMeta) -> Self {
+        Recorder {
+            store,
+            run: meta.id,
+            mono0: meta.mono_start_ns as u64,
+            seq: [0; 3],
+            rows: Rows {
+                meta,
+                rows: Vec::new(),
+            },
+            pending: Default::default(),
+            down_since: None,
+            retry_at: std::time::Instant::now(),
+            backoff: FIRST_BACKOFF,
+        }
+    }
+
     /// Records one driver event; returns the final report when the event is the last.
     async fn driver_event(&mut self, e: DriverEvent) -> Result<Option<RunReport>> {
         let ms = |ms: u64| self.mono0 + ms * 1_000_000;
@@ -463,9 +556,9 @@ impl Recorder<'_> {
                 self.put(Source::Phase, 1, at, &st).await?;
             }
             DriverEvent::Done(r) => {
-                self.store
-                    .put(self.run, Source::Report, 0, ms(r.duration_ms), &r)
-                    .await?;
+                let at = ms(r.duration_ms);
+                self.keep(Source::Report, 0, at, &r)?;
+                self.flush().await;
                 return Ok(Some(*r));
             }
         }
@@ -476,6 +569,13 @@ impl Recorder<'_> {
         self.put(Source::Probe, 2, iv.at_ns, iv).await
     }
 
+    /// A row of which a run has one.
+    async fn put_once(&mut self, source: Source, body: &impl serde::Serialize) -> Result<()> {
+        self.keep(source, 0, 0, body)?;
+        self.flush().await;
+        Ok(())
+    }
+
     async fn put(
         &mut self,
         source: Source,
@@ -483,11 +583,98 @@ impl Recorder<'_> {
         at_ns: u64,
         body: &impl serde::Serialize,
     ) -> Result<()> {
-        self.store
-            .put(self.run, source, self.seq[seq], at_ns, body)
-            .await?;
+        let n = self.seq[seq];
         self.seq[seq] += 1;
+        self.keep(source, n, at_ns, body)?;
+        self.flush().await;
         Ok(())
+    }
+
+    fn keep(
+        &mut self,
+        source: Source,
+        seq: u64,
+        at_ns: u64,
+        body: &impl serde::Serialize,
+    ) -> Result<()> {
+        let body = serde_json::to_value(body).context("encoding a run row")?;
+        self.pending.push_back((source, self.rows.rows.len()));
+        self.rows.rows.push(Row {
+            source: source.as_str().to_owned(),
+            seq,
+            at_ns,
+            body,
+        });
+        Ok(())
+    }
+
+    /// Writes the pending rows in order, unless the store is down and its next try not due.
+    async fn flush(&mut self) {
+        if self.pending.is_empty() || std::time::Instant::now() < self.retry_at {
+            return;
+        }
+        while let Some(&(source, i)) = self.pending.front() {
+            let r = &self.rows.rows[i];
+            let write = self.store.put(self.run, source, r.seq, r.at_ns, &r.body);
+            let result = match tokio::time::timeout(WRITE_TIMEOUT, write).await {
+                Ok(r) => r,
+                Err(_) => Err(anyhow::anyhow!("no answer within {WRITE_TIMEOUT:?}")),
+            };
+            match result {
+                Ok(()) => {
+                    self.pending.pop_front();
+                }
+                Err(e) => {
+                    if self.down_since.is_none() {
+                        tracing::warn!(
+                            "herd run: the run store {} failed ({}); keeping the run's rows in memory and retrying every {}s at most",
+                            self.store.url(),
+                            crate::error_text(&e),
+                            MAX_BACKOFF.as_secs()
+                        );
+                        self.down_since = Some(std::time::Instant::now());
+                    }
+                    self.retry_at = std::time::Instant::now() + self.backoff;
+                    self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+                    return;
+                }
+            }
+        }
+        if let Some(since) = self.down_since.take() {
+            tracing::info!(
+                "herd run: the run store {} is back after {:.1}s; every buffered row is written",
+                self.store.url(),
+                since.elapsed().as_secs_f64()
+            );
+        }
+        self.backoff = FIRST_BACKOFF;
+    }
+
+    /// Writes what is pending and closes the run with `status`; returns every row when the
+    /// store is still down after [`FINAL_RETRY`].
+    async fn finish(mut self, status: &str) -> Option<Rows> {
+        let give_up = std::time::Instant::now() + FINAL_RETRY;
+        loop {
+            self.retry_at = std::time::Instant::now();
+            self.flush().await;
+            if self.pending.is_empty() {
+                match tokio::time::timeout(WRITE_TIMEOUT, self.store.finish(self.run, status)).await
+                {
+                    Ok(Ok(())) => return None,
+                    Ok(Err(e)) => {
+                        tracing::warn!("herd run: closing the run: {}", crate::error_text(&e))
+                    }
+                    Err(_) => tracing::warn!("herd run: closing the run: no answer from the store"),
+                }
+            }
+            if std::time::Instant::now() >= give_up {
+                break;
+            }
+            tokio::time::sleep(self.backoff).await;
+        }
+        let mut rows = self.rows;
+        rows.meta.status = status.to_owned();
+        Some(rows)
     }
 }
 

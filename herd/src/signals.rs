@@ -5,12 +5,14 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 static STOP: AtomicBool = AtomicBool::new(false);
 static SIGNAL: AtomicU32 = AtomicU32::new(0);
+static COUNT: AtomicU32 = AtomicU32::new(0);
 
 extern "C" fn on_signal(sig: libc::c_int) {
-    // A second Ctrl-C while cleanup runs is ignored: cleanup is bounded and must finish,
-    // or pinned/attached state and cgroups would be left behind.
+    // A second Ctrl-C ends the driver's grace ([`hurry_requested`]) but not cleanup: cleanup
+    // is bounded and must finish, or pinned/attached state and cgroups would be left behind.
     STOP.store(true, Ordering::SeqCst);
     SIGNAL.store(sig as u32, Ordering::SeqCst);
+    COUNT.fetch_add(1, Ordering::SeqCst);
 }
 
 /// Installs the handlers for SIGINT, SIGTERM and SIGHUP.
@@ -32,6 +34,11 @@ pub fn stop_requested() -> bool {
     STOP.load(Ordering::SeqCst)
 }
 
+/// True once a second stop signal arrived: the user wants out now, not after the grace.
+pub fn hurry_requested() -> bool {
+    COUNT.load(Ordering::SeqCst) >= 2
+}
+
 /// The signal that requested the stop, if any.
 pub fn received() -> Option<i32> {
     match SIGNAL.load(Ordering::SeqCst) {
@@ -42,7 +49,7 @@ pub fn received() -> Option<i32> {
 
 /// Sleeps up to `d`, waking early when a stop is requested. Returns false if stopped.
 pub fn sleep(d: std::time::Duration) -> bool {
-    let end = std::time::Instant::now() + d;
+    let end = herd_driver::units::deadline(std::time::Instant::now(), d);
     while !stop_requested() {
         let now = std::time::Instant::now();
         if now >= end {

@@ -305,8 +305,10 @@ impl Postgres {
     }
 }
 
-impl Drop for Postgres {
-    fn drop(&mut self) {
+impl Postgres {
+    /// Stops the server at once (`pg_ctl stop -m immediate`: every connection is cut, as when
+    /// the database host dies), leaving its files for [`Drop`] to remove.
+    pub fn stop(&self) {
         let _ = Command::new("runuser")
             .args(["-u", "postgres", "--"])
             .arg(self.bin.join("pg_ctl"))
@@ -314,5 +316,49 @@ impl Drop for Postgres {
             .arg(self.dir.join("data"))
             .args(["-m", "immediate", "-w", "stop"])
             .output();
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A tmpfs of `size` (e.g. `256k`) mounted on a fresh directory, unmounted and removed on drop:
+/// a real filesystem that fills up.
+pub struct Tmpfs {
+    dir: herd_testkit::TempDir,
+}
+
+impl Tmpfs {
+    /// Mounts it (needs root).
+    pub fn mount(purpose: &str, size: &str) -> Result<Self> {
+        let dir = herd_testkit::TempDir::new(purpose);
+        let out = Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0755"),
+                "herd-test",
+            ])
+            .arg(dir.path())
+            .output()?;
+        if !out.status.success() {
+            bail!("mount -t tmpfs: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        Ok(Tmpfs { dir })
+    }
+
+    /// The mount point.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.dir.path()).output();
     }
 }

@@ -34,7 +34,7 @@ fn without_capabilities_the_probe_says_which_and_exits_2() {
 }
 
 #[test]
-fn an_unknown_container_cgroup_is_named_and_alternatives_listed() {
+fn an_unknown_container_cgroup_is_named_and_alternatives_listed_and_exits_2() {
     let out = herd_cmd()
         .args([
             "probe",
@@ -46,10 +46,15 @@ fn an_unknown_container_cgroup_is_named_and_alternatives_listed() {
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    // Bad input: the README's exit code 2, not 1 (a failed run).
+    assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(
         err.contains("/no/such/cgroup") && err.contains("cgroups under"),
         "{err}"
+    );
+    assert!(
+        !err.contains("(os error 2): No such file or directory (os error 2)"),
+        "the cause once: {err}"
     );
 }
 
@@ -62,4 +67,43 @@ fn a_too_short_interval_is_refused_by_the_parser() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("100ms minimum"), "{err}");
+}
+
+#[test]
+fn scenario_errors_exit_2_and_say_each_cause_once() {
+    let dir = herd_testkit::TempDir::new("cli-scenario");
+    let bad = dir.join("bad.toml");
+    std::fs::write(&bad, "[target]\nurl = \"http://127.0.0.1:1/\"\n[[op]\n").unwrap();
+    let latin1 = dir.join("latin1.toml");
+    std::fs::write(&latin1, b"# caf\xE9\n[target]\n").unwrap();
+    let missing = dir.join("missing.toml");
+    for (file, says) in [
+        (&bad, "bad.toml:3:"),
+        (
+            &latin1,
+            "latin1.toml:1:6: the scenario is not UTF-8: byte 0xE9 at byte offset 5",
+        ),
+        (
+            &missing,
+            "missing.toml: No such file or directory (os error 2)",
+        ),
+    ] {
+        for cmd in ["drive", "run"] {
+            let out = herd_cmd().arg(cmd).arg(file).output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(
+                out.status.code(),
+                Some(2),
+                "herd {cmd} {}: {err}",
+                file.display()
+            );
+            assert!(err.contains(says), "herd {cmd}: {err}");
+            let first = err.lines().next().unwrap_or_default();
+            assert_eq!(
+                first.matches("os error").count() + first.matches("not UTF-8").count(),
+                usize::from(file != &bad),
+                "one cause, once: {err}"
+            );
+        }
+    }
 }

@@ -3,36 +3,84 @@
 
 use std::fmt;
 
-/// Replaces the password of every `scheme://user:password@host` in `text` with `***`.
+/// Replaces the password of every URL in `text` with `***`: `scheme://user:password@host`,
+/// also when the password holds an unencoded `#`, `/`, `?`, `:` or `@`, when the scheme is
+/// missing (`user:password@host/db`), and for every URL of a message.
 pub fn redact(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
-    while let Some(i) = rest.find("://") {
-        let (head, tail) = rest.split_at(i + 3);
-        out.push_str(head);
-        // The authority ends at the first `/`, `?`, `#` or whitespace; `@` marks userinfo.
-        let end = tail
-            .find(|c: char| c == '/' || c == '?' || c == '#' || c.is_whitespace())
-            .unwrap_or(tail.len());
-        let authority = &tail[..end];
-        match authority.rfind('@') {
-            Some(at) => {
-                let userinfo = &authority[..at];
-                match userinfo.split_once(':') {
-                    Some((user, _)) => {
-                        out.push_str(user);
-                        out.push_str(":***");
-                    }
-                    None => out.push_str(userinfo),
-                }
-                out.push_str(&authority[at..]);
+    while !rest.is_empty() {
+        // A URL holds no whitespace: each word is looked at on its own.
+        let ws = rest
+            .find(|c: char| !c.is_whitespace())
+            .unwrap_or(rest.len());
+        out.push_str(&rest[..ws]);
+        rest = &rest[ws..];
+        let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+        let word = &rest[..end];
+        match userinfo(word) {
+            Some(u) => {
+                out.push_str(&word[..u.password.start]);
+                out.push_str("***");
+                out.push_str(&word[u.password.end..]);
             }
-            None => out.push_str(authority),
+            None => out.push_str(word),
         }
-        rest = &tail[end..];
+        rest = &rest[end..];
     }
-    out.push_str(rest);
     out
+}
+
+/// Where a URL's userinfo sits in `word` (byte ranges).
+struct Userinfo {
+    /// The password, between the user's `:` and the `@` before the host.
+    password: std::ops::Range<usize>,
+    /// The host and port after that `@`.
+    host: std::ops::Range<usize>,
+}
+
+/// The one parser behind [`redact`], [`Secret`] and [`host_of`]. The userinfo starts after
+/// `scheme://` (or at the word's first letter when there is no scheme) and ends at the last
+/// `@` that a host follows: a password's own `#`, `/`, `?` or `@` do not end it early.
+fn userinfo(word: &str) -> Option<Userinfo> {
+    let start = match word.find("://") {
+        Some(i) => i + 3,
+        // No scheme: `user:password@host…`, after any quote or bracket the message put there.
+        None => word.find(|c: char| c.is_alphanumeric() || c == '_')?,
+    };
+    if word[start..].starts_with("sqlite:") {
+        return None;
+    }
+    let tail = &word[start..];
+    let host_char = |c: char| c.is_alphanumeric() || ".-_[]:%".contains(c);
+    let at = tail
+        .char_indices()
+        .filter(|&(_, c)| c == '@')
+        .map(|(i, _)| i)
+        .rfind(|&i| {
+            let host = &tail[i + 1..];
+            let end = host.find(['/', '?', '#', '@']).unwrap_or(host.len());
+            let host = host[..end].trim_end_matches(|c: char| ",;.)'\"`>]".contains(c));
+            !host.is_empty() && host.chars().all(host_char)
+        })?;
+    let user_end = tail[..at].find(':')?;
+    // Without a scheme, `user:` must look like a user name, not prose (`error: x@y`).
+    if !word.contains("://")
+        && !tail[..user_end]
+            .chars()
+            .all(|c| c.is_alphanumeric() || "-_.".contains(c))
+    {
+        return None;
+    }
+    if user_end + 1 == at {
+        return None;
+    }
+    let host = &tail[at + 1..];
+    let host_end = host.find(['/', '?', '#', '@']).unwrap_or(host.len());
+    Some(Userinfo {
+        password: start + user_end + 1..start + at,
+        host: start + at + 1..start + at + 1 + host_end,
+    })
 }
 
 /// True when `s` looks like a database URL (a scheme, or `sqlite:`/`postgres…`).
@@ -59,17 +107,12 @@ impl Secret {
     /// Wraps `url`, remembering its password as written and percent-decoded.
     pub fn new(url: String) -> Self {
         let mut passwords = Vec::new();
-        if let Some((_, rest)) = url.split_once("://") {
-            let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-            if let Some((userinfo, _)) = authority.rsplit_once('@')
-                && let Some((_, pw)) = userinfo.split_once(':')
-                && !pw.is_empty()
-            {
-                passwords.push(pw.to_owned());
-                let decoded = percent_decode(pw);
-                if decoded != pw {
-                    passwords.push(decoded);
-                }
+        if let Some(u) = userinfo(url.trim()) {
+            let pw = &url.trim()[u.password];
+            passwords.push(pw.to_owned());
+            let decoded = percent_decode(pw);
+            if decoded != pw {
+                passwords.push(decoded);
             }
         }
         Self { url, passwords }
@@ -111,9 +154,14 @@ pub fn host_of(url: &str) -> String {
         let path = rest.trim_start_matches("//");
         return path.split('?').next().unwrap_or(path).to_owned();
     }
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let host = match userinfo(url) {
+        Some(u) => &url[u.host],
+        None => {
+            let rest = url.split_once("://").map_or(url, |(_, r)| r);
+            let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+            authority.rsplit_once('@').map_or(authority, |(_, h)| h)
+        }
+    };
     if host.is_empty() {
         "the local PostgreSQL socket".into()
     } else {
@@ -137,6 +185,48 @@ mod tests {
             "sqlite:/tmp/x.db?mode=rwc"
         );
         assert_eq!(redact("postgres://u:p@ss@h/db"), "postgres://u:***@h/db");
+    }
+
+    #[test]
+    fn passwords_with_unencoded_delimiters_or_no_scheme_are_redacted_whole() {
+        for (url, shown) in [
+            ("postgres://u:pa#ss@h:5/db", "postgres://u:***@h:5/db"),
+            ("postgres://u:pa/ss@h/db", "postgres://u:***@h/db"),
+            (
+                "postgres://u:pa?ss@h/db?sslmode=off",
+                "postgres://u:***@h/db?sslmode=off",
+            ),
+            ("postgres://u:p@s#s/x?@h/db", "postgres://u:***@h/db"),
+            ("postgres://u:p:w@h/db", "postgres://u:***@h/db"),
+            (
+                "u:s3cret@db.internal:5432/game",
+                "u:***@db.internal:5432/game",
+            ),
+            ("'postgres://u:x#y@h/db'", "'postgres://u:***@h/db'"),
+            ("(u:x/y@h)", "(u:***@h)"),
+        ] {
+            assert_eq!(redact(url), shown, "{url}");
+        }
+        let s = Secret::new("postgres://u:pa#ss@h/db".into());
+        assert_eq!(
+            s.scrub("the server said: pa#ss rejected"),
+            "the server said: *** rejected"
+        );
+        assert_eq!(
+            redact("store postgres://a:one#1@h1/x failed, seed b:two/2@h2/y too"),
+            "store postgres://a:***@h1/x failed, seed b:***@h2/y too"
+        );
+        // Prose is left alone.
+        for prose in [
+            "error: mail me at x@y.z",
+            "see user@host",
+            "a:b c@d",
+            "sqlite:/tmp/x.db",
+            "sqlite:/tmp/a@b.db",
+        ] {
+            assert_eq!(redact(prose), prose);
+        }
+        assert_eq!(host_of("postgres://u:pa/ss@db:5432/game"), "db:5432");
     }
 
     #[test]

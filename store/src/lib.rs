@@ -37,10 +37,26 @@ pub enum Source {
     SeedCleanup,
     /// Each op's expected outcomes (`BTreeMap<String, Vec<herd_driver::Outcome>>`).
     Expected,
+    /// The process recording the run ([`Owner`]), to tell a live run from an interrupted one.
+    Owner,
 }
 
 impl Source {
-    fn as_str(self) -> &'static str {
+    /// The sources a report reads.
+    const REPORTED: [Source; 9] = [
+        Source::Driver,
+        Source::Phase,
+        Source::Report,
+        Source::Probe,
+        Source::ProbeMissing,
+        Source::Slo,
+        Source::Seed,
+        Source::SeedCleanup,
+        Source::Expected,
+    ];
+
+    /// The name rows of this source carry in the store.
+    pub fn as_str(self) -> &'static str {
         match self {
             Source::Driver => "driver",
             // `step`: the name rows have had since the first runs were recorded.
@@ -52,6 +68,7 @@ impl Source {
             Source::Seed => "seed",
             Source::SeedCleanup => "seed_cleanup",
             Source::Expected => "expected",
+            Source::Owner => "owner",
         }
     }
 }
@@ -68,13 +85,158 @@ pub use herd_seed::secret::redact;
 
 /// The default store: `runs.db` (SQLite) inside `dir`.
 pub fn default_url(dir: &Path) -> String {
-    format!("sqlite:{}?mode=rwc", dir.join("runs.db").display())
+    format!("sqlite:{}", dir.join("runs.db").display())
+}
+
+/// One stored row, as [`Rows`] keeps it in memory and in its JSON file.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct Row {
+    /// [`Source::as_str`].
+    pub source: String,
+    /// Order within its source.
+    pub seq: u64,
+    /// CLOCK_MONOTONIC ns (0 for rows without a time).
+    pub at_ns: u64,
+    /// The row itself.
+    pub body: serde_json::Value,
+}
+
+/// Every row of one run held in memory: what `herd run` writes to a JSON file when the store
+/// went down and stayed down, and what `herd import` reads back into a store.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct Rows {
+    /// The run's header.
+    pub meta: RunMeta,
+    /// Its rows, in the order they were recorded.
+    pub rows: Vec<Row>,
+}
+
+impl Rows {
+    fn of<T: serde::de::DeserializeOwned>(&self, source: Source) -> Result<Vec<T>> {
+        let mut rows: Vec<&Row> = self
+            .rows
+            .iter()
+            .filter(|r| r.source == source.as_str())
+            .collect();
+        rows.sort_by_key(|r| r.seq);
+        rows.iter()
+            .map(|r| {
+                serde_json::from_value(r.body.clone()).with_context(|| {
+                    format!(
+                        "run {}: {} row {} does not decode",
+                        self.meta.id, r.source, r.seq
+                    )
+                })
+            })
+            .collect()
+    }
+
+    /// Everything a report needs, from these rows.
+    pub fn run_data(self) -> Result<RunData> {
+        let probe_missing: Vec<String> = self.of(Source::ProbeMissing)?;
+        let mut finals: Vec<RunReport> = self.of(Source::Report)?;
+        let slo: Vec<Vec<herd_driver::scenario::Slo>> = self.of(Source::Slo)?;
+        let mut seeded: Vec<SeedRecord> = self.of(Source::Seed)?;
+        let mut cleanup: Vec<CleanupRecord> = self.of(Source::SeedCleanup)?;
+        let mut expected: Vec<BTreeMap<String, Vec<herd_driver::Outcome>>> =
+            self.of(Source::Expected)?;
+        // Runs recorded before the row existed: the driver's final report carries it too.
+        let expected = expected
+            .pop()
+            .or_else(|| finals.last().map(|r| r.expected.clone()))
+            .unwrap_or_default();
+        Ok(RunData {
+            phases: self.of(Source::Phase)?,
+            driver: self.of(Source::Driver)?,
+            probe: self.of(Source::Probe)?,
+            probe_missing: probe_missing.into_iter().next(),
+            final_report: finals.pop(),
+            slo: slo.into_iter().next().unwrap_or_default(),
+            seeded: seeded.pop(),
+            seed_cleanup: cleanup.pop(),
+            expected,
+            meta: self.meta,
+        })
+    }
+
+    /// Writes the rows as JSON to `path`.
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let write = || -> Result<()> {
+            let mut w = std::io::BufWriter::new(std::fs::File::create(path)?);
+            serde_json::to_writer(&mut w, self)?;
+            std::io::Write::flush(&mut w)?;
+            Ok(())
+        };
+        write().with_context(|| format!("writing the run's rows to {}", path.display()))
+    }
+
+    /// Reads rows written by [`Rows::save`].
+    pub fn load(path: &Path) -> Result<Self> {
+        let file = std::fs::File::open(path)
+            .with_context(|| format!("opening saved rows {}", path.display()))?;
+        serde_json::from_reader(std::io::BufReader::new(file))
+            .with_context(|| format!("{} holds no saved herd run", path.display()))
+    }
+}
+
+/// A `--store` that names no store herd can open: bad input (exit 2).
+#[derive(Debug)]
+pub struct StoreUrlError(pub String);
+
+impl std::fmt::Display for StoreUrlError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for StoreUrlError {}
+
+/// The URL to connect with and the one to show for a `--store`: a SQLite file is created when
+/// missing (`mode=rwc` implied, as the documented `sqlite:PATH` promises, and never shown).
+pub fn connect_url(url: &str) -> Result<(String, String), StoreUrlError> {
+    let url = url.trim();
+    const FORMS: &str = "sqlite:PATH (a file, created if missing) or \
+                         postgres://USER[:PASSWORD]@HOST[:PORT]/DB";
+    if url.is_empty() {
+        return Err(StoreUrlError(format!(
+            "the run store URL is empty: give {FORMS}"
+        )));
+    }
+    if let Some(rest) = url.strip_prefix("sqlite:") {
+        let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let params: Vec<&str> = query
+            .split('&')
+            .filter(|p| !p.is_empty() && *p != "mode=rwc")
+            .collect();
+        let shown = if params.is_empty() {
+            format!("sqlite:{path}")
+        } else {
+            format!("sqlite:{path}?{}", params.join("&"))
+        };
+        let connect = if params.iter().any(|p| p.starts_with("mode=")) {
+            shown.clone()
+        } else if params.is_empty() {
+            format!("{shown}?mode=rwc")
+        } else {
+            format!("{shown}&mode=rwc")
+        };
+        return Ok((connect, shown));
+    }
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        return Ok((url.to_owned(), redact(url)));
+    }
+    Err(StoreUrlError(format!(
+        "the run store URL {} is neither SQLite nor PostgreSQL: give {FORMS}",
+        redact(url)
+    )))
 }
 
 impl Store {
     /// Opens (creating if needed) the store at `url`.
     pub async fn open(url: &str) -> Result<Self> {
         sqlx::any::install_default_drivers();
+        let (connect, shown) = connect_url(url)?;
+        let url = connect.as_str();
         let sqlite = url.starts_with("sqlite:");
         if sqlite && let Some(path) = url.strip_prefix("sqlite:") {
             let file = path.split('?').next().unwrap_or(path);
@@ -87,17 +249,17 @@ impl Store {
                 })?;
             }
         }
+        // One connection first, outside the pool: the pool retries until its timeout and then
+        // says only `pool timed out`, hiding the refusal or the wrong password behind it.
+        probe_connect(url, &shown).await?;
         let pool = AnyPoolOptions::new()
             // SQLite has one writer anyway; one connection keeps the pragmas in force.
             .max_connections(if sqlite { 1 } else { 4 })
             .acquire_timeout(std::time::Duration::from_secs(10))
             .connect(url)
             .await
-            .with_context(|| format!("opening the run store {}", redact(url)))?;
-        let store = Self {
-            pool,
-            url: url.to_owned(),
-        };
+            .with_context(|| format!("opening the run store {shown}"))?;
+        let store = Self { pool, url: shown };
         if sqlite {
             store.exec("PRAGMA journal_mode=WAL").await?;
             store.exec("PRAGMA synchronous=NORMAL").await?;
@@ -117,6 +279,20 @@ impl Store {
             )
             .await?;
         Ok(store)
+    }
+
+    /// The run's status as recorded, or `interrupted` for a run still marked `running` whose
+    /// process (same host, same boot, same pid and start time) is gone: killed, crashed, the
+    /// host rebooted.
+    async fn honest_status(&self, run: i64, status: String) -> Result<String> {
+        if status != "running" {
+            return Ok(status);
+        }
+        let owner: Vec<Owner> = self.rows(run, Source::Owner).await?;
+        Ok(match owner.first() {
+            Some(o) if o.gone() => "interrupted".to_owned(),
+            _ => status,
+        })
     }
 
     async fn exec(&self, sql: &'static str) -> Result<()> {
@@ -150,6 +326,7 @@ impl Store {
         .execute(&self.pool)
         .await
         .with_context(|| format!("recording run {next} in {}", redact(&self.url)))?;
+        self.put(next, Source::Owner, 0, 0, &Owner::me()).await?;
         Ok(RunMeta {
             id: next,
             name: name.to_owned(),
@@ -198,7 +375,22 @@ impl Store {
             .execute(&self.pool)
             .await
             .with_context(|| format!("closing run {run}"))?;
+        if self.url.starts_with("sqlite:") {
+            // Everything into runs.db itself, so the file alone (copied, mailed) holds the run.
+            self.exec("PRAGMA wal_checkpoint(TRUNCATE)").await?;
+        }
         Ok(())
+    }
+
+    /// The store's URL as herd shows it: no password, no implied `mode=rwc`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Closes the store's connections: SQLite folds the WAL into the database file and
+    /// removes `-wal` and `-shm`.
+    pub async fn close(&self) {
+        self.pool.close().await;
     }
 
     /// The header of run `id`, or of the latest run when `id` is None.
@@ -232,7 +424,9 @@ impl Store {
             started_unix_ms: row.try_get("started_unix_ms")?,
             mono_start_ns: row.try_get("mono_start_ns")?,
             finished_unix_ms: row.try_get("finished_unix_ms")?,
-            status: row.try_get("status")?,
+            status: self
+                .honest_status(row.try_get("id")?, row.try_get("status")?)
+                .await?,
         })
     }
 
@@ -279,30 +473,56 @@ impl Store {
     /// Everything recorded for run `id` (the latest when None), for [`Report::build`].
     pub async fn load_run(&self, id: Option<i64>) -> Result<RunData> {
         let meta = self.meta(id).await?;
-        let probe_missing: Vec<String> = self.rows(meta.id, Source::ProbeMissing).await?;
-        let mut finals: Vec<RunReport> = self.rows(meta.id, Source::Report).await?;
-        let slo: Vec<Vec<herd_driver::scenario::Slo>> = self.rows(meta.id, Source::Slo).await?;
-        let mut seeded: Vec<SeedRecord> = self.rows(meta.id, Source::Seed).await?;
-        let mut cleanup: Vec<CleanupRecord> = self.rows(meta.id, Source::SeedCleanup).await?;
-        let mut expected: Vec<BTreeMap<String, Vec<herd_driver::Outcome>>> =
-            self.rows(meta.id, Source::Expected).await?;
-        // Runs recorded before the row existed: the driver's final report carries it too.
-        let expected = expected
-            .pop()
-            .or_else(|| finals.last().map(|r| r.expected.clone()))
-            .unwrap_or_default();
-        Ok(RunData {
-            phases: self.rows(meta.id, Source::Phase).await?,
-            driver: self.rows(meta.id, Source::Driver).await?,
-            probe: self.rows(meta.id, Source::Probe).await?,
-            probe_missing: probe_missing.into_iter().next(),
-            final_report: finals.pop(),
-            slo: slo.into_iter().next().unwrap_or_default(),
-            seeded: seeded.pop(),
-            seed_cleanup: cleanup.pop(),
-            expected,
-            meta,
-        })
+        let mut rows = Vec::new();
+        for source in Source::REPORTED {
+            let bodies: Vec<serde_json::Value> = self.rows(meta.id, source).await?;
+            rows.extend(bodies.into_iter().enumerate().map(|(seq, body)| Row {
+                source: source.as_str().to_owned(),
+                seq: seq as u64,
+                at_ns: 0,
+                body,
+            }));
+        }
+        Rows { meta, rows }.run_data()
+    }
+
+    /// Writes a run saved by [`Rows::save`] (the store was down) into this store, under a new
+    /// id; returns it.
+    pub async fn import(&self, saved: &Rows) -> Result<i64> {
+        let m = &saved.meta;
+        let meta = self
+            .begin(&m.name, &m.scenario, m.mono_start_ns as u64)
+            .await?;
+        sqlx::query("UPDATE herd_runs SET started_unix_ms = $1 WHERE id = $2")
+            .bind(m.started_unix_ms)
+            .bind(meta.id)
+            .execute(&self.pool)
+            .await
+            .with_context(|| format!("importing run {} as run {}", m.id, meta.id))?;
+        for r in saved
+            .rows
+            .iter()
+            .filter(|r| r.source != Source::Owner.as_str())
+        {
+            sqlx::query(
+                "INSERT INTO herd_rows (run_id, source, seq, at_ns, body) VALUES ($1, $2, $3, $4, $5)",
+            )
+            .bind(meta.id)
+            .bind(&r.source)
+            .bind(r.seq as i64)
+            .bind(r.at_ns as i64)
+            .bind(r.body.to_string())
+            .execute(&self.pool)
+            .await
+            .with_context(|| format!("importing a {} row of run {}", r.source, m.id))?;
+        }
+        let status = if m.status == "running" {
+            "interrupted"
+        } else {
+            m.status.as_str()
+        };
+        self.finish(meta.id, status).await?;
+        Ok(meta.id)
     }
 
     /// Reads runs `a` and `b` and compares their reports.
@@ -317,6 +537,95 @@ impl Store {
             .with_context(|| format!("reading run {b}, the run after"))?;
         Ok(compare(&Report::build(&before), &Report::build(&after)))
     }
+}
+
+/// Connects once to `url` and says why not: refused, unreachable, rejected credentials.
+async fn probe_connect(url: &str, shown: &str) -> Result<()> {
+    use sqlx::Connection as _;
+    let limit = std::time::Duration::from_secs(10);
+    let what = || format!("opening the run store {shown}");
+    match tokio::time::timeout(limit, sqlx::AnyConnection::connect(url)).await {
+        Ok(Ok(c)) => {
+            let _ = c.close().await;
+            Ok(())
+        }
+        Ok(Err(sqlx::Error::Database(e))) => {
+            let hint = match e.code().as_deref() {
+                Some("28P01") | Some("28000") => {
+                    ": check the user and password in the URL (percent-encode `@ : / ? #` in it)"
+                }
+                Some("3D000") => ": create the database first (`createdb`), or name another",
+                _ => "",
+            };
+            Err(anyhow::anyhow!("{}{hint}", redact(e.message()))).with_context(what)
+        }
+        Ok(Err(sqlx::Error::Io(e))) => Err(anyhow::anyhow!(
+            "{e}: is the server running at {} and reachable from here?",
+            herd_seed::secret::host_of(url)
+        ))
+        .with_context(what),
+        Ok(Err(e @ sqlx::Error::Configuration(_))) => Err(anyhow::anyhow!(
+            "{}: percent-encode `@ : / ? #` in the user and password (`#` is %23, `/` is %2F)",
+            redact(&e.to_string())
+        ))
+        .with_context(what),
+        Ok(Err(e)) => Err(anyhow::anyhow!("{}", redact(&e.to_string()))).with_context(what),
+        Err(_) => Err(anyhow::anyhow!(
+            "no answer from {} within {}s: a firewall dropping packets, or the wrong host",
+            herd_seed::secret::host_of(url),
+            limit.as_secs()
+        ))
+        .with_context(what),
+    }
+}
+
+/// The process that recorded a run: enough to tell later whether it still lives.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub struct Owner {
+    /// Its pid.
+    pub pid: u32,
+    /// The host's name.
+    pub host: String,
+    /// The kernel's boot id (a pid means nothing after a reboot).
+    pub boot_id: String,
+    /// The process's start time in clock ticks since boot (a pid is reused).
+    pub start_ticks: u64,
+}
+
+impl Owner {
+    /// This process.
+    pub fn me() -> Self {
+        let pid = std::process::id();
+        Owner {
+            pid,
+            host: read_trim("/proc/sys/kernel/hostname"),
+            boot_id: read_trim("/proc/sys/kernel/random/boot_id"),
+            start_ticks: start_ticks(pid).unwrap_or(0),
+        }
+    }
+
+    /// True when this is the host it ran on and the process is certainly gone. On another
+    /// host nothing can be told, so the run is left `running`.
+    pub fn gone(&self) -> bool {
+        let me = Owner::me();
+        if self.host != me.host || self.host.is_empty() {
+            return false;
+        }
+        self.boot_id != me.boot_id || start_ticks(self.pid) != Some(self.start_ticks)
+    }
+}
+
+fn read_trim(path: &str) -> String {
+    std::fs::read_to_string(path)
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_default()
+}
+
+/// Field 22 of /proc/PID/stat, after the parenthesised command name (which may hold spaces).
+fn start_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 2..];
+    after.split(' ').nth(19)?.parse().ok()
 }
 
 #[cfg(test)]
@@ -373,5 +682,94 @@ mod tests {
         );
         s.finish(meta.id, "finished").await.unwrap();
         assert_eq!(s.list().await.unwrap()[0].status, "finished");
+    }
+
+    #[test]
+    fn sqlite_urls_imply_rwc_and_never_show_it_and_bad_urls_say_the_forms() {
+        let c = |u: &str| connect_url(u).unwrap();
+        assert_eq!(
+            c("sqlite:/tmp/x/new.db"),
+            (
+                "sqlite:/tmp/x/new.db?mode=rwc".into(),
+                "sqlite:/tmp/x/new.db".into()
+            )
+        );
+        assert_eq!(c("sqlite:/tmp/x.db?mode=rwc").1, "sqlite:/tmp/x.db");
+        assert_eq!(
+            c("sqlite:/tmp/x.db?mode=ro"),
+            (
+                "sqlite:/tmp/x.db?mode=ro".into(),
+                "sqlite:/tmp/x.db?mode=ro".into()
+            )
+        );
+        assert_eq!(
+            c("postgres://u:pw@h/db"),
+            (
+                "postgres://u:pw@h/db".into(),
+                "postgres://u:***@h/db".into()
+            )
+        );
+        for (bad, says) in [
+            ("", "the run store URL is empty: give sqlite:PATH"),
+            ("runs.db", "runs.db is neither SQLite nor PostgreSQL"),
+            ("u:s3cret@h/db", "u:***@h/db is neither"),
+        ] {
+            let e = connect_url(bad).unwrap_err().to_string();
+            assert!(
+                e.contains(says) && e.contains("postgres://USER"),
+                "{bad}: {e}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_finished_run_is_whole_in_runs_db_alone() {
+        let dir = herd_testkit::TempDir::new("store-wal");
+        // The documented form, for a file and a directory that do not exist yet.
+        let url = format!("sqlite:{}", dir.join("new/runs.db").display());
+        let s = Store::open(&url).await.unwrap();
+        let run = s.begin("t", "t.toml", 1).await.unwrap();
+        s.put(run.id, Source::Probe, 0, 0, &serde_json::json!({"i": 0}))
+            .await
+            .unwrap();
+        s.finish(run.id, "finished").await.unwrap();
+        s.close().await;
+        for side in ["runs.db-wal", "runs.db-shm"] {
+            assert!(!dir.join("new").join(side).exists(), "{side} left behind");
+        }
+        // Copied alone, as a user mails it.
+        std::fs::copy(dir.join("new/runs.db"), dir.join("copy.db")).unwrap();
+        let copy = Store::open(&format!("sqlite:{}", dir.join("copy.db").display()))
+            .await
+            .unwrap();
+        let meta = copy.meta(None).await.unwrap();
+        assert_eq!(meta.status, "finished");
+        let rows: Vec<serde_json::Value> = copy.rows(meta.id, Source::Probe).await.unwrap();
+        assert_eq!(rows.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_running_run_whose_process_is_gone_reads_interrupted() {
+        let dir = herd_testkit::TempDir::new("store-owner");
+        let s = Store::open(&default_url(&dir)).await.unwrap();
+        let run = s.begin("t", "t.toml", 1).await.unwrap();
+        // This process lives: still running.
+        assert_eq!(s.meta(None).await.unwrap().status, "running");
+        // A process that has exited: its pid and start time no longer match.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        let gone = Owner { pid, ..Owner::me() };
+        sqlx::query("UPDATE herd_rows SET body = $1 WHERE run_id = $2 AND source = 'owner'")
+            .bind(serde_json::to_string(&gone).unwrap())
+            .bind(run.id)
+            .execute(&s.pool)
+            .await
+            .unwrap();
+        assert_eq!(s.meta(None).await.unwrap().status, "interrupted");
+        assert_eq!(s.list().await.unwrap()[0].status, "interrupted");
+        // A finished run is what it says, whatever became of its process.
+        s.finish(run.id, "stopped").await.unwrap();
+        assert_eq!(s.meta(None).await.unwrap().status, "stopped");
     }
 }

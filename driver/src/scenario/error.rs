@@ -8,13 +8,46 @@ use super::overrides::Seg;
 /// Why a scenario could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum ScenarioError {
-    /// The file could not be read.
-    #[error("reading scenario {path}: {source}")]
+    /// The file could not be read. (What the OS said is part of this message, not a cause
+    /// of its own, so a printed chain does not say it twice.)
+    #[error("reading scenario {path}: {error}")]
     Read {
         /// The scenario file.
         path: PathBuf,
         /// What the OS said.
-        source: std::io::Error,
+        error: std::io::Error,
+    },
+    /// The file is larger than [`super::MAX_FILE_BYTES`]: refused before it is read.
+    #[error(
+        "{path}: the scenario is {bytes} bytes; herd reads scenarios up to {max} bytes (1 MiB): \
+         checking one costs about 50 KB of memory per [[op]], so a generated list this long \
+         would take gigabytes; use fewer ops with weights, or vars"
+    )]
+    TooLarge {
+        /// The scenario file.
+        path: PathBuf,
+        /// Its size.
+        bytes: u64,
+        /// The limit.
+        max: u64,
+    },
+    /// The file is not UTF-8: where the first byte that starts no UTF-8 character is.
+    #[error(
+        "{path}:{line}:{column}: the scenario is not UTF-8: byte 0x{byte:02X} at byte offset \
+         {offset} starts no UTF-8 character; save the file as UTF-8 (e.g. `iconv -f latin1 -t \
+         utf-8 FILE`)"
+    )]
+    NotUtf8 {
+        /// The scenario file.
+        path: PathBuf,
+        /// 1-based line of the byte.
+        line: usize,
+        /// 1-based column (in characters) of the byte.
+        column: usize,
+        /// Its offset from the start of the file.
+        offset: usize,
+        /// The byte.
+        byte: u8,
     },
     /// A `--set KEY=VALUE` argument is malformed or names nothing in the file.
     #[error("--set {arg}: {reason}")]

@@ -147,12 +147,39 @@ pub struct Scenario {
     pub seed: Option<SeedSpec>,
 }
 
+/// The largest scenario file herd reads: far beyond a written one, and small enough that
+/// checking it (about 50 KB per `[[op]]`, issue #13) cannot take the host's memory.
+pub const MAX_FILE_BYTES: u64 = 1 << 20;
+
 impl Scenario {
     /// Reads and checks a scenario file, applying `--set KEY=VALUE` overrides.
     pub fn load(path: &Path, overrides: &[String]) -> Result<Self, ScenarioError> {
-        let source = std::fs::read_to_string(path).map_err(|source| ScenarioError::Read {
+        if let Ok(m) = std::fs::metadata(path)
+            && m.len() > MAX_FILE_BYTES
+        {
+            return Err(ScenarioError::TooLarge {
+                path: path.to_owned(),
+                bytes: m.len(),
+                max: MAX_FILE_BYTES,
+            });
+        }
+        let bytes = std::fs::read(path).map_err(|error| ScenarioError::Read {
             path: path.to_owned(),
-            source,
+            error,
+        })?;
+        let source = String::from_utf8(bytes).map_err(|e| {
+            let offset = e.utf8_error().valid_up_to();
+            let bytes = e.as_bytes();
+            // The prefix is valid UTF-8 by definition of `valid_up_to`.
+            let valid = std::str::from_utf8(&bytes[..offset]).unwrap_or_default();
+            let line_start = valid.rfind('\n').map_or(0, |i| i + 1);
+            ScenarioError::NotUtf8 {
+                path: path.to_owned(),
+                line: valid.matches('\n').count() + 1,
+                column: valid[line_start..].chars().count() + 1,
+                offset,
+                byte: bytes[offset],
+            }
         })?;
         Self::parse(&path.display().to_string(), &source, overrides)
     }

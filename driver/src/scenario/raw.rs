@@ -15,11 +15,9 @@ pub(super) struct Dur(pub(super) Duration);
 impl<'de> Deserialize<'de> for Dur {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
-        humantime::parse_duration(&s).map(Dur).map_err(|e| {
-            serde::de::Error::custom(format!(
-                "invalid duration `{s}`: {e} (write e.g. 500ms, 10s, 2m)"
-            ))
-        })
+        crate::units::parse_duration(&s)
+            .map(Dur)
+            .map_err(|e| serde::de::Error::custom(format!("invalid duration `{s}`: {e}")))
     }
 }
 

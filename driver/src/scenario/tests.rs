@@ -316,3 +316,73 @@ duration = "1s"
         d.message
     );
 }
+
+#[test]
+fn a_scenario_that_is_not_utf8_names_line_column_and_byte_offset() {
+    let dir = herd_testkit::TempDir::new("scenario-latin1");
+    // `é` in Latin-1 (0xE9) on line 7, after `name = "caf`.
+    let mut bytes = MINIMAL.replace("\"state\"", "\"cafX\"").into_bytes();
+    let at = bytes.iter().position(|&b| b == b'X').unwrap();
+    bytes[at] = 0xE9;
+    let path = dir.join("s.toml");
+    std::fs::write(&path, &bytes).unwrap();
+    let e = Scenario::load(&path, &[]).unwrap_err();
+    let text = e.to_string();
+    assert!(
+        matches!(
+            e,
+            ScenarioError::NotUtf8 { line: 7, column: 12, byte: 0xE9, offset, .. } if offset == at
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("s.toml:7:12") && text.contains(&format!("byte offset {at}")),
+        "{text}"
+    );
+    assert!(text.contains("iconv"), "says what to do: {text}");
+}
+
+#[test]
+fn a_missing_scenario_says_what_the_os_said_once() {
+    let e = Scenario::load(Path::new("/no/such/scenario.toml"), &[]).unwrap_err();
+    assert!(
+        std::error::Error::source(&e).is_none(),
+        "the io::Error is not a second cause, printed again by a chain: {e}"
+    );
+    let text = e.to_string();
+    assert!(
+        text.contains("/no/such/scenario.toml: No such file"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_duration_no_instant_can_hold_is_refused_at_its_line() {
+    for huge in ["18446744073709551615s", "5124095576030431h"] {
+        let d = diag(&MINIMAL.replace("\"2s\"", &format!("\"{huge}\"")), &[]);
+        assert!(d.message.contains("366 days"), "{huge}: {}", d.message);
+        assert_eq!((d.line, d.key.as_str()), (12, "step[0].duration"), "{huge}");
+    }
+}
+
+#[test]
+fn a_scenario_file_over_a_mebibyte_is_refused_before_it_is_read() {
+    let dir = herd_testkit::TempDir::new("scenario-huge");
+    let op = "[[op]]\nname = \"o\"\npath = \"/\"\n";
+    let mut src = MINIMAL.to_owned();
+    while src.len() as u64 <= MAX_FILE_BYTES {
+        src.push_str(op);
+    }
+    let path = dir.join("huge.toml");
+    std::fs::write(&path, &src).unwrap();
+    let start = std::time::Instant::now();
+    let e = Scenario::load(&path, &[]).unwrap_err();
+    assert!(start.elapsed() < std::time::Duration::from_secs(1));
+    let text = e.to_string();
+    assert!(
+        matches!(e, ScenarioError::TooLarge { .. })
+            && text.contains(&format!("{} bytes", src.len()))
+            && text.contains("1 MiB"),
+        "{text}"
+    );
+}

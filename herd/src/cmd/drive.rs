@@ -51,6 +51,7 @@ pub struct DriveArgs {
 /// Runs `herd drive`.
 pub fn run(args: &DriveArgs) -> Result<()> {
     let mut scenario = Scenario::load(&args.scenario, &args.set)?;
+    herd_driver::limits::check_host(&scenario)?;
     if args.insecure && !scenario.target.accept_any_certificate() {
         tracing::warn!("--insecure does nothing for an http:// target");
     }
@@ -89,6 +90,9 @@ pub fn run(args: &DriveArgs) -> Result<()> {
             .and_then(|()| Ok(w.flush()?))
             .with_context(|| format!("writing the run to {}", path.display()))?;
         println!("wrote {}", path.display());
+    }
+    if let Some(why) = report.unreachable() {
+        anyhow::bail!("{why}");
     }
     Ok(())
 }

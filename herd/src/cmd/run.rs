@@ -63,6 +63,7 @@ impl RunArgs {
     /// The run these options describe: the scenario loaded with its `--set`s.
     pub fn config(&self) -> Result<RunConfig> {
         let mut scenario = Scenario::load(&self.scenario, &self.set)?;
+        herd_driver::limits::check_host(&scenario)?;
         if self.insecure && !scenario.target.accept_any_certificate() {
             tracing::warn!("--insecure does nothing for an http:// target");
         }
@@ -103,6 +104,9 @@ pub fn run(args: &RunArgs) -> Result<()> {
         for f in &files {
             println!("wrote {}", f.display());
         }
+    }
+    if let Some(why) = &outcome.unreachable {
+        anyhow::bail!("run {}: {why}", outcome.run_id);
     }
     if outcome.slo_failed {
         let n = outcome.broken.len();

@@ -1,0 +1,48 @@
+//! `herd import`: put a run whose store went down during it (saved by `herd run` as
+//! `OUT/run-N-rows.json`) into a store, to report and compare it like any other.
+
+use std::path::PathBuf;
+
+use anyhow::{Context as _, Result};
+
+use herd_store::{Rows, Store};
+
+/// Options of `herd import`.
+#[derive(Debug, clap::Args)]
+pub struct ImportArgs {
+    /// The saved rows (`run-N-rows.json`, written by `herd run` when its store was lost).
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+    /// Directory of the default store.
+    #[arg(long, default_value = "herd-out")]
+    pub out: PathBuf,
+    /// Run store URL (default: sqlite:<out>/runs.db).
+    #[arg(long, value_name = "URL", env = "HERD_STORE")]
+    pub store: Option<String>,
+}
+
+/// Runs `herd import`.
+pub fn run(args: &ImportArgs) -> Result<()> {
+    let saved = Rows::load(&args.file)?;
+    let url = args
+        .store
+        .clone()
+        .unwrap_or_else(|| herd_store::default_url(&args.out));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the import's runtime")?;
+    rt.block_on(async {
+        let store = Store::open(&url).await?;
+        let id = store.import(&saved).await?;
+        println!(
+            "imported run {} ({} rows) from {} as run {id} into {}; `herd report {id}` writes its report",
+            saved.meta.id,
+            saved.rows.len(),
+            args.file.display(),
+            store.url()
+        );
+        store.close().await;
+        Ok(())
+    })
+}

@@ -1,0 +1,160 @@
+//! The run store's URLs and a run's honesty about how it ended, from the real binary: a SQLite
+//! file created from the documented `sqlite:PATH`, `mode=rwc` never shown, bad URLs exit 2, an
+//! unreachable PostgreSQL named with its cause, a run killed with SIGKILL read `interrupted`.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Output, Stdio},
+    time::{Duration, Instant},
+};
+
+use herd_store::Store;
+use herd_testkit::{Proto, Reply, Server, TempDir};
+
+fn serve() -> Server {
+    Server::http(Proto::H1)
+        .fallback(Reply::ok().body("ok"))
+        .start_blocking()
+}
+
+fn scenario(dir: &TempDir, url: &str, duration: &str) -> PathBuf {
+    dir.write(
+        "s.toml",
+        format!(
+            "[target]\nurl = \"{url}\"\n[player]\nthink = \"20ms\"\n\
+             [[op]]\nname = \"ping\"\npath = \"/\"\n\
+             [[step]]\nplayers = 2\nduration = \"{duration}\"\narrival = \"burst\"\n"
+        ),
+    )
+}
+
+fn herd_run(file: &Path, out: &Path, store: &str) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_herd"));
+    c.args(["run", "--no-probe", "--quiet", "--grace", "1s", "--out"])
+        .arg(out)
+        .arg("--store")
+        .arg(store)
+        .arg(file)
+        .stdin(Stdio::null());
+    c
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+#[test]
+fn the_documented_sqlite_form_creates_the_file_and_never_shows_mode_rwc() {
+    let server = serve();
+    let dir = TempDir::new("store-rwc");
+    let file = scenario(&dir, &server.url(), "500ms");
+    let db = dir.join("not/yet/new.db");
+    let store = format!("sqlite:{}", db.display());
+    let out = herd_run(&file, &dir.join("out"), &store).output().unwrap();
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    assert!(db.exists(), "{all}");
+    assert!(all.contains(&format!("recorded in {store}")), "{all}");
+    // The default store too (sqlite:OUT/runs.db).
+    let out = Command::new(env!("CARGO_BIN_EXE_herd"))
+        .args(["run", "--no-probe", "--quiet", "--out"])
+        .arg(dir.join("out"))
+        .arg(&file)
+        .env_remove("HERD_STORE")
+        .output()
+        .unwrap();
+    let all = format!("{all}{}", text(&out));
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    assert!(!all.contains("mode=rwc"), "{all}");
+    for f in std::fs::read_dir(dir.join("out")).unwrap().flatten() {
+        let name = f.file_name().to_string_lossy().into_owned();
+        assert!(
+            !name.ends_with("-wal") && !name.ends_with("-shm"),
+            "{name} left"
+        );
+        if let Ok(body) = std::fs::read_to_string(f.path()) {
+            assert!(!body.contains("mode=rwc"), "{name}");
+        }
+    }
+}
+
+#[test]
+fn a_store_url_that_names_no_store_exits_2_with_the_forms() {
+    let dir = TempDir::new("store-bad");
+    let file = scenario(&dir, "http://127.0.0.1:9/", "1s");
+    for (url, says) in [
+        ("", "the run store URL is empty: give sqlite:PATH"),
+        ("runs.db", "runs.db is neither SQLite nor PostgreSQL"),
+    ] {
+        let out = herd_run(&file, &dir.join("out"), url).output().unwrap();
+        let all = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{url:?}: {all}");
+        assert!(all.contains(says), "{url:?}: {all}");
+    }
+}
+
+#[test]
+fn an_unreachable_postgres_is_named_with_its_cause_and_no_password() {
+    let dir = TempDir::new("store-refused");
+    let file = scenario(&dir, "http://127.0.0.1:9/", "1s");
+    // Port 1 on loopback: refused at once.
+    let url = "postgres://herd:pl%23nt@127.0.0.1:1/herd";
+    let start = Instant::now();
+    let out = herd_run(&file, &dir.join("out"), url).output().unwrap();
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{all}");
+    assert!(
+        start.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(
+        all.contains("opening the run store postgres://herd:***@127.0.0.1:1/herd")
+            && all.contains("refused")
+            && all.contains("is the server running at 127.0.0.1:1"),
+        "{all}"
+    );
+    assert!(!all.contains("pl%23nt") && !all.contains("pl#nt"), "{all}");
+    // Unencoded, the password breaks the URL: still never shown, and the fix is named.
+    let url = "postgres://herd:pl#nt/ed?pw@127.0.0.1:1/herd";
+    let out = herd_run(&file, &dir.join("out"), url).output().unwrap();
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{all}");
+    assert!(all.contains("percent-encode"), "{all}");
+    for part in ["pl#nt", "nt/ed", "ed?pw"] {
+        assert!(!all.contains(part), "{part}: {all}");
+    }
+}
+
+#[test]
+fn a_run_killed_with_sigkill_reads_interrupted() {
+    let server = serve();
+    let dir = TempDir::new("store-kill");
+    let file = scenario(&dir, &server.url(), "60s");
+    let store = format!("sqlite:{}", dir.join("runs.db").display());
+    let mut child = herd_run(&file, &dir.join("out"), &store)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while server.connections() < 2 {
+        assert!(Instant::now() < deadline, "the run never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let status = || {
+        rt.block_on(async {
+            let s = Store::open(&store).await.unwrap();
+            s.meta(None).await.unwrap().status
+        })
+    };
+    assert_eq!(status(), "running");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(status(), "interrupted");
+}
