@@ -244,8 +244,9 @@ impl RunReport {
         (self.connects == 0 && self.connect_errors > 0).then(|| {
             format!(
                 "every one of the run's {} connects to {} failed and none succeeded: the run \
-                 measured nothing about the target; is it up and listening there (the \
-                 transport_error.connect rows above say how each failed)?",
+                 measured nothing about the target; is it up and listening there, and does \
+                 it speak the transport the scenario names (the transport_error rows above say \
+                 how each failed)?",
                 self.connect_errors, self.target
             )
         })
