@@ -212,3 +212,68 @@ fn a_sigterm_while_reading_a_big_scenario_ends_herd_at_once() {
     );
     assert!(took < Duration::from_millis(300), "{took:?}");
 }
+
+/// SIGINT in the middle of a big step's ramp-up (3 000 players arriving over 30 s, a real
+/// server answering): no more players arrive, the grace is kept, the tables are written.
+#[test]
+fn a_sigint_during_the_ramp_up_of_a_big_step_stops_it_within_the_grace() {
+    let server = Server::http(Proto::H1)
+        .fallback(Reply::ok())
+        .start_blocking();
+    let dir = TempDir::new("signals-ramp");
+    let file = dir.write(
+        "s.toml",
+        format!(
+            "[target]\nurl = \"{}\"\n[player]\nthink = \"100ms\"\n\
+             [[op]]\nname = \"ping\"\npath = \"/\"\n\
+             [[step]]\nplayers = 3000\nduration = \"60s\"\nramp = \"30s\"\n",
+            server.url()
+        ),
+    );
+    let json = dir.join("run.json");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_herd"))
+        .args(["drive", "--quiet", "--grace", "2s", "--json"])
+        .arg(&json)
+        .arg(&file)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while server.connections() < 50 {
+        assert!(Instant::now() < deadline, "the ramp never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+    let sent = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if sent.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            panic!("still running 20 s after SIGINT");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let took = sent.elapsed();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        took < Duration::from_secs(5),
+        "the 2 s grace, then out: {took:?}"
+    );
+    assert!(text.contains("stopped early by a signal"), "{text}");
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let arrived = report["intervals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["players"].as_u64().unwrap())
+        .max()
+        .unwrap();
+    assert!(
+        arrived < 3000,
+        "the ramp stopped at the signal: {arrived} of 3000 players"
+    );
+}
