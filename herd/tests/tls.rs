@@ -59,9 +59,17 @@ fn insecure_accepts_an_untrusted_certificate_that_is_refused_without_it() {
 
     let refused = drive(&file, &json, &[]);
     let stdout = String::from_utf8_lossy(&refused.stdout);
-    assert!(
-        refused.status.success(),
+    // Every handshake failed, so no connect succeeded: the run still ends with its tables
+    // and JSON, and exits 1 saying it measured nothing (issue #13, cell 9).
+    assert_eq!(
+        refused.status.code(),
+        Some(1),
         "the run still ends with results: {stdout}"
+    );
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("failed and none succeeded"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
     );
     assert!(stdout.contains("over h2 (TLS)"), "{stdout}");
     let r = report(&json);
