@@ -5,6 +5,8 @@ use std::sync::{
     atomic::{AtomicUsize, Ordering::SeqCst},
 };
 
+use std::time::{Duration, Instant};
+
 use tokio::sync::Semaphore;
 
 use crate::{
@@ -12,11 +14,32 @@ use crate::{
     transport::{Connection, Request, Response, Streaming, Transport, TransportError},
 };
 
+/// The first wait before connecting again after a failed connect; it doubles with each
+/// consecutive failure up to [`BACKOFF_MAX`], and a successful connect resets it. Without it a
+/// player of a closed port retries as fast as the kernel refuses (75 000 connects/s from two
+/// players), which measures nothing and floods the target's host.
+pub(crate) const BACKOFF_MIN: Duration = Duration::from_millis(50);
+/// The longest wait between two connects of one player after consecutive failures.
+pub(crate) const BACKOFF_MAX: Duration = Duration::from_secs(2);
+
+/// The wait before the next connect after `failures` consecutive failed ones (none at 0).
+pub(crate) fn backoff(failures: u32) -> Duration {
+    if failures == 0 {
+        return Duration::ZERO;
+    }
+    BACKOFF_MIN
+        .saturating_mul(1u32 << (failures - 1).min(16))
+        .min(BACKOFF_MAX)
+}
+
 /// One connection that is opened lazily and reopened after it is lost.
 #[derive(Default)]
 pub(crate) struct Slot {
     conn: Option<Box<dyn Connection>>,
     opened_before: bool,
+    /// Consecutive failed connects, and when the last one failed.
+    failures: u32,
+    failed_at: Option<Instant>,
 }
 
 impl Slot {
@@ -29,8 +52,23 @@ impl Slot {
             self.conn = None;
         }
         if self.conn.is_none() {
+            // Held back after consecutive failures; time the player spent elsewhere (think,
+            // an op's timeout) since the last failure counts toward the wait.
+            if let Some(at) = self.failed_at {
+                let until = at + backoff(self.failures);
+                let now = Instant::now();
+                if until > now {
+                    counters.connects_held.fetch_add(1, SeqCst);
+                    counters
+                        .backoff_us
+                        .fetch_add((until - now).as_micros() as u64, SeqCst);
+                    tokio::time::sleep_until(until.into()).await;
+                }
+            }
             match transport.connect().await {
                 Ok(c) => {
+                    self.failures = 0;
+                    self.failed_at = None;
                     counters.connects.fetch_add(1, SeqCst);
                     if self.opened_before {
                         counters.reconnects.fetch_add(1, SeqCst);
@@ -39,6 +77,8 @@ impl Slot {
                     self.conn = Some(c);
                 }
                 Err(e) => {
+                    self.failures = self.failures.saturating_add(1);
+                    self.failed_at = Some(Instant::now());
                     counters.connect_errors.fetch_add(1, SeqCst);
                     return Err(e);
                 }
@@ -286,5 +326,21 @@ impl SideConn {
             }
         };
         handle.open(req).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_connect_backoff_doubles_from_50ms_to_2s() {
+        let ms: Vec<u128> = (0..9).map(|n| backoff(n).as_millis()).collect();
+        assert_eq!(ms, [0, 50, 100, 200, 400, 800, 1600, 2000, 2000]);
+        assert_eq!(
+            backoff(u32::MAX),
+            BACKOFF_MAX,
+            "no overflow however long it fails"
+        );
     }
 }

@@ -221,6 +221,13 @@ pub struct RunReport {
     pub reconnects: u64,
     /// Failed connection attempts.
     pub connect_errors: u64,
+    /// Connects held back by the per-player backoff after consecutive failed ones
+    /// (50 ms doubling to 2 s, reset by a success).
+    #[serde(default)]
+    pub connects_held: u64,
+    /// The time those connects waited, summed over players.
+    #[serde(default)]
+    pub connect_backoff_ms: u64,
     /// Intervals in which the driver was saturated.
     pub saturated_intervals: u64,
     /// Per phase, then the hammer.

@@ -136,6 +136,15 @@ pub fn table(report: &RunReport) -> String {
             report.intervals.len()
         );
     }
+    if report.connects_held > 0 {
+        let _ = writeln!(
+            out,
+            "connect backoff: {} connects held back after failed ones, {:.1}s waited in all \
+             (50ms doubling to 2s per player, reset by a success)",
+            count(report.connects_held),
+            report.connect_backoff_ms as f64 / 1e3
+        );
+    }
     let header = ["op", "count", "req/s", "p50", "p99", "max", "outcomes"];
     out.push_str(&crate::shapes::text::catalog_table(report));
     for s in report
@@ -211,6 +220,8 @@ mod tests {
             connects: 50,
             reconnects: 0,
             connect_errors: 0,
+            connects_held: 0,
+            connect_backoff_ms: 0,
             saturated_intervals: 0,
             phases: vec![
                 PhaseReport {

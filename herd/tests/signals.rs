@@ -82,3 +82,198 @@ fn a_second_ctrl_c_ends_the_grace_at_once() {
         "the three held requests are recorded as cancelled"
     );
 }
+
+/// SIGTERM while `herd run` seeds a big `[seed]` into a real SQLite database: seeding stops
+/// between two batches, the rows it had added are removed, and herd says so, within seconds
+/// rather than after the 3 000 000 accounts.
+#[test]
+fn a_sigterm_during_seeding_stops_it_and_removes_its_rows() {
+    let dir = TempDir::new("signals-seed");
+    let db = dir.join("target.db");
+    let url = format!("sqlite:{}", db.display());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let count = || {
+        rt.block_on(async {
+            let p = sqlx::SqlitePool::connect(&url).await.unwrap();
+            let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM accounts")
+                .fetch_one(&p)
+                .await
+                .unwrap();
+            p.close().await;
+            n
+        })
+    };
+    rt.block_on(async {
+        let p = sqlx::SqlitePool::connect(&format!("{url}?mode=rwc"))
+            .await
+            .unwrap();
+        sqlx::query("CREATE TABLE accounts (id INTEGER PRIMARY KEY, name TEXT, kind TEXT)")
+            .execute(&p)
+            .await
+            .unwrap();
+        p.close().await;
+    });
+    dir.write("seed-url", format!("{url}\n"));
+    // The target is never reached: the stop comes while seeding.
+    let file = dir.write(
+        "s.toml",
+        "[target]\nurl = \"http://127.0.0.1:9/\"\n[[op]]\nname = \"ping\"\npath = \"/\"\n\
+         [[step]]\nplayers = 1\nduration = \"1s\"\n\
+         [seed]\nurl_file = \"seed-url\"\naccounts = 3000000\n\
+         account = \"INSERT INTO accounts (id, name, kind) VALUES ({id}, {name}, {kind})\"\n",
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_herd"))
+        .args(["run", "--no-probe", "--quiet", "--out"])
+        .arg(dir.join("out"))
+        .arg("--store")
+        .arg(format!("sqlite:{}", dir.join("runs.db").display()))
+        .arg(&file)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while count() < 1000 {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("seeding never started");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let pid = child.id() as libc::pid_t;
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let sent = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if sent.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            panic!("still seeding 20 s after SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("the rows it had added are removed: interrupted after")
+            && err.contains("of 3000000 accounts"),
+        "{err}"
+    );
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert_eq!(count(), 0, "every seeded row removed");
+}
+
+/// SIGTERM while herd checks a big scenario (1 MiB of ops, which no loop polls a flag in):
+/// nothing has started, so herd ends at once with 128 + 15 and says where it was.
+#[test]
+fn a_sigterm_while_reading_a_big_scenario_ends_herd_at_once() {
+    let dir = TempDir::new("signals-parse");
+    let mut src = String::from(
+        "[target]\nurl = \"http://127.0.0.1:9/\"\n[[step]]\nplayers = 1\nduration = \"1s\"\n",
+    );
+    for i in 0.. {
+        let op = format!("[[op]]\nname = \"o{i}\"\npath = \"/p{i}\"\n");
+        if src.len() + op.len() > 1024 * 1024 {
+            break;
+        }
+        src.push_str(&op);
+    }
+    let file = dir.write("big.toml", src);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_herd"))
+        .args(["drive", "--quiet"])
+        .arg(&file)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Past herd's start (the handlers are in place), well before the check of 25 000 ops ends.
+    std::thread::sleep(Duration::from_millis(100));
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    let sent = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if sent.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            panic!("still running 20 s after SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let took = sent.elapsed();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(128 + libc::SIGTERM), "{err}");
+    assert!(
+        err.contains("stopped by a signal while reading the scenario"),
+        "{err}"
+    );
+    assert!(took < Duration::from_millis(300), "{took:?}");
+}
+
+/// SIGINT in the middle of a big step's ramp-up (3 000 players arriving over 30 s, a real
+/// server answering): no more players arrive, the grace is kept, the tables are written.
+#[test]
+fn a_sigint_during_the_ramp_up_of_a_big_step_stops_it_within_the_grace() {
+    let server = Server::http(Proto::H1)
+        .fallback(Reply::ok())
+        .start_blocking();
+    let dir = TempDir::new("signals-ramp");
+    let file = dir.write(
+        "s.toml",
+        format!(
+            "[target]\nurl = \"{}\"\n[player]\nthink = \"100ms\"\n\
+             [[op]]\nname = \"ping\"\npath = \"/\"\n\
+             [[step]]\nplayers = 3000\nduration = \"60s\"\nramp = \"30s\"\n",
+            server.url()
+        ),
+    );
+    let json = dir.join("run.json");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_herd"))
+        .args(["drive", "--quiet", "--grace", "2s", "--json"])
+        .arg(&json)
+        .arg(&file)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while server.connections() < 50 {
+        assert!(Instant::now() < deadline, "the ramp never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+    let sent = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if sent.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            panic!("still running 20 s after SIGINT");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let took = sent.elapsed();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        took < Duration::from_secs(5),
+        "the 2 s grace, then out: {took:?}"
+    );
+    assert!(text.contains("stopped early by a signal"), "{text}");
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let arrived = report["intervals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["players"].as_u64().unwrap())
+        .max()
+        .unwrap();
+    assert!(
+        arrived < 3000,
+        "the ramp stopped at the signal: {arrived} of 3000 players"
+    );
+}

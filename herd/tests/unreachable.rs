@@ -1,12 +1,33 @@
 //! A target whose port is closed from the start: the run says it measured nothing and exits 1
-//! instead of 0 with "Findings: None".
+//! instead of 0 with "Findings: None"; each player backs off between failed connects instead
+//! of retrying as fast as the kernel refuses; the report names the target as a finding.
 
-use std::process::{Command, Stdio};
+use std::{
+    process::{Command, Stdio},
+    time::Duration,
+};
 
 use herd_testkit::TempDir;
 
+/// Players, the step's length and their think time in the scenario below.
+const PLAYERS: u64 = 2;
+const DURATION: Duration = Duration::from_secs(2);
+const THINK: Duration = Duration::from_millis(50);
+
+/// The most connects one player can try in `d` under the documented backoff: the first at
+/// once, then after 50 ms, doubling to 2 s.
+fn attempts_with_backoff(d: Duration) -> u64 {
+    let (mut at, mut wait, mut n) = (Duration::ZERO, Duration::from_millis(50), 1);
+    while at + wait <= d {
+        at += wait;
+        wait = (wait * 2).min(Duration::from_secs(2));
+        n += 1;
+    }
+    n
+}
+
 #[test]
-fn a_run_in_which_every_connect_failed_says_so_and_exits_1() {
+fn a_run_in_which_every_connect_failed_backs_off_says_so_and_exits_1() {
     // A port nothing listens on: bound, then closed.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -17,19 +38,18 @@ fn a_run_in_which_every_connect_failed_says_so_and_exits_1() {
     let file = dir.write(
         "s.toml",
         format!(
-            "[target]\nurl = \"http://127.0.0.1:{port}/\"\n[player]\nthink = \"50ms\"\n\
+            "[target]\nurl = \"http://127.0.0.1:{port}/\"\n[player]\nthink = \"{}ms\"\n\
              [[op]]\nname = \"ping\"\npath = \"/\"\n\
-             [[step]]\nplayers = 2\nduration = \"500ms\"\narrival = \"burst\"\n"
+             [[step]]\nplayers = {PLAYERS}\nduration = \"{}ms\"\narrival = \"burst\"\n",
+            THINK.as_millis(),
+            DURATION.as_millis()
         ),
     );
+    let json = dir.join("drive.json");
+    let out_dir = dir.join("out");
     for cmd in [
-        &["drive"][..],
-        &[
-            "run",
-            "--no-probe",
-            "--out",
-            dir.join("out").to_str().unwrap(),
-        ],
+        &["drive", "--json", json.to_str().unwrap()][..],
+        &["run", "--no-probe", "--out", out_dir.to_str().unwrap()],
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_herd"))
             .args(cmd)
@@ -39,6 +59,7 @@ fn a_run_in_which_every_connect_failed_says_so_and_exits_1() {
             .output()
             .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
+        let stdout = String::from_utf8_lossy(&out.stdout);
         assert_eq!(out.status.code(), Some(1), "herd {cmd:?}: {err}");
         assert!(
             err.contains(&format!(
@@ -46,5 +67,52 @@ fn a_run_in_which_every_connect_failed_says_so_and_exits_1() {
             )),
             "herd {cmd:?}: {err}"
         );
+        assert!(
+            stdout.contains("connect backoff: ") && stdout.contains("connects held back"),
+            "herd {cmd:?} shows the backoff in its summary: {stdout}"
+        );
     }
+
+    // The backoff bounds the attempts: without it each player would try again after every
+    // think, PLAYERS × DURATION / THINK = 80 connects; with it, a handful each.
+    let run: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let failed = run["connect_errors"].as_u64().unwrap();
+    let held = run["connects_held"].as_u64().unwrap();
+    let without = PLAYERS * (DURATION.as_millis() / THINK.as_millis()) as u64;
+    // One more each for a stop that lands just after a wait ended.
+    let bound = PLAYERS * (attempts_with_backoff(DURATION) + 1);
+    assert_eq!(run["connects"].as_u64(), Some(0));
+    assert!(
+        (PLAYERS..=bound).contains(&failed),
+        "{failed} connects tried; the backoff allows at most {bound}, no backoff would make \
+         {without}"
+    );
+    assert!(bound * 4 < without, "the test tells the two apart");
+    assert!(held >= 1, "{run}");
+    assert!(run["connect_backoff_ms"].as_u64().unwrap() >= 100, "{run}");
+
+    // The report of `herd run` names it as its first finding, with the numbers.
+    let report = std::fs::read_dir(&out_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            let name = p.file_name().unwrap().to_string_lossy();
+            name.starts_with("run-") && name.ends_with(".json") && !name.contains("-rows")
+        })
+        .expect("herd run wrote its JSON report");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let f = &report["findings"][0];
+    assert_eq!(f["kind"], "target_unreachable", "{:#}", report["findings"]);
+    let title = f["title"].as_str().unwrap();
+    assert!(
+        title.starts_with("every one of the run's ")
+            && title.contains(&format!("connects to 127.0.0.1:{port} failed")),
+        "{title}"
+    );
+    assert!(
+        f["numbers"]["connects_held"].as_f64().unwrap() >= 1.0,
+        "{f:#}"
+    );
 }

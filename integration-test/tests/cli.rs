@@ -56,6 +56,20 @@ fn an_unknown_container_cgroup_is_named_and_alternatives_listed_and_exits_2() {
         !err.contains("(os error 2): No such file or directory (os error 2)"),
         "the cause once: {err}"
     );
+    // What herd was doing, where the path is taken from, and no listed cgroup that reads as
+    // missing (it printed `  /docker: No such file or directory` for a /docker that exists).
+    assert!(
+        err.contains("looking up the cgroup of --container gw=/no/such/cgroup")
+            && err.contains("/proc/PID/cgroup")
+            && err.contains("leave --container out"),
+        "{err}"
+    );
+    for line in err.lines().filter(|l| l.starts_with("  /")) {
+        assert!(
+            !line.contains("No such file"),
+            "a listed cgroup: {line:?}\n{err}"
+        );
+    }
 }
 
 #[test]

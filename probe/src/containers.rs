@@ -41,16 +41,26 @@ pub enum ContainerError {
     )]
     Syntax(String),
     /// The cgroup does not exist or cannot be read.
-    #[error("--container {arg}: no cgroup v2 directory at {abs} ({source}); {listing}")]
+    // The cause sits inside the sentence, not as a source: a chain printer would append it
+    // after the listing, where it read as if the last cgroup listed (`/docker`) were missing.
+    #[error(
+        "looking up the cgroup of --container {arg}: no cgroup v2 directory at {abs} ({cause}); \
+         give the container's path under the cgroup v2 root {root}, as the `0::` line of \
+         /proc/PID/cgroup of one of its processes shows it (for Docker: PID from `docker \
+         inspect -f '{{{{.State.Pid}}}}' NAME`), or leave --container out and herd discovers \
+         Docker, Kubernetes and systemd containers itself; {listing}"
+    )]
     NotFound {
         /// The argument as given.
         arg: String,
         /// Absolute path tried.
         abs: String,
+        /// The cgroup v2 root the path is relative to.
+        root: String,
         /// Some existing cgroups, to help the user pick.
         listing: String,
-        /// The error.
-        source: std::io::Error,
+        /// Why it could not be read.
+        cause: std::io::Error,
     },
     /// Two containers have the same name.
     #[error("--container {0}: the name is used twice")]
@@ -87,8 +97,9 @@ impl ContainerSet {
             let id = cgroup_id(&abs).map_err(|e| ContainerError::NotFound {
                 arg: arg.clone(),
                 abs: abs.display().to_string(),
+                root: layout.unified.display().to_string(),
                 listing: listing(&layout.unified),
-                source: match e {
+                cause: match e {
                     CgroupError::Io { source, .. } => source,
                     other => std::io::Error::other(other.to_string()),
                 },
@@ -244,7 +255,11 @@ fn listing(root: &Path) -> String {
         .collect();
     all.sort();
     all.truncate(20);
-    format!("cgroups under {}:\n{}", root.display(), all.join("\n"))
+    format!(
+        "the cgroups under {} (up to 20, two levels deep):\n{}",
+        root.display(),
+        all.join("\n")
+    )
 }
 
 #[cfg(test)]
@@ -325,6 +340,10 @@ mod tests {
         assert!(
             msg.contains("/no/such/herd/cgroup") && msg.contains("cgroups under"),
             "{msg}"
+        );
+        assert!(
+            std::error::Error::source(&e).is_none(),
+            "the cause is in the sentence, not appended after the listing"
         );
         let mut s = set();
         assert!(s.add(container("host", "/h", 1)).is_err());

@@ -555,6 +555,8 @@ pub(crate) fn fixture(fixed: bool) -> RunData {
         connects: 52,
         reconnects: 0,
         connect_errors: 0,
+        connects_held: 0,
+        connect_backoff_ms: 0,
         saturated_intervals: u64::from(!fixed),
         phases: reports.clone(),
         intervals: driver.clone(),

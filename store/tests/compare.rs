@@ -156,6 +156,8 @@ async fn write_compare_reads_two_stored_runs_and_writes_both_pages() {
             connects: 10,
             reconnects: 0,
             connect_errors: 0,
+            connects_held: 0,
+            connect_backoff_ms: 0,
             saturated_intervals: 0,
             phases: vec![step],
             intervals,

@@ -52,6 +52,9 @@ pub(crate) struct Counters {
     pub connects: AtomicU64,
     pub reconnects: AtomicU64,
     pub connect_errors: AtomicU64,
+    /// Connects held back by the backoff after failed ones, and the time they waited.
+    pub connects_held: AtomicU64,
+    pub backoff_us: AtomicU64,
 }
 
 impl Counters {
@@ -535,6 +538,8 @@ impl Aggregator {
             .map(|o| o.count)
             .sum();
         let [connects, reconnects, connect_errors] = self.s.counters.read();
+        let connects_held = self.s.counters.connects_held.load(SeqCst);
+        let connect_backoff_ms = self.s.counters.backoff_us.load(SeqCst) / 1000;
         RunReport {
             scenario: self.s.scenario_file.clone(),
             target: self.s.target.clone(),
@@ -547,6 +552,8 @@ impl Aggregator {
             connects,
             reconnects,
             connect_errors,
+            connects_held,
+            connect_backoff_ms,
             saturated_intervals: self.intervals.iter().filter(|i| i.driver.saturated).count()
                 as u64,
             phases,

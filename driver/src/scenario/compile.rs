@@ -53,6 +53,8 @@ pub(super) fn compile(file: &str, raw: RawScenario) -> Result<Scenario, Invalid>
         }
     }
     let mut ops = Vec::new();
+    // A set, not a scan of the ops so far: the scan made checking 20 000 ops quadratic.
+    let mut seen = std::collections::HashSet::new();
     for (i, o) in raw.ops.into_iter().enumerate() {
         let op = compile_op(
             i,
@@ -62,7 +64,7 @@ pub(super) fn compile(file: &str, raw: RawScenario) -> Result<Scenario, Invalid>
             &default_expected,
             &mut names,
         )?;
-        if ops.iter().any(|p: &Op| p.name == op.name) {
+        if !seen.insert(op.name.clone()) {
             return Err(at(
                 &[key("op"), Seg::Index(i), key("name")],
                 format!("a second op named `{}`", op.name),

@@ -386,3 +386,33 @@ fn a_scenario_file_over_a_mebibyte_is_refused_before_it_is_read() {
         "{text}"
     );
 }
+
+/// Checking a scenario is linear in its ops: four times the ops take about four times as
+/// long, not sixteen (a scan of the ops seen so far for a duplicate name made 20 000 ops take
+/// seconds). The best of three runs of each keeps a busy host's noise out.
+#[test]
+fn checking_is_linear_in_the_number_of_ops() {
+    let src = |n: usize| {
+        let mut s = MINIMAL.to_owned();
+        for i in 0..n {
+            s.push_str(&format!("[[op]]\nname = \"o{i}\"\npath = \"/p{i}\"\n"));
+        }
+        s
+    };
+    let best = |s: &str| {
+        (0..3)
+            .map(|_| {
+                let t = std::time::Instant::now();
+                Scenario::parse("big.toml", s, &[]).unwrap();
+                t.elapsed()
+            })
+            .min()
+            .unwrap()
+    };
+    let (small, large) = (src(3_000), src(12_000));
+    let ratio = best(&large).as_secs_f64() / best(&small).as_secs_f64();
+    assert!(
+        ratio < 8.0,
+        "4× the ops took {ratio:.1}× as long (linear ≈ 4, quadratic ≈ 16)"
+    );
+}

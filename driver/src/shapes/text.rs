@@ -160,6 +160,8 @@ mod tests {
             connects: 12,
             reconnects: 0,
             connect_errors: 0,
+            connects_held: 0,
+            connect_backoff_ms: 0,
             saturated_intervals: 0,
             phases: vec![
                 phase("catalog home", PhaseKind::Catalog, 4, 25, "ok"),

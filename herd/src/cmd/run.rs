@@ -62,7 +62,7 @@ pub struct RunArgs {
 impl RunArgs {
     /// The run these options describe: the scenario loaded with its `--set`s.
     pub fn config(&self) -> Result<RunConfig> {
-        let mut scenario = Scenario::load(&self.scenario, &self.set)?;
+        let mut scenario = crate::signals::at_once(|| Scenario::load(&self.scenario, &self.set))?;
         herd_driver::limits::check_host(&scenario)?;
         if self.insecure && !scenario.target.accept_any_certificate() {
             tracing::warn!("--insecure does nothing for an http:// target");

@@ -44,7 +44,7 @@ pub struct SeedArgs {
 
 /// Runs `herd seed`.
 pub fn run(args: &SeedArgs) -> Result<()> {
-    let scenario = Scenario::load(&args.scenario, &args.set)?;
+    let scenario = crate::signals::at_once(|| Scenario::load(&args.scenario, &args.set))?;
     let Some(spec) = &scenario.seed else {
         bail!(
             "{} has no [seed] section: add one to say which accounts to insert and where (docs/seed.md)",

@@ -5,6 +5,7 @@
 //! CPU quota, latency up — a causal chain heads them, with the fix first.
 
 mod chain;
+mod connects;
 mod cpu;
 mod load;
 mod sockets;
@@ -16,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use super::{RunData, model::Report};
 
 pub use chain::causal_chain;
+pub use connects::target_unreachable;
 pub use cpu::{cpu_saturated, throttling_bursts};
 pub use load::{driver_saturated, slo_breach_without_errors, throughput_collapse, warm_up};
 pub use sockets::{churn_cliff, pool_pinned, stream_storm};
@@ -25,7 +27,7 @@ pub use sockets::{churn_cliff, pool_pinned, stream_storm};
 pub struct Finding {
     /// Stable kind: `causal_chain`, `churn_cliff`, `cpu_saturated`, `throttling_bursts`,
     /// `throughput_collapse`, `pool_pinned`, `slo_breach_without_errors`, `driver_saturated`,
-    /// `warm_up`, `stream_storm`.
+    /// `warm_up`, `stream_storm`, `target_unreachable`.
     pub kind: String,
     /// One line, with the numbers.
     pub title: String,
@@ -82,6 +84,7 @@ pub(crate) fn n(v: u64) -> String {
 /// Runs every detector; a causal chain, when the findings make one, comes first.
 pub fn detect(r: &Report, d: &RunData) -> Vec<Finding> {
     let mut out = Vec::new();
+    out.extend(target_unreachable(d));
     out.extend(churn_cliff(r, d));
     out.extend(cpu_saturated(r));
     out.extend(throttling_bursts(r));

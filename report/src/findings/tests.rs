@@ -447,6 +447,12 @@ fn every_finding_of_every_fixture_states_only_numbers_its_evidence_shows() {
         kinds.insert(f.kind.clone());
         numbers_stand_in_the_evidence(&f);
     }
+    for d in [connecting(0, 23, 21, 14_350), connecting(160, 40, 0, 0)] {
+        for f in Report::build(&d).findings {
+            kinds.insert(f.kind.clone());
+            numbers_stand_in_the_evidence(&f);
+        }
+    }
     for k in [
         "causal_chain",
         "churn_cliff",
@@ -456,7 +462,76 @@ fn every_finding_of_every_fixture_states_only_numbers_its_evidence_shows() {
         "slo_breach_without_errors",
         "driver_saturated",
         "stream_storm",
+        "target_unreachable",
     ] {
         assert!(kinds.contains(k), "no fixture exercises {k}: {kinds:?}");
     }
+}
+
+/// A run of `data()` whose connects to 127.0.0.1:40123 went as given.
+fn connecting(connects: u64, failed: u64, held: u64, held_ms: u64) -> RunData {
+    let mut d = crate::model::tests::data();
+    for p in &mut d.phases {
+        p.connects = connects;
+        p.connect_errors = failed;
+    }
+    d.final_report = Some(herd_driver::report::RunReport {
+        expected: Default::default(),
+        scenario: "t.toml".into(),
+        target: "127.0.0.1:40123".into(),
+        transport: "h1".into(),
+        connections: "per_player".into(),
+        started_unix_ms: 0,
+        duration_ms: 2000,
+        stopped_early: false,
+        requests: failed,
+        connects,
+        reconnects: 0,
+        connect_errors: failed,
+        connects_held: held,
+        connect_backoff_ms: held_ms,
+        saturated_intervals: 0,
+        phases: d.phases.clone(),
+        intervals: d.driver.clone(),
+        play: Default::default(),
+    });
+    d
+}
+
+#[test]
+fn a_target_never_reached_is_named_with_its_failed_connects_and_the_backoff() {
+    let f = target_unreachable(&connecting(0, 23, 21, 14_350)).expect("named");
+    assert_eq!(f.kind, "target_unreachable");
+    assert_eq!(
+        f.title,
+        "every one of the run's 23 connects to 127.0.0.1:40123 failed: the run measured \
+         nothing about the target"
+    );
+    assert!(
+        f.evidence
+            .iter()
+            .any(|e| e == "connect backoff: 21 connects held back, 14350 ms waited in all"),
+        "{:#?}",
+        f.evidence
+    );
+    numbers_stand_in_the_evidence(&f);
+    let r = Report::build(&connecting(0, 23, 21, 14_350));
+    assert_eq!(
+        r.findings[0].kind, "target_unreachable",
+        "{:#?}",
+        r.findings
+    );
+
+    // A share: 40 of 200 tried failed.
+    let f = target_unreachable(&connecting(160, 40, 0, 0)).expect("named");
+    assert_eq!(
+        f.title,
+        "20 % of the connects to 127.0.0.1:40123 failed (40 of 200)"
+    );
+    numbers_stand_in_the_evidence(&f);
+
+    // A few resets in a run that connected, or a small share, are play.
+    assert!(target_unreachable(&connecting(200, 9, 0, 0)).is_none());
+    assert!(target_unreachable(&connecting(1000, 40, 0, 0)).is_none());
+    assert!(target_unreachable(&connecting(200, 0, 0, 0)).is_none());
 }

@@ -304,6 +304,8 @@ fn a_published_port_target_is_followed_to_the_container_that_serves_it() {
         connects: 200,
         reconnects: 0,
         connect_errors: 0,
+        connects_held: 0,
+        connect_backoff_ms: 0,
         saturated_intervals: 0,
         phases: d.phases.clone(),
         intervals: d.driver.clone(),
