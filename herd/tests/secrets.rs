@@ -1,5 +1,6 @@
 //! A planted password, unencoded (`#`, `/`, `?`) and percent-encoded, in every URL herd takes
-//! (`--store`, `HERD_STORE`, a `[seed]` url_file): no command prints it, in any form, on stdout,
+//! (`--store`, `HERD_STORE`, a `[seed]` url_file): no command — seed, run, report, import,
+//! compare — prints it, in any form, on stdout,
 //! stderr or in a file it writes.
 
 use std::process::{Command, Stdio};
@@ -47,6 +48,22 @@ fn no_command_prints_a_planted_password() {
             (vec!["report", "--out", out_dir, "--store", url], None),
             (vec!["report", "--list", "--out", out_dir], Some(url)),
             (vec!["import", scenario, "--store", url], None),
+            (
+                vec!["compare", "1", "2", "--out", out_dir, "--store", url],
+                None,
+            ),
+            (
+                vec![
+                    "compare",
+                    "1",
+                    "2",
+                    "--out",
+                    out_dir,
+                    "--fail-on",
+                    "p99 +10%",
+                ],
+                Some(url),
+            ),
         ];
         for (args, env) in runs {
             let mut c = Command::new(env!("CARGO_BIN_EXE_herd"));
