@@ -720,6 +720,7 @@ fn docker_demo_runs_the_contour_as_containers_reports_both_runs_and_removes_ever
     };
     let churn = |p: &herd_report::model::PairRow| p.churn_ratio.value().unwrap();
     let (b, f) = (churn(&hop(bug)), churn(&hop(fix)));
+    eprintln!("{TEST}: churn ratio run 1 (max-idle 2) {b:.3}, run 2 (max-idle 512) {f:.3}");
     assert!(
         b >= 0.2 && b >= 4.0 * f,
         "churn ratio: run 1 (max-idle 2) {b}, run 2 (max-idle 512) {f}"
@@ -804,4 +805,32 @@ fn docker_demo_without_an_engine_exits_2_and_says_how_to_start_one() {
         "{stderr}"
     );
     assert!(stderr.contains("cargo xtask"), "{stderr}");
+}
+
+#[test]
+fn docker_discovery_without_an_engine_says_containers_are_named_by_id() {
+    const TEST: &str = "docker_discovery_without_an_engine_says";
+    if !privileged(TEST) {
+        return;
+    }
+    let dir = herd_testkit::TempDir::new("it-docker-none");
+    let run = integration_test::herd_cmd()
+        .args(["probe", "--duration", "1s", "--interval", "500ms"])
+        .env(
+            "DOCKER_HOST",
+            format!("unix://{}", dir.join("absent.sock").display()),
+        )
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    let notes: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("no Docker engine answers"))
+        .collect();
+    assert_eq!(notes.len(), 1, "{stderr}");
+    assert!(
+        notes[0].contains("absent.sock") && notes[0].contains("named docker-<"),
+        "{stderr}"
+    );
 }
