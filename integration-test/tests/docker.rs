@@ -834,3 +834,63 @@ fn docker_discovery_without_an_engine_says_containers_are_named_by_id() {
         "{stderr}"
     );
 }
+
+#[test]
+fn docker_demo_interrupted_mid_run_removes_its_containers_network_and_image() {
+    const TEST: &str = "docker_demo_interrupted_mid_run";
+    if !privileged(TEST) || !engine(TEST) {
+        return;
+    }
+    let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+    let out = herd_testkit::TempDir::new("it-docker-demo-int");
+    let mut demo = integration_test::herd_cmd()
+        .args([
+            "demo",
+            "--docker",
+            "--steps",
+            "10,20",
+            "--step-duration",
+            "30s",
+            "--out",
+        ])
+        .arg(out.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(out.join("stderr")).unwrap())
+        .spawn()
+        .unwrap();
+    let pid = demo.id();
+    // Interrupt once the gateway container runs and the run is recording, as a user would.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while docker(&["ps", "-q", "--filter", "name=^herd-demo-gateway$"]).is_empty()
+        || !out.join("runs.db").exists()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the demo never started its containers: {}",
+            std::fs::read_to_string(out.join("stderr")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(pid as i32, libc::SIGINT) };
+    let st = demo.wait().unwrap();
+    let stderr = std::fs::read_to_string(out.join("stderr")).unwrap();
+    assert!(!st.success(), "an interrupted demo says so: {stderr}");
+    assert_eq!(
+        docker(&["ps", "-a", "-q", "--filter", "name=^herd-demo-"]),
+        "",
+        "containers left: {stderr}"
+    );
+    assert_eq!(
+        docker(&["network", "ls", "-q", "--filter", "name=^herd-demo$"]),
+        "",
+        "network left: {stderr}"
+    );
+    assert_eq!(
+        docker(&["images", "-q", &format!("herd-demo:{pid}")]),
+        "",
+        "image left: {stderr}"
+    );
+    assert!(out.join("docker-compose.yml").exists());
+}
