@@ -726,6 +726,19 @@ fn docker_demo_runs_the_contour_as_containers_reports_both_runs_and_removes_ever
         "churn ratio: run 1 (max-idle 2) {b}, run 2 (max-idle 512) {f}"
     );
 
+    // The buggy run names the churn cliff on the hop, the fixed one does not.
+    let named = |rep: &herd_report::Report| {
+        rep.findings.iter().any(|x| {
+            x.kind == "churn_cliff" && x.title.contains("herd-demo-gateway → herd-demo-backend")
+        })
+    };
+    assert!(named(bug), "{:#?}", bug.findings);
+    assert!(!named(fix), "{:#?}", fix.findings);
+    assert!(
+        out.join(format!("compare-{}-{}.md", bug.run.id, fix.run.id))
+            .exists()
+    );
+
     let compose = std::fs::read_to_string(out.join("docker-compose.yml")).unwrap();
     let subnet = compose
         .lines()
