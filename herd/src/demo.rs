@@ -24,6 +24,8 @@ use crate::{
     signals,
 };
 
+mod docker;
+
 /// What the demo runs.
 #[derive(Debug, Clone)]
 pub struct DemoConfig {
@@ -43,6 +45,9 @@ pub struct DemoConfig {
     pub backend_service_time: Duration,
     /// Idle backend connections per host, one run each: the bug, then the fix.
     pub max_idle: Vec<usize>,
+    /// The contour as Docker containers (an image herd builds from itself, a network it
+    /// creates) instead of herd's own sandbox.
+    pub docker: bool,
 }
 
 /// What the demo produced.
@@ -190,24 +195,15 @@ fn start(sb: &mut Sandbox, c: &Container, args: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// One full run against a fresh contour whose gateway keeps `max_idle` idle backend
-/// connections. Returns the run id and its report files.
-fn one_run(args: &DemoConfig, max_idle: usize, store: &str) -> Result<(i64, Vec<PathBuf>)> {
-    let accounts = args.steps.iter().copied().max().unwrap_or(1);
-    let mut sb = Sandbox::new("demo").map_err(crate::environment)?;
-    let quota = |cores: f64| Some(((cores * 100_000.0) as u64, 100_000));
-    let gateway = sb.container("gateway", quota(args.gateway_cpus))?;
-    let backend = sb.container("backend", quota(args.backend_cpus))?;
-    let layout_unified = sb.layout().unified.clone();
-    let (_, gw_ip) = sb.link_host(&gateway)?;
-    let (_, be_ip) = sb.link(&gateway, &backend)?;
+/// The backend's database file of the run with `max_idle` (any earlier one removed), and the
+/// name of the file beside it holding the URL `herd run` seeds it through.
+fn fresh_db(args: &DemoConfig, max_idle: usize) -> Result<(PathBuf, String)> {
     let db = args.out.join(format!("contour-max-idle-{max_idle}.db"));
     for f in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(PathBuf::from(format!("{}{f}", db.display())));
     }
     // The backend creates the schema when it starts; `herd run` seeds it from the scenario's
     // [seed], which reads this URL from a file (a URL never goes in a scenario).
-    let db_url = format!("sqlite:{}?mode=rwc", db.display());
     let url_file = format!("contour-max-idle-{max_idle}.seed-url");
     let abs_db = std::path::absolute(&db)
         .with_context(|| format!("resolving the path of {}", db.display()))?;
@@ -216,6 +212,21 @@ fn one_run(args: &DemoConfig, max_idle: usize, store: &str) -> Result<(i64, Vec<
         format!("sqlite:{}\n", abs_db.display()),
     )
     .with_context(|| format!("writing {}", args.out.join(&url_file).display()))?;
+    Ok((db, url_file))
+}
+
+/// One full run against a fresh contour whose gateway keeps `max_idle` idle backend
+/// connections. Returns the run id and its report files.
+fn one_run(args: &DemoConfig, max_idle: usize, store: &str) -> Result<(i64, Vec<PathBuf>)> {
+    let mut sb = Sandbox::new("demo").map_err(crate::environment)?;
+    let quota = |cores: f64| Some(((cores * 100_000.0) as u64, 100_000));
+    let gateway = sb.container("gateway", quota(args.gateway_cpus))?;
+    let backend = sb.container("backend", quota(args.backend_cpus))?;
+    let layout_unified = sb.layout().unified.clone();
+    let (_, gw_ip) = sb.link_host(&gateway)?;
+    let (_, be_ip) = sb.link(&gateway, &backend)?;
+    let (db, url_file) = fresh_db(args, max_idle)?;
+    let db_url = format!("sqlite:{}?mode=rwc", db.display());
     start(
         &mut sb,
         &backend,
@@ -246,34 +257,54 @@ fn one_run(args: &DemoConfig, max_idle: usize, store: &str) -> Result<(i64, Vec<
             "2".into(),
         ],
     )?;
-    let file = args.out.join(format!("demo-max-idle-{max_idle}.toml"));
-    std::fs::write(
-        &file,
-        scenario(&format!("{gw_ip}:8081"), args, accounts, &url_file),
-    )
-    .with_context(|| format!("writing {}", file.display()))?;
-    tracing::info!(
-        "herd demo: run with the gateway keeping {max_idle} idle backend connections \
-         (gateway {gw_ip} quota {} cores, backend {be_ip} quota {} cores)",
-        args.gateway_cpus,
-        args.backend_cpus
-    );
-    let mut config = RunConfig::new(Scenario::load(&file, &[])?, args.out.clone());
-    config.name = format!("max-idle-{max_idle}");
-    config.store = store.to_owned();
     // Named explicitly: another herd sandbox on the host (a second demo, a test) is
     // discovered too, and must not take these names.
-    config.containers = [&gateway, &backend]
+    let containers = [&gateway, &backend]
         .iter()
         .map(|c| {
             let rel = c.cgroup.strip_prefix(&layout_unified).unwrap_or(&c.cgroup);
             format!("{}=/{}", c.name, rel.display())
         })
         .collect();
+    tracing::info!(
+        "herd demo: run with the gateway keeping {max_idle} idle backend connections \
+         (gateway {gw_ip} quota {} cores, backend {be_ip} quota {} cores)",
+        args.gateway_cpus,
+        args.backend_cpus
+    );
+    let outcome = record(
+        args,
+        max_idle,
+        store,
+        &format!("{gw_ip}:8081"),
+        &url_file,
+        containers,
+    )?;
+    drop(sb);
+    Ok(outcome)
+}
+
+/// Writes the run's scenario for the gateway at `gateway` and records one `herd run` of it
+/// into `store`, `containers` naming cgroups explicitly (empty: discovery names them).
+fn record(
+    args: &DemoConfig,
+    max_idle: usize,
+    store: &str,
+    gateway: &str,
+    url_file: &str,
+    containers: Vec<String>,
+) -> Result<(i64, Vec<PathBuf>)> {
+    let accounts = args.steps.iter().copied().max().unwrap_or(1);
+    let file = args.out.join(format!("demo-max-idle-{max_idle}.toml"));
+    std::fs::write(&file, scenario(gateway, args, accounts, url_file))
+        .with_context(|| format!("writing {}", file.display()))?;
+    let mut config = RunConfig::new(Scenario::load(&file, &[])?, args.out.clone());
+    config.name = format!("max-idle-{max_idle}");
+    config.store = store.to_owned();
+    config.containers = containers;
     config.grace = Duration::from_secs(3);
     config.live = false;
     let outcome = session::run(&config)?;
-    drop(sb);
     Ok((outcome.run_id, outcome.files))
 }
 
@@ -292,8 +323,20 @@ pub fn run(args: &DemoConfig) -> Result<DemoOutcome> {
         .with_context(|| format!("creating the output directory {}", args.out.display()))?;
     let store = herd_store::default_url(&args.out);
     let (mut runs, mut files) = (Vec::new(), Vec::new());
+    // The image and the network serve both runs; each run gets fresh containers, as the
+    // sandbox gives each run a fresh contour.
+    let mut engine = if args.docker {
+        let d = docker::Demo::new(args)?;
+        files.push(d.compose.clone());
+        Some(d)
+    } else {
+        None
+    };
     for &idle in &args.max_idle {
-        let (id, written) = one_run(args, idle, &store)?;
+        let (id, written) = match &mut engine {
+            Some(d) => d.one_run(args, idle, &store)?,
+            None => one_run(args, idle, &store)?,
+        };
         runs.push(id);
         files.extend(written);
         if signals::stop_requested() {
@@ -302,6 +345,7 @@ pub fn run(args: &DemoConfig) -> Result<DemoOutcome> {
             );
         }
     }
+    drop(engine);
     let comparison = match runs.as_slice() {
         [before, after, ..] => {
             let c = compare(&store, *before, *after)?;

@@ -39,6 +39,27 @@ pub mod exit {
 #[error("{}", error_text(.0))]
 pub struct EnvironmentError(pub anyhow::Error);
 
+/// Before discovery starts: one line when Docker containers may be on this host (a
+/// `DOCKER_HOST`, a socket file, or Docker's cgroups) and no engine answers, since they are
+/// then named `docker-<id12>` instead of their names.
+pub(crate) fn note_docker_names(layout: &herd_probe::cgroup::CgroupLayout) {
+    let names = herd_probe::discover::DockerNames::new();
+    let docker_cgroups = layout.unified.join("docker").is_dir()
+        || std::fs::read_dir(layout.unified.join("system.slice")).is_ok_and(|d| {
+            d.flatten()
+                .any(|e| e.file_name().to_string_lossy().starts_with("docker-"))
+        });
+    let maybe =
+        std::env::var_os("DOCKER_HOST").is_some() || names.socket().exists() || docker_cgroups;
+    if maybe && !names.answers() {
+        tracing::warn!(
+            "no Docker engine answers at {} (DOCKER_HOST, else the default socket): Docker \
+             containers are still measured, named docker-<first 12 hex of the id>",
+            names.socket().display()
+        );
+    }
+}
+
 /// Wraps `e` as an [`EnvironmentError`].
 pub fn environment(e: impl Into<anyhow::Error>) -> anyhow::Error {
     anyhow::Error::new(EnvironmentError(e.into()))

@@ -686,6 +686,7 @@ fn start_probe(
 ) -> Result<std::thread::JoinHandle<Result<()>>> {
     let layout = CgroupLayout::detect()?;
     let set = ContainerSet::from_args(&layout, &config.containers)?.with_discovery();
+    crate::note_docker_names(&layout);
     let probe = attach::probe(false)?;
     let mut sampler = Sampler::new(probe, set, layout)?;
     let every = config.interval;

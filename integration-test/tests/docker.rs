@@ -25,6 +25,8 @@ use herd_probe::{
 use integration_test::{load_probe, privileged};
 use probe_common::Counter;
 
+static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// `docker ARGS`, its stdout trimmed; panics with its stderr on failure.
 fn docker(args: &[&str]) -> String {
     let out = Command::new("docker")
@@ -277,6 +279,9 @@ fn docker_contour_is_discovered_named_paired_and_its_time_wait_and_throttling_ma
     if !privileged(TEST) || !engine(TEST) {
         return;
     }
+    // One contour at a time: on 2 cores the other's load changes the churn and throttling
+    // each measures.
+    let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
     const N: u64 = 200;
     let id = std::process::id();
     let tag = format!("herd-test-{id}:latest");
@@ -634,4 +639,271 @@ fn docker_contour_is_discovered_named_paired_and_its_time_wait_and_throttling_ma
         r.ended_ns
     );
     assert!(row(&after, &gw_name).unwrap().ended_ns.is_none());
+}
+
+/// The runs in the store under `out`, oldest first, as reports.
+fn demo_reports(out: &Path) -> Vec<herd_report::Report> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let store = herd_store::Store::open(&herd_store::default_url(out))
+                .await
+                .unwrap();
+            let mut v = Vec::new();
+            for meta in store.list().await.unwrap().into_iter().rev() {
+                v.push(herd_report::Report::build(
+                    &store.load_run(Some(meta.id)).await.unwrap(),
+                ));
+            }
+            v
+        })
+}
+
+#[test]
+fn docker_demo_runs_the_contour_as_containers_reports_both_runs_and_removes_everything() {
+    const TEST: &str = "docker_demo_runs_the_contour_as_containers";
+    if !privileged(TEST) || !engine(TEST) {
+        return;
+    }
+    // One contour at a time: on 2 cores the other's load changes the churn and throttling
+    // each measures.
+    let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+    let out = herd_testkit::TempDir::new("it-docker-demo");
+    let run = integration_test::herd_cmd()
+        .args([
+            "demo",
+            "--docker",
+            "--steps",
+            "20,60",
+            "--step-duration",
+            "4s",
+            "--out",
+        ])
+        .arg(out.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "herd demo --docker: {stderr}");
+    let pid = run_pid_tag(&stderr);
+
+    let r = demo_reports(out.path());
+    assert_eq!(r.len(), 2, "{stderr}");
+    let (bug, fix) = (&r[0], &r[1]);
+    assert_eq!(
+        (bug.run.name.as_str(), fix.run.name.as_str()),
+        ("max-idle-2", "max-idle-512")
+    );
+    for rep in [bug, fix] {
+        assert!(out.join(format!("run-{}.md", rep.run.id)).exists());
+        assert!(out.join(format!("run-{}.html", rep.run.id)).exists());
+    }
+    // The hop under the Docker names the Engine API gave.
+    let hop = |rep: &herd_report::Report| {
+        rep.pairs
+            .iter()
+            .find(|p| {
+                p.container == "herd-demo-gateway" && p.remote_container == "herd-demo-backend"
+            })
+            .cloned()
+            .unwrap_or_else(|| {
+                panic!(
+                    "no herd-demo-gateway → herd-demo-backend pair in run {}: {:?}",
+                    rep.run.id,
+                    rep.pairs
+                        .iter()
+                        .map(|p| (&p.container, &p.remote_container))
+                        .collect::<Vec<_>>()
+                )
+            })
+    };
+    let churn = |p: &herd_report::model::PairRow| p.churn_ratio.value().unwrap();
+    let (b, f) = (churn(&hop(bug)), churn(&hop(fix)));
+    eprintln!("{TEST}: churn ratio run 1 (max-idle 2) {b:.3}, run 2 (max-idle 512) {f:.3}");
+    assert!(
+        b >= 0.2 && b >= 4.0 * f,
+        "churn ratio: run 1 (max-idle 2) {b}, run 2 (max-idle 512) {f}"
+    );
+
+    // The buggy run names the churn cliff on the hop, the fixed one does not.
+    let named = |rep: &herd_report::Report| {
+        rep.findings.iter().any(|x| {
+            x.kind == "churn_cliff" && x.title.contains("herd-demo-gateway → herd-demo-backend")
+        })
+    };
+    assert!(named(bug), "{:#?}", bug.findings);
+    assert!(!named(fix), "{:#?}", fix.findings);
+    assert!(
+        out.join(format!("compare-{}-{}.md", bug.run.id, fix.run.id))
+            .exists()
+    );
+
+    let compose = std::fs::read_to_string(out.join("docker-compose.yml")).unwrap();
+    let subnet = compose
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("- subnet: "))
+        .unwrap_or_else(|| panic!("no subnet in the compose file:\n{compose}"));
+    assert!(
+        subnet.starts_with("198.19.") && subnet.ends_with(".0/24"),
+        "{subnet}"
+    );
+    let third: u8 = subnet.split('.').nth(2).unwrap().parse().unwrap();
+    assert!(
+        (32..64).contains(&third),
+        "{subnet} is outside 198.19.32.0/19"
+    );
+    for want in [
+        "cpus: 0.5",
+        "cpus: 1",
+        "\"contour\", \"gateway\"",
+        "\"contour\", \"backend\"",
+        "${BACKEND_MAX_IDLE:-2}",
+    ] {
+        assert!(compose.contains(want), "{want} not in:\n{compose}");
+    }
+    assert!(
+        stderr.contains(&format!("network herd-demo {subnet}")),
+        "{stderr}"
+    );
+
+    // Nothing herd made is left: containers, network, image.
+    assert_eq!(
+        docker(&["ps", "-a", "-q", "--filter", "name=^herd-demo-"]),
+        "",
+        "containers left"
+    );
+    assert_eq!(
+        docker(&["network", "ls", "-q", "--filter", "name=^herd-demo$"]),
+        "",
+        "network left"
+    );
+    assert_eq!(
+        docker(&["images", "-q", &format!("herd-demo:{pid}")]),
+        "",
+        "image left"
+    );
+}
+
+/// The image tag herd named in its log (`building the image herd-demo:PID`): its PID.
+fn run_pid_tag(stderr: &str) -> String {
+    stderr
+        .split("building the image herd-demo:")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .unwrap_or_else(|| panic!("herd did not say which image it built: {stderr}"))
+        .to_owned()
+}
+
+#[test]
+fn docker_demo_without_an_engine_exits_2_and_says_how_to_start_one() {
+    const TEST: &str = "docker_demo_without_an_engine_exits_2";
+    if !privileged(TEST) {
+        return;
+    }
+    let out = herd_testkit::TempDir::new("it-docker-demo-none");
+    let run = integration_test::herd_cmd()
+        .args(["demo", "--docker", "--steps", "5", "--out"])
+        .arg(out.path())
+        .env(
+            "DOCKER_HOST",
+            format!("unix://{}", out.join("absent.sock").display()),
+        )
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("no Docker engine answers at unix://"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("cargo xtask"), "{stderr}");
+}
+
+#[test]
+fn docker_discovery_without_an_engine_says_containers_are_named_by_id() {
+    const TEST: &str = "docker_discovery_without_an_engine_says";
+    if !privileged(TEST) {
+        return;
+    }
+    let dir = herd_testkit::TempDir::new("it-docker-none");
+    let run = integration_test::herd_cmd()
+        .args(["probe", "--duration", "1s", "--interval", "500ms"])
+        .env(
+            "DOCKER_HOST",
+            format!("unix://{}", dir.join("absent.sock").display()),
+        )
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    let notes: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("no Docker engine answers"))
+        .collect();
+    assert_eq!(notes.len(), 1, "{stderr}");
+    assert!(
+        notes[0].contains("absent.sock") && notes[0].contains("named docker-<"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn docker_demo_interrupted_mid_run_removes_its_containers_network_and_image() {
+    const TEST: &str = "docker_demo_interrupted_mid_run";
+    if !privileged(TEST) || !engine(TEST) {
+        return;
+    }
+    let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+    let out = herd_testkit::TempDir::new("it-docker-demo-int");
+    let mut demo = integration_test::herd_cmd()
+        .args([
+            "demo",
+            "--docker",
+            "--steps",
+            "10,20",
+            "--step-duration",
+            "30s",
+            "--out",
+        ])
+        .arg(out.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(out.join("stderr")).unwrap())
+        .spawn()
+        .unwrap();
+    let pid = demo.id();
+    // Interrupt once the gateway container runs and the run is recording, as a user would.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while docker(&["ps", "-q", "--filter", "name=^herd-demo-gateway$"]).is_empty()
+        || !out.join("runs.db").exists()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the demo never started its containers: {}",
+            std::fs::read_to_string(out.join("stderr")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(pid as i32, libc::SIGINT) };
+    let st = demo.wait().unwrap();
+    let stderr = std::fs::read_to_string(out.join("stderr")).unwrap();
+    assert!(!st.success(), "an interrupted demo says so: {stderr}");
+    assert_eq!(
+        docker(&["ps", "-a", "-q", "--filter", "name=^herd-demo-"]),
+        "",
+        "containers left: {stderr}"
+    );
+    assert_eq!(
+        docker(&["network", "ls", "-q", "--filter", "name=^herd-demo$"]),
+        "",
+        "network left: {stderr}"
+    );
+    assert_eq!(
+        docker(&["images", "-q", &format!("herd-demo:{pid}")]),
+        "",
+        "image left: {stderr}"
+    );
+    assert!(out.join("docker-compose.yml").exists());
 }

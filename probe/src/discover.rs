@@ -146,6 +146,16 @@ impl DockerNames {
         }
     }
 
+    /// The socket this asks.
+    pub fn socket(&self) -> &std::path::Path {
+        &self.socket
+    }
+
+    /// True when an engine answers there (`GET /version`, same bounded timeouts).
+    pub fn answers(&self) -> bool {
+        self.get("/version").is_some()
+    }
+
     /// The container's name without the leading `/`, or None.
     pub fn name(&mut self, id: &str) -> Option<String> {
         if let Some(hit) = self.cache.get(id) {

@@ -36,6 +36,12 @@ pub struct DemoArgs {
     /// Idle backend connections per host for the two runs: the bug, then the fix.
     #[arg(long, default_value = "2,512", value_delimiter = ',')]
     pub max_idle: Vec<usize>,
+    /// Run the contour as Docker containers (an image herd builds from its own binary, a
+    /// network it creates in 198.19.32.0/19) instead of herd's sandbox, and write
+    /// docker-compose.yml describing it. Needs a Docker engine (DOCKER_HOST or
+    /// /var/run/docker.sock).
+    #[arg(long)]
+    pub docker: bool,
 }
 
 impl DemoArgs {
@@ -50,6 +56,7 @@ impl DemoArgs {
             backend_cpus: self.backend_cpus,
             backend_service_time: self.backend_service_time,
             max_idle: self.max_idle.clone(),
+            docker: self.docker,
         }
     }
 }

@@ -200,6 +200,7 @@ pub fn run(args: &ProbeArgs) -> Result<()> {
     let mut set = ContainerSet::from_args(&layout, &args.containers)?;
     if !args.no_discover {
         set = set.with_discovery();
+        crate::note_docker_names(&layout);
     }
     let mut out = match &args.out {
         Some(p) => Some(std::io::BufWriter::new(
