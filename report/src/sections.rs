@@ -738,7 +738,8 @@ fn containers(b: &mut Vec<Block>, r: &Report) {
         Column::right("quota"),
         Column::right("throttled periods"),
         Column::right("throttled"),
-        Column::right("mem peak"),
+        Column::right("mem peak (usage)"),
+        Column::right("working set peak"),
         Column::right("connects/s"),
         Column::right("TIME_WAIT entries/s"),
         Column::right("TIME_WAIT peak"),
@@ -754,7 +755,7 @@ fn containers(b: &mut Vec<Block>, r: &Report) {
         };
         t.row(vec![
             c.phase.clone().into(),
-            c.container.clone().into(),
+            container_name(c).into(),
             cores_cell(&c.cpu_burst, &c.cpu_cap),
             cores_cell(&c.cpu_sustained, &c.cpu_cap),
             cores_cell(&c.cpu_avg, &c.cpu_cap),
@@ -762,6 +763,7 @@ fn containers(b: &mut Vec<Block>, r: &Report) {
             share,
             with_unit(&c.throttled_ms, 1, "ms"),
             with_unit(&c.mem_peak_mib, 1, "MiB"),
+            with_unit(&c.working_set_mib, 1, "MiB"),
             num(&c.connects_per_s, 1),
             num(&c.time_wait_per_s, 1),
             num(&c.time_wait_peak, 0),
@@ -772,6 +774,17 @@ fn containers(b: &mut Vec<Block>, r: &Report) {
         ]);
     }
     b.push(Block::Table(t));
+}
+
+/// The container's name, with when it appeared or went away during the run (`worker (from
+/// t = 3.2 s, ended t = 3.9 s)`).
+fn container_name(c: &crate::model::ContainerRow) -> String {
+    match (c.started_s, c.ended_s) {
+        (None, None) => c.container.clone(),
+        (Some(a), None) => format!("{} (from t = {a:.1} s)", c.container),
+        (None, Some(z)) => format!("{} (ended t = {z:.1} s)", c.container),
+        (Some(a), Some(z)) => format!("{} (from t = {a:.1} s, ended t = {z:.1} s)", c.container),
+    }
 }
 
 fn pairs(b: &mut Vec<Block>, r: &Report) {

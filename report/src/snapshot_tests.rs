@@ -266,7 +266,8 @@ fn cpu(cores: f64, burst: f64, quota: Option<f64>, throttled: u64, memory_mib: u
         memory: Memory::Measured {
             current_bytes: memory_mib << 20,
             peak_bytes: quota.map(|_| (memory_mib + 4) << 20),
-            working_set_bytes: None,
+            // Usage less the inactive page cache, as docker stats shows it.
+            working_set_bytes: Some(memory_mib.saturating_sub(6) << 20),
         },
     }))
 }

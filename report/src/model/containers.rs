@@ -33,8 +33,19 @@ pub struct ContainerRow {
     pub throttled_share: Cell,
     /// Time throttled in the step, ms (summed over CPUs).
     pub throttled_ms: Cell,
-    /// Memory high-water mark, MiB.
+    /// Memory high-water mark, MiB: usage as the cgroup counts it (page cache included).
     pub mem_peak_mib: Cell,
+    /// Highest working set in the step, MiB: usage minus inactive file cache, what `docker
+    /// stats` and cAdvisor show as memory use.
+    #[serde(default = "no_reading")]
+    pub working_set_mib: Cell,
+    /// When the container's cgroup appeared, seconds from the run's start, if it did while
+    /// the probe ran (a container started mid-run, a one-shot).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_s: Option<f64>,
+    /// When its cgroup went away, seconds from the run's start (stopped, removed, exited).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_s: Option<f64>,
     /// New TCP connections per second.
     pub connects_per_s: Cell,
     /// TIME_WAIT entries per second.
@@ -49,6 +60,10 @@ pub struct ContainerRow {
     pub headroom_min: Cell,
     /// Listen-queue overflows in the step.
     pub listen_overflows: Cell,
+}
+
+fn no_reading() -> Cell {
+    Cell::Missing("not in this report's data (recorded before herd read the working set)".into())
 }
 
 /// Per phase × container rows from the probe intervals; `missing` says why probe cells are
@@ -75,7 +90,7 @@ pub(super) fn rows(
     let mut containers = Vec::new();
     for key in order {
         let rows = &groups[&key];
-        containers.push(container_row(&key.0, &key.1, rows));
+        containers.push(container_row(&key.0, &key.1, rows, mono0));
     }
     if d.probe.is_empty() {
         for s in load_steps {
@@ -89,6 +104,9 @@ pub(super) fn rows(
                 throttled_share: missing("no throttling"),
                 throttled_ms: missing("no throttling"),
                 mem_peak_mib: missing("no memory"),
+                working_set_mib: missing("no memory"),
+                started_s: None,
+                ended_s: None,
                 connects_per_s: missing("no connects"),
                 time_wait_per_s: missing("no TIME_WAIT"),
                 connect_errors: missing("no connect errors"),
@@ -103,7 +121,7 @@ pub(super) fn rows(
     containers
 }
 
-fn container_row(step: &str, name: &str, rows: &[(&Interval, usize)]) -> ContainerRow {
+fn container_row(step: &str, name: &str, rows: &[(&Interval, usize)], mono0: u64) -> ContainerRow {
     let mut burst: Option<f64> = None;
     let mut sustained: Option<f64> = None;
     let (mut used, mut span) = (0.0, 0.0);
@@ -111,6 +129,8 @@ fn container_row(step: &str, name: &str, rows: &[(&Interval, usize)]) -> Contain
     let (mut periods, mut throttled, mut thr_ns) = (0u64, 0u64, 0u64);
     let mut thr_reason: Option<String> = None;
     let mut mem: Option<u64> = None;
+    let mut working_set: Option<u64> = None;
+    let (mut started_ns, mut ended_ns): (Option<u64>, Option<u64>) = (None, None);
     let mut mem_reason: Option<String> = None;
     let mut cpu_reason: Option<String> = None;
     let (mut connects, mut tw, mut errs, mut secs_total) = (0u64, 0u64, 0u64, 0.0);
@@ -123,6 +143,8 @@ fn container_row(step: &str, name: &str, rows: &[(&Interval, usize)]) -> Contain
     let mut sock_reason: Option<String> = None;
     for (iv, i) in rows {
         let c = &iv.containers[*i];
+        started_ns = started_ns.or(c.started_ns);
+        ended_ns = ended_ns.or(c.ended_ns);
         let s = secs(iv);
         secs_total += s;
         connects += c.counts.get(Counter::Connects);
@@ -179,10 +201,14 @@ fn container_row(step: &str, name: &str, rows: &[(&Interval, usize)]) -> Contain
                     Memory::Measured {
                         current_bytes,
                         peak_bytes,
+                        working_set_bytes,
                         ..
                     } => {
                         let m = peak_bytes.unwrap_or(*current_bytes);
                         mem = Some(mem.map_or(m, |x: u64| x.max(m)));
+                        if let Some(w) = working_set_bytes {
+                            working_set = Some(working_set.map_or(*w, |x| x.max(*w)));
+                        }
                     }
                     Memory::Unavailable { reason } => mem_reason = Some(reason.clone()),
                 }
@@ -224,11 +250,20 @@ fn container_row(step: &str, name: &str, rows: &[(&Interval, usize)]) -> Contain
         } else {
             or(None, &thr_reason.or(cpu_reason.clone()), "throttling")
         },
+        working_set_mib: match working_set {
+            Some(w) => Cell::Value(w as f64 / (1024.0 * 1024.0)),
+            None if mem.is_some() => {
+                Cell::Missing("the cgroup's memory.stat has no inactive file count".into())
+            }
+            None => or(None, &mem_reason.clone().or(cpu_reason.clone()), "memory"),
+        },
         mem_peak_mib: or(
             mem.map(|m| m as f64 / (1024.0 * 1024.0)),
             &mem_reason.or(cpu_reason),
             "memory",
         ),
+        started_s: started_ns.map(|t| t.saturating_sub(mono0) as f64 / 1e9),
+        ended_s: ended_ns.map(|t| t.saturating_sub(mono0) as f64 / 1e9),
         connects_per_s: Cell::Value(connects as f64 / secs_total.max(1e-9)),
         time_wait_per_s: Cell::Value(tw as f64 / secs_total.max(1e-9)),
         connect_errors: Cell::Value(errs as f64),

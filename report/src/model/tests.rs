@@ -336,3 +336,27 @@ fn a_published_port_target_is_followed_to_the_container_that_serves_it() {
             .all(|p| matches!(&p.churn_ratio, Cell::Missing(m) if m == "not on the request path"))
     );
 }
+
+/// A container that appeared and went away during the run says when, in seconds from the
+/// run's start; its working set is the highest usage-minus-inactive-file it had.
+#[test]
+fn a_container_row_says_when_it_appeared_and_ended_and_its_working_set() {
+    let mut d = data();
+    let mono0 = d.meta.mono_start_ns as u64;
+    d.probe[0].containers[0].started_ns = Some(mono0 + 300_000_000);
+    d.probe[1].containers[0].ended_ns = Some(mono0 + 1_900_000_000);
+    let r = Report::build(&d);
+    let g = r
+        .containers
+        .iter()
+        .find(|c| c.container == "gateway")
+        .unwrap();
+    assert_eq!(g.started_s, Some(0.3));
+    assert_eq!(g.ended_s, Some(1.9));
+    // No cgroupfs reading: the working set says why, like every other memory cell.
+    assert!(
+        matches!(&g.working_set_mib, Cell::Missing(why) if why == "no cgroup"),
+        "{:?}",
+        g.working_set_mib
+    );
+}
