@@ -271,7 +271,7 @@ fn a_run_killed_with_sigkill_still_reports_every_recorded_interval() {
         r.notes
     );
     let md = std::fs::read_to_string(out.join(format!("run-{}.md", r.run.id))).unwrap();
-    assert!(md.contains("status **running**"), "{md}");
+    assert!(md.contains("status **interrupted**"), "{md}");
 }
 
 #[test]
