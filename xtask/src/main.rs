@@ -360,6 +360,7 @@ fn ci() -> Result<()> {
         "test",
         "--workspace",
         "--all-targets",
+        "--no-fail-fast",
         "--exclude",
         "integration-test",
         "--exclude",
@@ -385,10 +386,12 @@ fn privileged_tests() -> Result<()> {
     if let Some(e) = &engine {
         cmd.env("DOCKER_HOST", e.host());
     }
+    // Every test file runs even when one fails, so one CI run names every failure.
     cmd.args([
         "test",
         "--package",
         "integration-test",
+        "--no-fail-fast",
         "--",
         "--test-threads",
         "2",
