@@ -686,8 +686,9 @@ fn start_probe(
 ) -> Result<std::thread::JoinHandle<Result<()>>> {
     let layout = CgroupLayout::detect()?;
     let set = ContainerSet::from_args(&layout, &config.containers)?.with_discovery();
-    crate::note_docker_names(&layout);
     let probe = attach::probe(false)?;
+    // After the probe loads: a missing capability is the one line herd prints then.
+    crate::note_docker_names(&layout);
     let mut sampler = Sampler::new(probe, set, layout)?;
     let every = config.interval;
     Ok(std::thread::Builder::new()

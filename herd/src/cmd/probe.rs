@@ -200,7 +200,6 @@ pub fn run(args: &ProbeArgs) -> Result<()> {
     let mut set = ContainerSet::from_args(&layout, &args.containers)?;
     if !args.no_discover {
         set = set.with_discovery();
-        crate::note_docker_names(&layout);
     }
     let mut out = match &args.out {
         Some(p) => Some(std::io::BufWriter::new(
@@ -213,6 +212,10 @@ pub fn run(args: &ProbeArgs) -> Result<()> {
         .map(crate::metrics::MetricsServer::start)
         .transpose()?;
     let probe = attach::probe(args.verbose)?;
+    // After the probe loads: a missing capability is the one line herd prints then.
+    if !args.no_discover {
+        crate::note_docker_names(&layout);
+    }
     let mut sampler = Sampler::new(probe, set, layout)?;
     if let Some(m) = &metrics {
         m.publish(sampler.exposition().render());
