@@ -10,6 +10,10 @@ use crate::scenario::{Connections, Scenario};
 /// more, so the estimate is a floor: a plan it refuses certainly does not fit.
 pub const PLAYER_BYTES: u64 = 21 * 1024;
 
+/// Memory the driver keeps per op while it runs (its phase and interval histograms and
+/// counters), measured at about 35 KiB with 26 000 ops (docs/reliability.md, cell 3).
+pub const OP_BYTES: u64 = 35 * 1024;
+
 /// File descriptors herd holds besides the players' sockets: the runtime, stdio, the store,
 /// the kernel probe's maps and programs, the output files.
 pub const RESERVED_FDS: u64 = 256;
@@ -22,7 +26,9 @@ pub struct Needs {
     pub players: u64,
     /// Connections open at once to the one destination.
     pub sockets: u64,
-    /// Bytes of memory the players take.
+    /// The scenario's ops.
+    pub ops: u64,
+    /// Bytes of memory the players and the ops' measurements take.
     pub memory: u64,
 }
 
@@ -55,10 +61,14 @@ impl Needs {
             Connections::PerPlayer => players,
             Connections::Pool(n) => n as u64,
         };
+        let ops = s.ops.len() as u64;
         Needs {
             players,
             sockets,
-            memory: players.saturating_mul(PLAYER_BYTES),
+            ops,
+            memory: players
+                .saturating_mul(PLAYER_BYTES)
+                .saturating_add(ops.saturating_mul(OP_BYTES)),
         }
     }
 }
@@ -148,11 +158,13 @@ pub fn check(file: &str, needs: Needs, host: Host) -> Result<(), PlanTooLarge> {
         && needs.memory > avail
     {
         reasons.push(format!(
-            "{} players need at least {} MiB ({} KiB each) but {} MiB are available; use \
-             fewer players or a larger host",
+            "{} players and {} ops need at least {} MiB ({} KiB a player, {} KiB an op) but {} \
+             MiB are available; use fewer players or ops, or a larger host",
             needs.players,
+            needs.ops,
             needs.memory >> 20,
             PLAYER_BYTES >> 10,
+            OP_BYTES >> 10,
             avail >> 20
         ));
     }
@@ -219,7 +231,8 @@ mod tests {
         let needs = Needs {
             players: 1_000_000_000,
             sockets: 1_000_000_000,
-            memory: 1_000_000_000 * PLAYER_BYTES,
+            ops: 1,
+            memory: 1_000_000_000 * PLAYER_BYTES + OP_BYTES,
         };
         let e = check("s.toml", needs, HOST).unwrap_err().to_string();
         for says in [
@@ -227,7 +240,7 @@ mod tests {
             "the limit (RLIMIT_NOFILE) is 1024",
             "the hard limit is 4096",
             "ip_local_port_range (32768-60999) holds 28232",
-            "1000000000 players need at least 20507812 MiB (21 KiB each) but 8192 MiB",
+            "1000000000 players and 1 ops need at least 20507812 MiB (21 KiB a player, 35 KiB an op) but 8192 MiB",
         ] {
             assert!(e.contains(says), "{says}: {e}");
         }
@@ -238,10 +251,29 @@ mod tests {
         let needs = |n: u64| Needs {
             players: n,
             sockets: n,
-            memory: n * PLAYER_BYTES,
+            ops: 1,
+            memory: n * PLAYER_BYTES + OP_BYTES,
         };
         assert!(check("s.toml", needs(700), HOST).is_ok());
         let e = check("s.toml", needs(2000), HOST).unwrap_err().to_string();
         assert!(e.contains("`ulimit -n 2256`"), "{e}");
+    }
+
+    /// A plan of few players but a huge op list is refused on the ops' memory, before load.
+    #[test]
+    fn a_huge_op_list_is_refused_on_its_memory() {
+        let needs = Needs {
+            players: 2,
+            sockets: 2,
+            ops: 300_000,
+            memory: 2 * PLAYER_BYTES + 300_000 * OP_BYTES,
+        };
+        let e = check("s.toml", needs, HOST).unwrap_err().to_string();
+        assert!(
+            e.contains("2 players and 300000 ops need at least 10253 MiB")
+                && e.contains("fewer players or ops"),
+            "{e}"
+        );
+        assert!(!e.contains("file descriptors"), "{e}");
     }
 }

@@ -62,7 +62,7 @@ fn a_billion_players_are_refused_at_once_with_the_numbers() {
         "the plan does not fit this host",
         "1000000000 connections need 1000000256 file descriptors",
         "the hard limit is 4096",
-        "1000000000 players need at least 20507812 MiB",
+        "1000000000 players and 1 ops need at least 20507812 MiB",
     ] {
         assert!(err.contains(says), "{says}: {err}");
     }
