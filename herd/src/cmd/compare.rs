@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 
 use herd_report::{
     compare,
@@ -44,14 +44,8 @@ fn parse_gate(s: &str) -> std::result::Result<Gate, gate::GateError> {
 
 /// Runs `herd compare`: writes the files and prints the table.
 pub fn run(args: &CompareArgs) -> Result<()> {
-    let url = args
-        .store
-        .clone()
-        .unwrap_or_else(|| herd_store::default_url(&args.out));
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the comparison's runtime")?;
+    let url = super::store_url(&args.store, &args.out);
+    let rt = super::store_runtime("comparison")?;
     rt.block_on(async {
         let store = Store::open(&url).await?;
         let mut c = store.load_comparison(args.before, args.after).await?;

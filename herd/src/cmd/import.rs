@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 
 use herd_store::{Rows, Store};
 
@@ -24,14 +24,8 @@ pub struct ImportArgs {
 /// Runs `herd import`.
 pub fn run(args: &ImportArgs) -> Result<()> {
     let saved = Rows::load(&args.file)?;
-    let url = args
-        .store
-        .clone()
-        .unwrap_or_else(|| herd_store::default_url(&args.out));
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the import's runtime")?;
+    let url = super::store_url(&args.store, &args.out);
+    let rt = super::store_runtime("import")?;
     rt.block_on(async {
         let store = Store::open(&url).await?;
         let id = store.import(&saved).await?;

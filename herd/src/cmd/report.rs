@@ -56,14 +56,8 @@ pub(crate) async fn hdr_logs(
 
 /// Runs `herd report`.
 pub fn run(args: &ReportArgs) -> Result<()> {
-    let url = args
-        .store
-        .clone()
-        .unwrap_or_else(|| herd_store::default_url(&args.out));
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the report's runtime")?;
+    let url = super::store_url(&args.store, &args.out);
+    let rt = super::store_runtime("report")?;
     rt.block_on(async {
         let store = Store::open(&url).await?;
         if args.list {
