@@ -7,6 +7,28 @@ use std::{
 
 use herd_testkit::{Proto, Reply, Server, TempDir};
 
+/// `herd drive --quiet --grace GRACE --json JSON FILE`, its output piped.
+fn spawn_drive(grace: &str, json: &std::path::Path, file: &std::path::Path) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_herd"))
+        .args(["drive", "--quiet", "--grace", grace, "--json"])
+        .arg(json)
+        .arg(file)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits up to 20 s for `server` to have `n` connections; `what` says what failed otherwise.
+fn await_connections(server: &Server, n: u64, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while server.connections() < n {
+        assert!(Instant::now() < deadline, "{what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn a_second_ctrl_c_ends_the_grace_at_once() {
     // Never answers: every request is still in flight when the stop comes.
@@ -23,20 +45,8 @@ fn a_second_ctrl_c_ends_the_grace_at_once() {
         ),
     );
     let json = dir.join("run.json");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_herd"))
-        .args(["drive", "--quiet", "--grace", "60s", "--json"])
-        .arg(&json)
-        .arg(&file)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while server.connections() < 3 {
-        assert!(Instant::now() < deadline, "the players never connected");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut child = spawn_drive("60s", &json, &file);
+    await_connections(&server, 3, "the players never connected");
     let pid = child.id() as libc::pid_t;
     // SAFETY: kill(2) on our own child.
     unsafe { libc::kill(pid, libc::SIGINT) };
@@ -231,20 +241,8 @@ fn a_sigint_during_the_ramp_up_of_a_big_step_stops_it_within_the_grace() {
         ),
     );
     let json = dir.join("run.json");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_herd"))
-        .args(["drive", "--quiet", "--grace", "2s", "--json"])
-        .arg(&json)
-        .arg(&file)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while server.connections() < 50 {
-        assert!(Instant::now() < deadline, "the ramp never started");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut child = spawn_drive("2s", &json, &file);
+    await_connections(&server, 50, "the ramp never started");
     // SAFETY: kill(2) on our own child.
     unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
     let sent = Instant::now();
