@@ -326,6 +326,30 @@ impl Service {
 }
 
 impl PairInterval {
+    /// A row with gauges and no kernel counts in the interval: a destination the socket
+    /// walk saw that no connect, close or TIME_WAIT entry touched.
+    pub fn gauges_only(
+        container: String,
+        remote: SocketAddr,
+        remote_container: Option<String>,
+        gauges: PairGauges,
+    ) -> Self {
+        Self {
+            container,
+            remote,
+            remote_container,
+            connects: 0,
+            established: 0,
+            time_wait_entries: 0,
+            closed: 0,
+            connect_latency_us: Default::default(),
+            lifetime_ms: Default::default(),
+            connect_latency_buckets: Default::default(),
+            lifetime_buckets: Default::default(),
+            gauges: Some(gauges),
+        }
+    }
+
     /// The row as kernel pair stats (counters and histograms), for summing intervals.
     pub fn stats(&self) -> PairStats {
         PairStats {

@@ -331,20 +331,12 @@ impl Sampler {
                 {
                     continue;
                 }
-                iv.pairs.push(crate::sample::PairInterval {
-                    container: container.clone(),
-                    remote: d.remote,
-                    remote_container: self.owners.get(&d.remote.ip()).cloned(),
-                    connects: 0,
-                    established: 0,
-                    time_wait_entries: 0,
-                    closed: 0,
-                    connect_latency_us: Default::default(),
-                    lifetime_ms: Default::default(),
-                    connect_latency_buckets: Default::default(),
-                    lifetime_buckets: Default::default(),
-                    gauges: Some(pair_gauges(d)),
-                });
+                iv.pairs.push(crate::sample::PairInterval::gauges_only(
+                    container.clone(),
+                    d.remote,
+                    self.owners.get(&d.remote.ip()).cloned(),
+                    pair_gauges(d),
+                ));
             }
         }
         // Namespaces of ended containers are released, so a deleted netns can really go.
