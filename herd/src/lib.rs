@@ -13,6 +13,7 @@ pub mod log;
 pub mod metrics;
 pub mod session;
 pub mod signals;
+pub mod usage;
 
 use std::process::ExitCode;
 
@@ -132,9 +133,9 @@ pub enum Command {
     /// Compare two recorded runs (before and after a fix): TIME_WAIT, new connections/s, CPU
     /// peaks per container, latency and errors per op, findings, with deltas and ratios.
     Compare(cmd::compare::CompareArgs),
-    /// Run the embedded demo: a gateway and a backend in containers on this host, driven and
-    /// probed twice (the seeds' 2-idle-connection pool, then the fix), reported and compared
-    /// (needs root; about 3 minutes).
+    /// Run the embedded demo: a game service's gateway and backend in containers on this
+    /// host, driven and probed twice (the gateway keeping 2 idle backend connections, the
+    /// bug; then 512, the fix), reported and compared (needs root; about 2 minutes).
     #[cfg(feature = "demo")]
     Demo(cmd::demo::DemoArgs),
     /// Drive virtual players against a service from a scenario file and print a per-step

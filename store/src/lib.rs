@@ -232,6 +232,24 @@ pub fn connect_url(url: &str) -> Result<(String, String), StoreUrlError> {
 }
 
 impl Store {
+    /// Opens the store at `url` for reading what it holds (`herd report`, `herd compare`): a
+    /// SQLite file that does not exist is a [`StoreUrlError`] saying how to record a run, and
+    /// neither the file nor its directory is created.
+    pub async fn open_existing(url: &str) -> Result<Self> {
+        let (_, shown) = connect_url(url)?;
+        if let Some(rest) = shown.strip_prefix("sqlite:")
+            && !Path::new(rest.split('?').next().unwrap_or(rest)).exists()
+        {
+            return Err(StoreUrlError(format!(
+                "there is no run store at {shown}: nothing was recorded there yet; \
+                 `herd run SCENARIO` records a run into it (`herd demo` records two), or \
+                 give the store that holds your runs with --store or --out"
+            ))
+            .into());
+        }
+        Self::open(url).await
+    }
+
     /// Opens (creating if needed) the store at `url`.
     pub async fn open(url: &str) -> Result<Self> {
         sqlx::any::install_default_drivers();
@@ -414,7 +432,10 @@ impl Store {
                     "run {id} is not in {}; `herd report --list` shows the runs there",
                     redact(&self.url)
                 ),
-                None => bail!("{} holds no runs yet", redact(&self.url)),
+                None => bail!(
+                    "{} holds no runs yet: `herd run SCENARIO` records one (`herd demo` records two)",
+                    redact(&self.url)
+                ),
             }
         };
         Ok(RunMeta {

@@ -14,6 +14,12 @@ use herd_store::Store;
 
 /// Options of `herd compare`.
 #[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Examples:
+  herd compare 1 2                          # before: run 1, after: run 2 → herd-out/compare-1-2.*
+  herd compare 1 2 --fail-on 'p99 +10%'     # exit 99 when any op's p99 grew by more than 10 %
+  herd compare 4 5 --fail-on 'game.state p99 +20ms' --fail-on 'errors +0.5pp'
+  herd compare 1 2 --out results            # runs of results/runs.db")]
 pub struct CompareArgs {
     /// The run before the change: its id in the store (`herd report --list` shows them).
     #[arg(value_name = "RUN_A")]
@@ -47,7 +53,7 @@ pub fn run(args: &CompareArgs) -> Result<()> {
     let url = super::store_url(&args.store, &args.out);
     let rt = super::store_runtime("comparison")?;
     rt.block_on(async {
-        let store = Store::open(&url).await?;
+        let store = Store::open_existing(&url).await?;
         let mut c = store.load_comparison(args.before, args.after).await?;
         let passed = compare::apply_gates(&mut c, &args.fail_on);
         let files = compare::write_comparison(&c, &args.out)?;

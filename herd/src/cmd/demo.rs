@@ -10,6 +10,14 @@ use crate::demo::{self, DemoConfig};
 
 /// Options of `herd demo`.
 #[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Examples:
+  sudo herd demo                             # the sandbox contour, reports in herd-out/demo/
+  sudo herd demo --docker                    # the same contour as Docker containers (+ docker-compose.yml)
+  sudo herd demo --steps 20,60 --step-duration 5s   # a shorter pass
+  sudo herd demo --max-idle 2,64             # the bug against a smaller fix
+
+Two runs of 3 steps × 15 s each by default; `cargo xtask demo` builds herd first.")]
 pub struct DemoArgs {
     /// Where the run store, the reports and the comparison go.
     #[arg(long, default_value = "herd-out/demo")]

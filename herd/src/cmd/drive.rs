@@ -20,6 +20,15 @@ use crate::session::{self, DriveConfig, print_hints};
 
 /// Options of `herd drive`.
 #[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Examples:
+  herd drive lobby.toml                                # the scenario's plan, a table per step
+  herd drive lobby.toml --set target.transport=h2c     # the same plan over h2c
+  herd drive lobby.toml --set 'step[2].players=800' --json out.json
+  herd drive lobby.toml --quiet --interval 500ms
+
+Scenarios: docs/scenario.md; examples in driver/examples/scenarios/. `herd run` does the same
+and probes the host beside it.")]
 pub struct DriveArgs {
     /// The scenario: a TOML file with the target, ops and load plan (docs/scenario.md).
     #[arg(value_name = "SCENARIO")]

@@ -9,6 +9,10 @@ use herd_store::{Rows, Store};
 
 /// Options of `herd import`.
 #[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Examples:
+  herd import herd-out/run-3-rows.json                     # into herd-out/runs.db
+  herd import run-3-rows.json --store postgres://herd@127.0.0.1/herd")]
 pub struct ImportArgs {
     /// The saved rows (`run-N-rows.json`, written by `herd run` when its store was lost).
     #[arg(value_name = "FILE")]

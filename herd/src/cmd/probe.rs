@@ -17,6 +17,14 @@ use crate::{attach, signals};
 
 /// Options of `herd probe`.
 #[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Examples:
+  sudo herd probe                                   # 10 s, every container discovered, a table per interval
+  sudo herd probe --duration 5m --out probe.jsonl   # and every interval as a JSON line
+  sudo herd probe --duration 10m --listen 127.0.0.1:9464   # Prometheus scrapes /metrics
+  sudo herd probe --container gateway=/system.slice/gateway.service --no-discover
+
+Run it beside wrk, k6 or your own load tool; `herd run` runs it beside herd's driver.")]
 pub struct ProbeArgs {
     /// Name a container: NAME=CGROUP_PATH, the cgroup v2 directory, absolute or relative to
     /// the unified root (e.g. gateway=/system.slice/gateway.service). Repeatable. Sockets of

@@ -9,6 +9,13 @@ use herd_store::Store;
 
 /// Options of `herd report`.
 #[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Examples:
+  herd report                       # the latest run in herd-out/runs.db → herd-out/run-N.{md,html,json}
+  herd report --list                # the runs the store holds
+  herd report 3 --out results       # run 3 of results/runs.db, written into results/
+  herd report 3 --hdr-log hlog/     # also HdrHistogram interval logs per op
+  HERD_STORE=postgres://herd@127.0.0.1/herd herd report 12")]
 pub struct ReportArgs {
     /// The run id (default: the latest run in the store).
     #[arg(value_name = "RUN")]
@@ -59,7 +66,7 @@ pub fn run(args: &ReportArgs) -> Result<()> {
     let url = super::store_url(&args.store, &args.out);
     let rt = super::store_runtime("report")?;
     rt.block_on(async {
-        let store = Store::open(&url).await?;
+        let store = Store::open_existing(&url).await?;
         if args.list {
             println!("{:>5}  {:<10}  {:<24}  scenario", "run", "status", "name");
             for m in store.list().await? {

@@ -12,6 +12,15 @@ use crate::session::{self, RunConfig};
 
 /// Options of `herd run`.
 #[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Examples:
+  sudo herd run lobby.toml                             # probe + drive + report into herd-out/
+  sudo herd run lobby.toml --name after-fix --out results
+  sudo herd run lobby.toml --store postgres://herd@127.0.0.1/herd
+  sudo herd run lobby.toml --container gateway=/system.slice/gateway.service
+  herd run lobby.toml --no-probe                       # no root needed, no kernel counts
+
+Exit codes: 0 done, 1 failed, 2 bad input or environment, 99 an objective was broken.")]
 pub struct RunArgs {
     /// The scenario: a TOML file with the target, ops and load plan (docs/scenario.md).
     #[arg(value_name = "SCENARIO")]
