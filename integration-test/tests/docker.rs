@@ -578,12 +578,17 @@ fn docker_contour_is_discovered_named_paired_and_its_time_wait_and_throttling_ma
     assert_eq!(herd_throttled, throttled_after - throttled_before);
 
     // A one-shot container (docker run --rm, gone before the next sample) gets its own row
-    // from the kernel's cgroup_mkdir record, not host's: 30 connects to the backend.
+    // from the kernel's cgroup_mkdir record, not host's: 30 connects to the backend, under
+    // the name the engine announced when it was created.
     let one_shot_ip = format!("198.19.{octet}.9");
+    let one_shot_name = format!("herd-test-{id}-oneshot");
+    let _one_shot = Removed("container", one_shot_name.clone());
     let _ = sampler.sample().unwrap();
     docker(&[
         "run",
         "--rm",
+        "--name",
+        &one_shot_name,
         "--network",
         &net,
         "--ip",
@@ -609,6 +614,10 @@ fn docker_contour_is_discovered_named_paired_and_its_time_wait_and_throttling_ma
     assert_eq!(one_shot.len(), 1, "{:?}", sampler.containers().containers());
     let os = &one_shot[0];
     assert!(os.ended_ns.is_some(), "it is gone: {os:?}");
+    assert_eq!(
+        os.name, one_shot_name,
+        "named from the engine's create event"
+    );
     let os_row = row(&after_one_shot, &os.name).expect("the one-shot container's row");
     assert_eq!(os_row.counts.get(Counter::Connects), 30, "{os:?}");
     let toward_backend = |iv: &Interval, who: &str| -> u64 {

@@ -135,7 +135,7 @@ impl ContainerSet {
     /// [`Self::refresh`].
     pub fn with_discovery(mut self) -> Self {
         self.discover = true;
-        self.docker = Some(DockerNames::new());
+        self.docker = Some(DockerNames::new().watch());
         self
     }
 

@@ -129,6 +129,8 @@ fn docker(id: &str) -> Found {
 pub struct DockerNames {
     socket: std::path::PathBuf,
     cache: HashMap<String, Option<String>>,
+    /// Names the engine announced as containers were created (see [`Self::watch`]).
+    events: Option<crate::docker_events::DockerEvents>,
 }
 
 impl DockerNames {
@@ -143,7 +145,17 @@ impl DockerNames {
         Self {
             socket: socket.into(),
             cache: HashMap::new(),
+            events: None,
         }
+    }
+
+    /// Also follows the engine's container events from now on, so that a container created
+    /// and removed between two lookups (a one-shot `docker run --rm`) is still named.
+    pub fn watch(mut self) -> Self {
+        self.events = Some(crate::docker_events::DockerEvents::follow(
+            self.socket.clone(),
+        ));
+        self
     }
 
     /// The socket this asks.
@@ -158,8 +170,15 @@ impl DockerNames {
 
     /// The container's name without the leading `/`, or None.
     pub fn name(&mut self, id: &str) -> Option<String> {
-        if let Some(hit) = self.cache.get(id) {
-            return hit.clone();
+        if let Some(Some(hit)) = self.cache.get(id) {
+            return Some(hit.clone());
+        }
+        if let Some(announced) = self.events.as_ref().and_then(|e| e.name(id)) {
+            self.cache.insert(id.to_owned(), Some(announced.clone()));
+            return Some(announced);
+        }
+        if self.cache.contains_key(id) {
+            return None;
         }
         let name = self.query(id);
         self.cache.insert(id.to_owned(), name.clone());

@@ -15,6 +15,7 @@ pub mod cgroupfs;
 pub mod clock;
 pub mod containers;
 pub mod discover;
+mod docker_events;
 mod error;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
