@@ -10,7 +10,7 @@ use std::{
     io::{Read as _, Write as _},
     net::{SocketAddr, TcpStream},
     path::{Path, PathBuf},
-    process::Command,
+    process::{Command, Output},
     time::{Duration, Instant},
 };
 
@@ -792,6 +792,97 @@ fn docker_demo_runs_the_contour_as_containers_reports_both_runs_and_removes_ever
         "",
         "image left"
     );
+
+    // The compose file runs as its comment says: the image rebuilt as `herd-demo`,
+    // `docker-compose up`, then the demo's first scenario against it (seeding the backend's
+    // database through the bind mount), every request answered.
+    let _image = herd_image("herd-demo:latest");
+    let project = format!("herd-it-compose-{}", std::process::id());
+    let _up = ComposeUp::start(out.path(), &project);
+    let gateway = compose
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("ipv4_address: "))
+        .nth(1)
+        .unwrap_or_else(|| panic!("no gateway address in:\n{compose}"))
+        .to_owned();
+    wait_for_listen(&format!("{gateway}:8081"), Duration::from_secs(20));
+    let again = out.join("compose");
+    let run = integration_test::herd_cmd()
+        .current_dir(out.path())
+        .args([
+            "run",
+            "demo-max-idle-2.toml",
+            "--no-probe",
+            "--quiet",
+            "--out",
+        ])
+        .arg(&again)
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "herd run against the compose contour: {}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let r = demo_reports(&again);
+    let (ok, errors): (u64, u64) = r[0]
+        .totals
+        .iter()
+        .fold((0, 0), |(o, e), t| (o + t.split.ok, e + t.split.errors));
+    eprintln!("{TEST}: docker-compose contour answered {ok} ok, {errors} errors");
+    assert!(ok > 0 && errors == 0, "{:#?}", r[0].totals);
+}
+
+/// Waits until something accepts TCP connections at `addr`, at most `within`.
+fn wait_for_listen(addr: &str, within: Duration) {
+    let addr: SocketAddr = addr.parse().unwrap();
+    let deadline = Instant::now() + within;
+    while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "nothing listens at {addr} after {within:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// `docker-compose -p PROJECT up -d` in `dir` (its docker-compose.yml); `down` on drop,
+/// also when the test fails.
+struct ComposeUp {
+    dir: PathBuf,
+    project: String,
+}
+
+impl ComposeUp {
+    fn start(dir: &Path, project: &str) -> Self {
+        let up = Self {
+            dir: dir.to_owned(),
+            project: project.to_owned(),
+        };
+        up.compose(&["up", "-d"]);
+        up
+    }
+
+    fn compose(&self, args: &[&str]) -> Output {
+        let out = Command::new("docker-compose")
+            .current_dir(&self.dir)
+            .args(["-p", &self.project])
+            .args(args)
+            .output()
+            .expect("running docker-compose (Debian package docker-compose; cargo xtask setup)");
+        assert!(
+            out.status.success() || std::thread::panicking(),
+            "docker-compose {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    }
+}
+
+impl Drop for ComposeUp {
+    fn drop(&mut self) {
+        self.compose(&["down", "-v", "--remove-orphans", "-t", "1"]);
+    }
 }
 
 /// The image tag herd named in its log (`building the image herd-demo:PID`): its PID.

@@ -100,6 +100,10 @@ const DEBIAN_PACKAGES: &[(&str, &str)] = &[
          target/docker when none is running)",
     ),
     (
+        "docker-compose",
+        "runs the compose file `herd demo --docker` writes, in the Docker tests",
+    ),
+    (
         "busybox-static",
         "the shell and tools of that guest's initramfs (static: no libraries to copy)",
     ),

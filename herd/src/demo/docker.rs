@@ -528,11 +528,11 @@ fn compose_file(args: &DemoConfig, subnet: Subnet) -> String {
 #   FROM scratch
 #   COPY rootfs/ /
 #   ENTRYPOINT [\"/herd\"]
-# and `docker build -t herd-demo .`. Then `docker compose up -d` here, and drive it with the
-# demo's scenario (it seeds the backend's database here): `sudo herd run
-# demo-max-idle-{first}.toml --out .`.
+# and `docker build -t herd-demo .`. Then `docker compose -p herd-demo up -d` here (or
+# `docker-compose`, Debian 12's), and drive it with the demo's scenario (it seeds the
+# backend's database here): `sudo herd run demo-max-idle-{first}.toml --out .`.
 # The demo ran it with BACKEND_MAX_IDLE = {runs} (the bug, then the fix).
-name: herd-demo
+# (No top-level `name:`: docker-compose 1.x rejects it; -p names the project.)
 services:
   backend:
     image: herd-demo
