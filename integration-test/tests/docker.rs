@@ -102,6 +102,9 @@ fn herd_image(tag: &str) -> Removed {
             std::fs::copy(bin, root.join(name)).unwrap();
         }
     }
+    // busybox (static, from busybox-static): `timeout` and `sh` for a CPU-only container.
+    std::fs::copy("/bin/busybox", root.join("busybox"))
+        .expect("copying /bin/busybox (Debian package busybox-static; cargo xtask setup)");
     let ldd = Command::new("ldd").arg(herd).output().unwrap();
     assert!(ldd.status.success(), "ldd {}", herd.display());
     for line in String::from_utf8_lossy(&ldd.stdout).lines() {
@@ -648,6 +651,81 @@ fn docker_contour_is_discovered_named_paired_and_its_time_wait_and_throttling_ma
         r.ended_ns
     );
     assert!(row(&after, &gw_name).unwrap().ended_ns.is_none());
+
+    // Started again it has a new cgroup: a new row `<name>#2` with its start time, the old
+    // one still ended.
+    docker(&["start", &be_name]);
+    let restarted = sampler.sample().unwrap();
+    let again = format!("{be_name}#2");
+    let r2 = row(&restarted, &again).unwrap_or_else(|| {
+        panic!(
+            "no {again} row after docker start: {:?}",
+            sampler.containers().containers()
+        )
+    });
+    assert!(
+        r2.started_ns.is_some_and(|t| t <= restarted.at_ns) && r2.ended_ns.is_none(),
+        "{again}: started {:?} ended {:?}",
+        r2.started_ns,
+        r2.ended_ns
+    );
+    assert!(row(&restarted, &be_name).unwrap().ended_ns.is_some());
+
+    // A CPU-only container (no TCP event at all) at 0.2 cores: found by the next sample,
+    // named, and its throttled periods equal its cpu.stat. Bounded by busybox's timeout.
+    let burner = format!("herd-test-{id}-burner");
+    let _burner = Removed("container", burner.clone());
+    docker(&[
+        "run",
+        "-d",
+        "--name",
+        &burner,
+        "--network",
+        "none",
+        "--cpus",
+        "0.2",
+        "--entrypoint",
+        "/busybox",
+        &tag,
+        "timeout",
+        "8",
+        "sh",
+        "-c",
+        "while :; do :; done",
+    ]);
+    let seen = sampler.sample().unwrap();
+    let b0 = row(&seen, &burner).unwrap_or_else(|| {
+        panic!(
+            "the CPU-only {burner} not discovered within one interval: {:?}",
+            sampler.containers().containers()
+        )
+    });
+    assert!(b0.started_ns.is_some(), "{b0:?}");
+    let burner_stat = controller_dir(pid(&burner), "cpu").join("cpu.stat");
+    let stat_before = nr_throttled(&burner_stat);
+    std::thread::sleep(Duration::from_millis(1500));
+    let busy = sampler.sample().unwrap();
+    let stat_after = nr_throttled(&burner_stat);
+    let throttled = match &row(&busy, &burner).expect("the burner's row").cpu {
+        CpuCell::Measured(ci) => match &ci.throttle {
+            Throttling::Measured { nr_throttled, .. } => *nr_throttled,
+            Throttling::Unavailable { reason } => panic!("no throttling: {reason}"),
+        },
+        CpuCell::Unavailable { reason } => panic!("no CPU cell: {reason}"),
+    };
+    eprintln!(
+        "docker: CPU-only {burner} found in the first interval; throttled {throttled} periods, \
+         cpu.stat {stat_before} → {stat_after}"
+    );
+    // Each cpu.stat read follows its sample by a moment: a period may end in either gap.
+    assert!(
+        throttled > 5,
+        "a busy loop over 0.2 cores is throttled: {throttled}"
+    );
+    assert!(
+        throttled.abs_diff(stat_after - stat_before) <= 2,
+        "herd {throttled} vs cpu.stat {stat_before} → {stat_after}"
+    );
 }
 
 /// The runs in the store under `out`, oldest first, as reports.
