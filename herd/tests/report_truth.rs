@@ -165,9 +165,10 @@ fn the_reports_percentiles_are_the_servers_delays_and_crossed_limits_exit_99() {
     let lat = &total["latency"];
     let us =
         |v: &serde_json::Value, k: &str| v[k].as_u64().unwrap_or_else(|| panic!("no {k} in {v}"));
-    // A 50 ms delay reads as a p50 within ±5 ms.
+    // A 50 ms delay is the p50's floor; how far above it the host's load decides, so the
+    // ceiling is the ground truth's plus the loopback overhead (assert_close).
     let p50 = us(lat, "p50_us");
-    assert!(p50.abs_diff(50_000) <= 5_000, "p50 {p50} µs");
+    assert!(p50 >= 50_000 - 250, "p50 {p50} µs");
     assert_close("whole-run p50", p50, quantile(&truth, 0.5));
     assert_close("whole-run p99", us(lat, "p99_us"), quantile(&truth, 0.99));
     // The max is the one request the host delayed most: only its floor is known.
