@@ -241,6 +241,7 @@ impl Aggregator {
             })
             .collect();
         let last_tick = s.t0;
+        health::prepare();
         Self {
             s,
             phases,

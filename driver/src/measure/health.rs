@@ -21,33 +21,45 @@ pub fn saturated(cpu_percent: f64, cores: usize, lag_p99_us: u64) -> bool {
         || cpu_percent >= CPU_SATURATED_SHARE * 100.0 * cores.max(1) as f64
 }
 
-/// This process's user + system CPU time, from `/proc/self/stat`.
+/// This process's user + system CPU time, from `getrusage`: a system call, so it still
+/// answers when the players hold every file descriptor the process may have (EMFILE),
+/// where opening `/proc/self/stat` would fail exactly when the driver is most loaded.
 pub fn process_cpu() -> Option<Duration> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    let ticks = cpu_ticks(&stat)?;
-    // SAFETY: sysconf has no preconditions; it only reads a constant.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    let hz = if hz > 0 { hz as u64 } else { 100 };
-    Some(Duration::from_nanos(
-        ticks.saturating_mul(1_000_000_000) / hz,
-    ))
+    let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage writes one rusage into the pointer it is given and nothing else.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, ru.as_mut_ptr()) } != 0 {
+        return None;
+    }
+    // SAFETY: initialised by the successful call above (and zeroed before it).
+    let ru = unsafe { ru.assume_init() };
+    let tv = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec.max(0) as u64) + Duration::from_micros(t.tv_usec.max(0) as u64)
+    };
+    Some(tv(ru.ru_utime) + tv(ru.ru_stime))
 }
 
-/// utime + stime in clock ticks. Fields are counted after the last `)`, since the
-/// command name in parentheses may itself hold spaces and parentheses.
-fn cpu_ticks(stat: &str) -> Option<u64> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let mut fields = rest.split_whitespace();
-    // After `)`: state is field 3; utime and stime are fields 14 and 15.
-    let utime: u64 = fields.nth(11)?.parse().ok()?;
-    let stime: u64 = fields.next()?.parse().ok()?;
-    Some(utime + stime)
+/// `/proc/self/statm`, opened once (by [`prepare`], before the load) and re-read from offset
+/// 0 each interval: a descriptor held from the start cannot be refused by EMFILE later.
+static STATM: std::sync::LazyLock<Option<std::fs::File>> =
+    std::sync::LazyLock::new(|| std::fs::File::open("/proc/self/statm").ok());
+
+/// Opens what [`rss_bytes`] reads while descriptors are still free; the aggregator calls it
+/// before the first player starts.
+pub fn prepare() {
+    std::sync::LazyLock::force(&STATM);
 }
 
-/// Resident memory, from `/proc/self/statm`.
+/// Resident memory, from `/proc/self/statm` (0 when it cannot be read).
 pub fn rss_bytes() -> u64 {
-    let Ok(statm) = std::fs::read_to_string("/proc/self/statm") else {
-        return 0;
+    use std::os::unix::fs::FileExt as _;
+    let mut buf = [0u8; 256];
+    let statm = match STATM.as_ref().map(|f| f.read_at(&mut buf, 0)) {
+        Some(Ok(n)) => String::from_utf8_lossy(&buf[..n]).into_owned(),
+        // Not opened (procfs missing at start) or unreadable: one more try by path.
+        _ => match std::fs::read_to_string("/proc/self/statm") {
+            Ok(s) => s,
+            Err(_) => return 0,
+        },
     };
     // SAFETY: sysconf has no preconditions; it only reads a constant.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
@@ -75,6 +87,39 @@ pub(crate) async fn lag_probe(tx: UnboundedSender<u64>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// utime + stime in clock ticks from a `/proc/<pid>/stat` line. Fields are counted
+    /// after the last `)`, since the command name in parentheses may itself hold spaces and
+    /// parentheses.
+    fn cpu_ticks(stat: &str) -> Option<u64> {
+        let rest = &stat[stat.rfind(')')? + 1..];
+        let mut fields = rest.split_whitespace();
+        // After `)`: state is field 3; utime and stime are fields 14 and 15.
+        let utime: u64 = fields.nth(11)?.parse().ok()?;
+        let stime: u64 = fields.next()?.parse().ok()?;
+        Some(utime + stime)
+    }
+
+    #[test]
+    fn getrusage_agrees_with_proc_self_stat() {
+        let t = Instant::now();
+        let mut x = 0u64;
+        while t.elapsed() < Duration::from_millis(120) {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        let before = process_cpu().unwrap();
+        let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+        let after = process_cpu().unwrap();
+        // SAFETY: sysconf has no preconditions; it only reads a constant.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+        let tick = Duration::from_nanos(1_000_000_000 / hz);
+        let proc = tick * cpu_ticks(&stat).unwrap() as u32;
+        // /proc counts whole ticks (and other test threads run meanwhile): a few ticks apart.
+        assert!(
+            proc <= after + tick * 2 && proc + tick * 5 >= before,
+            "/proc/self/stat {proc:?}, getrusage {before:?}..{after:?}"
+        );
+    }
 
     #[test]
     fn stat_fields_after_the_command_name() {
