@@ -897,8 +897,10 @@ fn docker_demo_runs_the_contour_as_containers_reports_both_runs_and_removes_ever
         .arg(&again)
         .output()
         .unwrap();
+    // 99: the bug's contour may break the scenario's p99 objective; that is a verdict on
+    // the contour, not a failure of the run.
     assert!(
-        run.status.success(),
+        matches!(run.status.code(), Some(0 | 99)),
         "herd run against the compose contour: {}",
         String::from_utf8_lossy(&run.stderr)
     );
