@@ -786,6 +786,9 @@ fn docker_demo_runs_the_contour_as_containers_reports_both_runs_and_removes_ever
         assert!(out.join(format!("run-{}.md", rep.run.id)).exists());
         assert!(out.join(format!("run-{}.html", rep.run.id)).exists());
     }
+    // The players reached the gateway through a published loopback port (docker-proxy):
+    // everything below holds through it.
+    assert!(stderr.contains("published on 127.0.0.1:"), "{stderr}");
     // The hop under the Docker names the Engine API gave.
     let hop = |rep: &herd_report::Report| {
         rep.pairs
@@ -876,14 +879,14 @@ fn docker_demo_runs_the_contour_as_containers_reports_both_runs_and_removes_ever
     // database through the bind mount), every request answered.
     let _image = herd_image("herd-demo:latest");
     let project = format!("herd-it-compose-{}", std::process::id());
-    let _up = ComposeUp::start(out.path(), &project);
-    let gateway = compose
-        .lines()
-        .filter_map(|l| l.trim().strip_prefix("ipv4_address: "))
-        .nth(1)
-        .unwrap_or_else(|| panic!("no gateway address in:\n{compose}"))
-        .to_owned();
-    wait_for_listen(&format!("{gateway}:8081"), Duration::from_secs(20));
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let _up = ComposeUp::start(out.path(), &project, port);
+    let gateway = format!("127.0.0.1:{port}");
+    wait_for_listen(&gateway, Duration::from_secs(20));
     let again = out.join("compose");
     let run = integration_test::herd_cmd()
         .current_dir(out.path())
@@ -892,6 +895,8 @@ fn docker_demo_runs_the_contour_as_containers_reports_both_runs_and_removes_ever
             "demo-max-idle-2.toml",
             "--no-probe",
             "--quiet",
+            "--set",
+            &format!("target.url=http://{gateway}"),
             "--out",
         ])
         .arg(&again)
@@ -931,13 +936,16 @@ fn wait_for_listen(addr: &str, within: Duration) {
 struct ComposeUp {
     dir: PathBuf,
     project: String,
+    port: u16,
 }
 
 impl ComposeUp {
-    fn start(dir: &Path, project: &str) -> Self {
+    /// The gateway published on 127.0.0.1:`port` (the file's `GATEWAY_PORT`).
+    fn start(dir: &Path, project: &str, port: u16) -> Self {
         let up = Self {
             dir: dir.to_owned(),
             project: project.to_owned(),
+            port,
         };
         up.compose(&["up", "-d"]);
         up
@@ -946,6 +954,7 @@ impl ComposeUp {
     fn compose(&self, args: &[&str]) -> Output {
         let out = Command::new("docker-compose")
             .current_dir(&self.dir)
+            .env("GATEWAY_PORT", self.port.to_string())
             .args(["-p", &self.project])
             .args(args)
             .output()

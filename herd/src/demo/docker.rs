@@ -6,7 +6,8 @@
 //! 198.19.64.0–198.19.253.255), and per run starts the backend (its SQLite in the output
 //! directory, bind-mounted) and the gateway with `--cpus`. The probe's discovery finds them by
 //! cgroup and names them from the Engine API, as it would a user's compose contour. The
-//! driver reaches the gateway at its address on the bridge, which the host has a leg in.
+//! driver reaches the gateway through a port published on 127.0.0.1 (docker-proxy), as
+//! compose users do; the report follows it to the gateway's container.
 //! It writes `docker-compose.yml` describing the same contour. Every container, the network
 //! and the image are removed by guards, on error and on Ctrl-C too.
 //!
@@ -220,28 +221,27 @@ impl Demo {
                 &gw_ip,
                 "--cpus",
                 &args.gateway_cpus.to_string(),
+                // Published on loopback, a port the engine picks: players reach the gateway
+                // as most compose users do, through docker-proxy, and the report must follow
+                // the port to the container to find the request path.
+                "-p",
+                "127.0.0.1::8081",
             ],
             &gateway_args(&gw_ip, &be_ip, &max_idle.to_string()),
         )?;
         stop_point()?;
+        let published = published_port(GATEWAY, 8081)?;
         tracing::info!(
             "herd demo --docker: run with the gateway keeping {max_idle} idle backend \
-             connections (container {GATEWAY} at {gw_ip}, --cpus {}; {BACKEND} at {be_ip}, \
-             --cpus {}; network {NETWORK} {})",
+             connections (container {GATEWAY} at {gw_ip}, published on {published}, --cpus {}; \
+             {BACKEND} at {be_ip}, --cpus {}; network {NETWORK} {})",
             args.gateway_cpus,
             args.backend_cpus,
             self.subnet.cidr()
         );
         // No explicit names: discovery finds the containers by cgroup and names them from
         // the Engine API, as for a user's own contour.
-        let outcome = record(
-            args,
-            max_idle,
-            store,
-            &format!("{gw_ip}:8081"),
-            &url_file,
-            Vec::new(),
-        )?;
+        let outcome = record(args, max_idle, store, &published, &url_file, Vec::new())?;
         drop(gateway);
         drop(backend);
         Ok(outcome)
@@ -503,6 +503,19 @@ fn run_container(name: &str, image: &str, opts: &[&str], args: &[String]) -> Res
     }
 }
 
+/// The loopback address the engine published `container`'s TCP `port` on
+/// (`docker port`: `127.0.0.1:49153`).
+fn published_port(container: &str, port: u16) -> Result<String> {
+    let said = docker(&["port", container, &format!("{port}/tcp")])?;
+    said.lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("127.0.0.1:"))
+        .map(str::to_owned)
+        .with_context(|| {
+            format!("`docker port {container} {port}/tcp` named no 127.0.0.1 address: {said:?}")
+        })
+}
+
 /// The demo's contour as a compose file: the same services, command lines, CPU quotas,
 /// network and subnet, for users to read and adapt.
 fn compose_file(args: &DemoConfig, subnet: Subnet) -> String {
@@ -530,7 +543,8 @@ fn compose_file(args: &DemoConfig, subnet: Subnet) -> String {
 #   ENTRYPOINT [\"/herd\"]
 # and `docker build -t herd-demo .`. Then `docker compose -p herd-demo up -d` here (or
 # `docker-compose`, Debian 12's), and drive it with the demo's scenario (it seeds the
-# backend's database here): `sudo herd run demo-max-idle-{first}.toml --out .`.
+# backend's database here): `sudo herd run demo-max-idle-{first}.toml --out . --set
+# target.url=http://127.0.0.1:18081`.
 # The demo ran it with BACKEND_MAX_IDLE = {runs} (the bug, then the fix).
 # (No top-level `name:`: docker-compose 1.x rejects it; -p names the project.)
 services:
@@ -549,6 +563,10 @@ services:
     command: [{gateway}]
     cpus: {gw_cpus}
     depends_on: [backend]
+    # Players reach the gateway here (the demo let the engine pick the host port; the
+    # scenario's target.url names the one it got: `--set target.url=http://127.0.0.1:18081`).
+    ports:
+      - \"127.0.0.1:${{GATEWAY_PORT:-18081}}:8081\"
     networks:
       herd-demo:
         ipv4_address: {gw}
