@@ -46,11 +46,28 @@ pub struct DriveArgs {
     /// host's name), like `target.insecure = true`; `target.ca = "ca.pem"` is the safer way.
     #[arg(long)]
     pub insecure: bool,
+    /// Serve the run's metrics (requests, latency histograms, players, phase, driver
+    /// health; with the probe also its counters and gauges) in the Prometheus text format at
+    /// http://ADDR/metrics while the run lasts, e.g. `--listen 127.0.0.1:9464`
+    /// (docs/metrics.md) [default: off].
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<std::net::SocketAddr>,
+    /// Quick mode: SCENARIO is a URL.
+    #[command(flatten)]
+    pub quick: crate::quick::QuickArgs,
 }
 
 /// Runs `herd drive`.
 pub fn run(args: &DriveArgs) -> Result<()> {
-    let mut scenario = crate::signals::at_once(|| Scenario::load(&args.scenario, &args.set))?;
+    let quick = crate::quick::scenario_text(&args.scenario, &args.quick, "drive")?;
+    if args.quick.print_scenario {
+        print!("{}", quick.unwrap_or_default());
+        return Ok(());
+    }
+    let mut scenario = crate::signals::at_once(|| match &quick {
+        Some(text) => Scenario::parse(crate::quick::FILE, text, &args.set),
+        None => Scenario::load(&args.scenario, &args.set),
+    })?;
     herd_driver::limits::check_host(&scenario)?;
     if args.insecure && !scenario.target.accept_any_certificate() {
         tracing::warn!("--insecure does nothing for an http:// target");
@@ -76,6 +93,7 @@ pub fn run(args: &DriveArgs) -> Result<()> {
             grace: args.grace,
             interval: args.interval,
             live: !args.quiet,
+            listen: args.listen,
         },
     )?;
     print!("\n{}", text::table(&report));
@@ -170,6 +188,8 @@ mod tests {
             interval: Duration::from_millis(200),
             quiet: true,
             insecure: false,
+            listen: None,
+            quick: Default::default(),
         }
     }
 
