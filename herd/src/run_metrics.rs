@@ -454,3 +454,98 @@ impl RunEndpoint {
         self.server.publish(body);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use herd_driver::{
+        measure::histogram::{LatencyHistogram, latency, new_histogram, record},
+        report::{DriverHealth, IntervalOp},
+    };
+
+    use super::*;
+
+    fn interval(values_us: &[u64], outcomes: &[(Outcome, u64)]) -> IntervalReport {
+        let mut h = new_histogram();
+        for v in values_us {
+            record(&mut h, *v);
+        }
+        IntervalReport {
+            index: 0,
+            end_ms: 1_000,
+            duration_ms: 1_000,
+            phase_index: Some(0),
+            phase: Some("step 1".into()),
+            late_starts: 2,
+            dropped_starts: 1,
+            in_flight: 0,
+            players: 3,
+            hammer_workers: 0,
+            ops: vec![IntervalOp {
+                op: "state".into(),
+                count: values_us.len() as u64,
+                rate: values_us.len() as f64,
+                latency: latency(&h),
+                histogram: Some(LatencyHistogram::encode(&h)),
+                outcomes: outcomes.iter().cloned().collect(),
+            }],
+            connects: 3,
+            reconnects: 0,
+            connect_errors: 0,
+            play: Default::default(),
+            driver: DriverHealth::default(),
+        }
+    }
+
+    fn scenario() -> Scenario {
+        Scenario::parse(
+            "t.toml",
+            "[target]\nurl = \"http://127.0.0.1:9\"\n[[op]]\nname = \"state\"\npath = \"/\"\nexpected = [\"http_4xx\"]\n[[step]]\nplayers = 3\nduration = \"2s\"\n",
+            &[],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn buckets_count_exactly_what_the_histograms_recorded() {
+        let mut t = DriverTotals::new(&scenario());
+        // Values on both sides of bounds, and one past the last bucket.
+        let first = [499, 500, 501, 999, 1_000, 2_400, 12_000_000];
+        t.add(&interval(
+            &first,
+            &[(Outcome::Ok, 5), (Outcome::Http(4), 2)],
+        ));
+        t.add(&interval(&[100, 5_000], &[(Outcome::Http(5), 2)]));
+        let text = t.render();
+        let count = |le: &str| -> u64 {
+            let key = format!("herd_request_duration_seconds_bucket{{op=\"state\",le=\"{le}\"}} ");
+            let line = text.lines().find(|l| l.starts_with(&key)).unwrap();
+            line[key.len()..].parse().unwrap()
+        };
+        assert_eq!(count("0.0005"), 3); // 100, 499, 500
+        assert_eq!(count("0.001"), 6); // + 501, 999, 1000
+        assert_eq!(count("0.0025"), 7);
+        assert_eq!(count("0.005"), 8);
+        assert_eq!(count("10"), 8);
+        assert_eq!(count("+Inf"), 9);
+        assert!(text.contains("herd_request_duration_seconds_count{op=\"state\"} 9\n"));
+        assert!(text.contains("herd_requests_total{op=\"state\",outcome=\"ok\",class=\"ok\"} 5\n"));
+        assert!(text.contains(
+            "herd_requests_total{op=\"state\",outcome=\"http_4xx\",class=\"expected\"} 2\n"
+        ));
+        assert!(text.contains(
+            "herd_requests_total{op=\"state\",outcome=\"http_5xx\",class=\"error\"} 2\n"
+        ));
+        assert!(text.contains("herd_open_late_starts_total 4\n"));
+        assert!(text.contains("herd_phase{phase=\"step 1\"} 1\n"));
+        assert!(text.contains("herd_run_planned_seconds 2\n"));
+        // Every sample belongs to a declared family.
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let name = line.split(['{', ' ']).next().unwrap();
+            let family = name
+                .trim_end_matches("_bucket")
+                .trim_end_matches("_sum")
+                .trim_end_matches("_count");
+            assert!(text.contains(&format!("# TYPE {family} ")), "{name}");
+        }
+    }
+}
