@@ -25,6 +25,8 @@ fn the_metrics_endpoint_serves_the_probes_counts() {
     }
     let mut pair = Pair::new("test").unwrap();
     let cgroup = pair.client.cgroup.clone();
+    // Half a core: the quota gauge has a value to show.
+    let capped = pair.sandbox.container("capped", Some((50_000, 100_000))).unwrap();
     let mut probe = herd_cmd()
         .args([
             "probe",
@@ -36,6 +38,8 @@ fn the_metrics_endpoint_serves_the_probes_counts() {
         ])
         .args(["--listen", "127.0.0.1:0", "--container"])
         .arg(format!("cli={}", cgroup.display()))
+        .arg("--container")
+        .arg(format!("capped={}", capped.cgroup.display()))
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -57,10 +61,12 @@ fn the_metrics_endpoint_serves_the_probes_counts() {
         "connected 120 failed 0"
     );
     let want = "herd_tcp_connects_total{container=\"cli\"} 120\n";
+    // The gauges are the latest interval's: TIME_WAIT of the client's 120 closed connections.
+    let tw_gauge = "herd_container_sockets_time_wait{container=\"cli\"} 120\n";
     let deadline = Instant::now() + Duration::from_secs(10);
     let body = loop {
         let body = scrape(&addr);
-        if body.contains(want) || Instant::now() > deadline {
+        if (body.contains(want) && body.contains(tw_gauge)) || Instant::now() > deadline {
             break body;
         }
         std::thread::sleep(Duration::from_millis(100));
@@ -79,4 +85,34 @@ fn the_metrics_endpoint_serves_the_probes_counts() {
     );
     assert!(body.contains(&pair_line), "{body}");
     assert!(body.contains("herd_probe_lost_events_total{reason=\"cgroup_map_full\"} 0\n"));
+    // CPU, quota, memory, socket and port gauges per container and per pair.
+    assert!(body.contains(tw_gauge), "{body}");
+    assert!(
+        body.contains("herd_container_cpu_quota_cores{container=\"capped\"} 0.5\n"),
+        "{body}"
+    );
+    for name in [
+        "herd_container_cpu_seconds_total",
+        "herd_container_cpu_throttled_seconds_total",
+        "herd_container_cpu_cores",
+        "herd_container_cpu_throttled_ratio",
+        "herd_container_memory_usage_bytes",
+        "herd_container_ephemeral_ports",
+        "herd_container_sockets_established",
+    ] {
+        assert!(
+            body.contains(&format!("{name}{{container=\"cli\"}} ")),
+            "{name}: {body}"
+        );
+    }
+    let pair_tw = format!(
+        "herd_pair_sockets_time_wait{{container=\"cli\",remote=\"{}:9200\",remote_container=\"\"}} 120\n",
+        pair.server_ip
+    );
+    assert!(body.contains(&pair_tw), "{body}");
+    let headroom = format!(
+        "herd_pair_port_headroom{{container=\"cli\",remote=\"{}:9200\",remote_container=\"\"}} ",
+        pair.server_ip
+    );
+    assert!(body.contains(&headroom), "{body}");
 }
