@@ -194,7 +194,7 @@ pub fn drive(scenario: Scenario, config: &DriveConfig) -> Result<RunReport> {
         .transpose()?;
     let cores = cores();
     runtime(cores)?.block_on(async {
-        let live = Arc::new(Mutex::new(Live::for_stdout(scenario.plan().len())));
+        let live = Arc::new(Mutex::new(Live::for_stdout(&scenario)));
         let (stop_rx, hurry_rx, watcher) = {
             let live = live.clone();
             stop_channel(move || {
@@ -461,7 +461,7 @@ async fn record(
         },
     ));
 
-    let mut live = config.live.then(|| Live::for_stdout(scenario.plan().len()));
+    let mut live = config.live.then(|| Live::for_stdout(scenario));
     let (mut driver_open, mut probe_open) = (true, probe_thread.is_some());
     let mut final_report = None;
     while driver_open || probe_open {
@@ -489,6 +489,9 @@ async fn record(
             },
             iv = probe_rx.recv(), if probe_open => match iv {
                 Some(iv) => {
+                    if let Some(live) = live.as_mut() {
+                        live.probe(&iv);
+                    }
                     if let (Some(ep), Some(text)) = (endpoint.as_mut(), &probe_text) {
                         ep.probe(text.lock().map(|t| t.clone()).unwrap_or_default());
                     }
