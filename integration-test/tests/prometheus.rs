@@ -26,7 +26,10 @@ fn the_metrics_endpoint_serves_the_probes_counts() {
     let mut pair = Pair::new("test").unwrap();
     let cgroup = pair.client.cgroup.clone();
     // Half a core: the quota gauge has a value to show.
-    let capped = pair.sandbox.container("capped", Some((50_000, 100_000))).unwrap();
+    let capped = pair
+        .sandbox
+        .container("capped", Some((50_000, 100_000)))
+        .unwrap();
     let mut probe = herd_cmd()
         .args([
             "probe",
