@@ -132,6 +132,10 @@ pub struct IntervalOp {
     pub histogram: Option<LatencyHistogram>,
     /// Count per outcome.
     pub outcomes: BTreeMap<Outcome, u64>,
+    /// Responses per exact status code (`http_4xx` is 404s and 403s together); ops that got
+    /// no response (a timeout, a transport error), streams and long polls are not in it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub statuses: BTreeMap<u16, u64>,
 }
 
 /// The driver's own health over one interval: is the driver, not the system, the limit?

@@ -16,7 +16,10 @@
 
 use std::{collections::BTreeMap, fmt::Write as _, io::IsTerminal as _};
 
-use herd_driver::report::{IntervalOp, IntervalReport};
+use herd_driver::{
+    Outcome,
+    report::{IntervalOp, IntervalReport},
+};
 use herd_probe::sample::Interval as ProbeInterval;
 
 /// How the view is drawn.
@@ -36,7 +39,12 @@ pub enum Style {
 #[derive(Debug, Default, Clone)]
 struct OpTotals {
     ops: u64,
+    /// Outcomes other than `ok`, the HTTP status classes and `rate_limited` (which
+    /// `statuses` details).
     outcomes: BTreeMap<String, u64>,
+    statuses: BTreeMap<u16, u64>,
+    /// `ok` outcomes with no status (streams and long polls).
+    ok_without_status: u64,
 }
 
 /// The live view of one run.
@@ -149,8 +157,19 @@ impl Live {
             self.total_errors += errors(op);
             let t = self.ops.entry(op.op.clone()).or_default();
             t.ops += op.count;
+            let with_status: u64 = op.statuses.values().sum();
             for (o, n) in &op.outcomes {
-                *t.outcomes.entry(o.name()).or_default() += n;
+                match o {
+                    Outcome::Ok => {
+                        t.ok_without_status += n.saturating_sub(with_status);
+                    }
+                    // A status class and a 429 are counted by exact code below.
+                    Outcome::Http(_) | Outcome::RateLimited if with_status > 0 => {}
+                    o => *t.outcomes.entry(o.name()).or_default() += n,
+                }
+            }
+            for (code, n) in &op.statuses {
+                *t.statuses.entry(*code).or_default() += n;
             }
         }
     }
@@ -220,6 +239,9 @@ impl Live {
             );
             for (o, n) in &op.outcomes {
                 let _ = write!(l, " outcome.{}={n}", key(&o.name()));
+            }
+            for (code, n) in &op.statuses {
+                let _ = write!(l, " status.{code}={n}");
             }
             lines.push(l);
         }
@@ -296,10 +318,23 @@ impl Live {
         ];
         for op in &iv.ops {
             let totals = self.ops.get(&op.op);
-            let mut outcomes: Vec<(&String, &u64)> = totals
-                .map(|t| t.outcomes.iter().collect())
+            // Status codes as oha shows them (`[404] 433`), then what has no status
+            // (timeouts, transport errors) and domain codes, most frequent first.
+            let mut outcomes: Vec<(String, u64)> = totals
+                .map(|t| {
+                    let mut v: Vec<(String, u64)> = t
+                        .statuses
+                        .iter()
+                        .map(|(c, n)| (c.to_string(), *n))
+                        .collect();
+                    v.extend(t.outcomes.iter().map(|(o, n)| (o.clone(), *n)));
+                    if t.ok_without_status > 0 {
+                        v.push(("ok".to_owned(), t.ok_without_status));
+                    }
+                    v
+                })
                 .unwrap_or_default();
-            outcomes.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+            outcomes.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
             let outcomes: Vec<String> =
                 outcomes.iter().map(|(o, n)| format!("[{o}] {n}")).collect();
             lines.push(
@@ -592,10 +627,17 @@ mod tests {
         let mut outcomes = BTreeMap::new();
         let bad_total: u64 = bad.iter().map(|(_, n)| n).sum();
         outcomes.insert(Outcome::Ok, count - bad_total);
+        let mut statuses = BTreeMap::from([(200, count - bad_total)]);
         for (o, n) in bad {
             outcomes.insert((*o).into(), *n);
+            match *o {
+                "rate_limited" => *statuses.entry(429).or_default() += n,
+                "http_4xx" => *statuses.entry(404).or_default() += n,
+                _ => {}
+            }
         }
         IntervalOp {
+            statuses,
             histogram: None,
             op: name.to_owned(),
             count,
@@ -719,11 +761,11 @@ mod tests {
         assert_eq!(
             out,
             "start_s=0.0 dur_s=1.0 elapsed_s=1.0 planned_s=2 phase=- step=1/2 players=50 ops=1000 total_ops=1000 req_s=1000 p99_ms=12.4 errors=0 total_errors=0 error_pct=0 connects=50 connect_errors=0 driver_cpu_pct=35.4 saturated=0\n\
-             start_s=0.0 dur_s=1.0 op=game.state ops=900 total_ops=900 req_s=900 p50_ms=3.1 p99_ms=12.4 errors=0 outcome.ok=900\n\
-             start_s=0.0 dur_s=1.0 op=game.move ops=100 total_ops=100 req_s=100 p50_ms=0.212 p99_ms=0.85 errors=0 outcome.ok=100\n\
+             start_s=0.0 dur_s=1.0 op=game.state ops=900 total_ops=900 req_s=900 p50_ms=3.1 p99_ms=12.4 errors=0 outcome.ok=900 status.200=900\n\
+             start_s=0.0 dur_s=1.0 op=game.move ops=100 total_ops=100 req_s=100 p50_ms=0.212 p99_ms=0.85 errors=0 outcome.ok=100 status.200=100\n\
              start_s=1.0 dur_s=1.0 elapsed_s=2.0 planned_s=2 phase=- step=2/2 players=200 hammer_workers=4 ops=2230 total_ops=3230 req_s=2230 p99_ms=2500 errors=387 total_errors=387 error_pct=17.354 connects=50 connect_errors=3 driver_cpu_pct=191 saturated=1 lag_p99_ms=15\n\
-             start_s=1.0 dur_s=1.0 op=game.state ops=1830 total_ops=2730 req_s=1830 p50_ms=10.25 p99_ms=41 errors=7 outcome.ok=1823 outcome.transport_error.reset=2 outcome.rate_limited=5\n\
-             start_s=1.0 dur_s=1.0 op=hammer:game.move ops=400 total_ops=400 req_s=400 p50_ms=625 p99_ms=2500 errors=380 outcome.ok=20 outcome.rate_limited=380\n\
+             start_s=1.0 dur_s=1.0 op=game.state ops=1830 total_ops=2730 req_s=1830 p50_ms=10.25 p99_ms=41 errors=7 outcome.ok=1823 outcome.transport_error.reset=2 outcome.rate_limited=5 status.200=1823 status.429=5\n\
+             start_s=1.0 dur_s=1.0 op=hammer:game.move ops=400 total_ops=400 req_s=400 p50_ms=625 p99_ms=2500 errors=380 outcome.ok=20 outcome.rate_limited=380 status.200=20 status.429=380\n\
              start_s=2.0 dur_s=0.5 elapsed_s=2.5 planned_s=2 phase=- step=- players=0 ops=0 total_ops=3230 req_s=0 p99_ms=0 errors=0 total_errors=387 error_pct=0 connects=50 connect_errors=0 driver_cpu_pct=35.4 saturated=0\n"
         );
         // Parsed back: every field is key=value, units are in the keys and never in the
@@ -769,6 +811,32 @@ mod tests {
         let f = logfmt(&lines[1]);
         assert_eq!(f["op"], "GET /a \"b\"");
         assert_eq!(f["outcome.not_your_turn"], "1");
+    }
+
+    #[test]
+    fn status_codes_count_exactly_not_by_class() {
+        let mut iv = sequence().remove(0);
+        iv.ops = vec![op(
+            "get",
+            1000,
+            1000.0,
+            900,
+            &[("http_4xx", 433), ("timeout", 2)],
+        )];
+        let mut live = Live::new(Style::Lines, 1);
+        let lines = live.plain_lines(&iv);
+        let f = logfmt(&lines[1]);
+        assert_eq!(
+            (f["status.404"].as_str(), f["status.200"].as_str()),
+            ("433", "565")
+        );
+        live.add(&iv);
+        live.add(&iv);
+        let b = live.block(&iv);
+        assert!(
+            b[3].ends_with("2000  [200] 1130 [404] 866 [timeout] 4"),
+            "{b:?}"
+        );
     }
 
     #[test]

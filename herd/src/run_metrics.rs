@@ -39,6 +39,7 @@ pub struct DriverTotals {
     planned_s: f64,
     phases: Vec<String>,
     requests: BTreeMap<(String, String), (u64, &'static str)>,
+    responses: BTreeMap<(String, u16), u64>,
     latency: BTreeMap<String, OpLatency>,
     connects: u64,
     reconnects: u64,
@@ -90,6 +91,9 @@ impl DriverTotals {
                     .entry((op.op.clone(), outcome.name()))
                     .or_insert((0, class))
                     .0 += n;
+            }
+            for (code, n) in &op.statuses {
+                *self.responses.entry((op.op.clone(), *code)).or_default() += n;
             }
             let l = self.latency.entry(op.op.clone()).or_default();
             match op.histogram.as_ref().map(|h| h.decode()) {
@@ -167,6 +171,19 @@ impl DriverTotals {
                 "herd_requests_total{{op=\"{}\",outcome=\"{}\",class=\"{class}\"}} {n}",
                 esc(op),
                 esc(outcome)
+            );
+        }
+        family(
+            &mut o,
+            "herd_responses_total",
+            "counter",
+            "Responses by op and exact status code (streams and long polls not included).",
+        );
+        for ((op, code), n) in &self.responses {
+            let _ = writeln!(
+                o,
+                "herd_responses_total{{op=\"{}\",status=\"{code}\"}} {n}",
+                esc(op)
             );
         }
         let name = "herd_request_duration_seconds";
@@ -481,6 +498,7 @@ mod tests {
             players: 3,
             hammer_workers: 0,
             ops: vec![IntervalOp {
+                statuses: Default::default(),
                 op: "state".into(),
                 count: values_us.len() as u64,
                 rate: values_us.len() as f64,

@@ -121,6 +121,10 @@ fn prometheus_scrapes_a_run_and_every_dashboard_query_returns_its_counts() {
     assert_eq!(by_class["expected"], server.path_count("/missing") as f64);
     assert_eq!(by_class["error"], server.path_count("/broken") as f64);
     eprintln!("prometheus by op {by_op:?}, by class {by_class:?}; the server served {served:?}");
+    let statuses = prom.values("sum by (status) (herd_responses_total)", "status", ended);
+    assert_eq!(statuses["200"], server.path_count("/ok") as f64);
+    assert_eq!(statuses["404"], server.path_count("/missing") as f64);
+    assert_eq!(statuses["500"], server.path_count("/broken") as f64);
     let all = prom.values("sum(herd_requests_total)", "", ended);
     assert_eq!(all[""], server.requests() as f64);
     let connects = prom.values("herd_driver_connects_total", "", ended);
