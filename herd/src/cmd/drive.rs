@@ -21,7 +21,8 @@ use crate::session::{self, DriveConfig, print_hints};
 /// Options of `herd drive`.
 #[derive(Debug, clap::Args)]
 pub struct DriveArgs {
-    /// The scenario: a TOML file with the target, ops and load plan (docs/scenario.md).
+    /// The scenario: a TOML file with the target, ops and load plan (docs/scenario.md), or
+    /// an http:// or https:// URL to drive with the quick-mode flags below.
     #[arg(value_name = "SCENARIO")]
     pub scenario: PathBuf,
     /// Override one scenario key before the file is checked, for A/B runs without editing

@@ -13,7 +13,8 @@ use crate::session::{self, RunConfig};
 /// Options of `herd run`.
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
-    /// The scenario: a TOML file with the target, ops and load plan (docs/scenario.md).
+    /// The scenario: a TOML file with the target, ops and load plan (docs/scenario.md), or
+    /// an http:// or https:// URL to drive with the quick-mode flags below.
     #[arg(value_name = "SCENARIO")]
     pub scenario: PathBuf,
     /// Override one scenario key (see `herd drive --help`). Repeatable.
