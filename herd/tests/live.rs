@@ -219,10 +219,11 @@ fn frames(screen: &str) -> Vec<String> {
 }
 
 /// A frame with its measured numbers replaced, for a snapshot of its shape: digits become
-/// `N`, the progress bar `[bar]`, runs of spaces one space.
+/// `N`, the progress bar `[bar]`, runs of spaces one space; a saturation warning left out.
 fn shape(frame: &str) -> String {
     let mut out = String::new();
-    for line in frame.lines() {
+    // Whether the driver saturated depends on the host's load, not on the view.
+    for line in frame.lines().filter(|l| !l.starts_with("  ! SATURATED")) {
         let mut l = String::new();
         let mut in_bar = false;
         for c in line.chars() {
@@ -267,9 +268,10 @@ fn a_terminal_gets_the_block_redrawn_in_place() {
                 .any(|f| f.contains("step 2/2 (step 2)  players 2")),
         "{screen}"
     );
-    // Heading, now/total, column names, one op, the driver: 5 lines to go back over.
+    // Heading, now/total, column names, one op, the driver: 5 lines to go back over (6
+    // after an interval in which a loaded host saturated the driver).
     assert!(
-        screen.contains("\x1b[5F\x1b[J"),
+        screen.contains("\x1b[5F\x1b[J") || screen.contains("\x1b[6F\x1b[J"),
         "redrawn in place: {screen:?}"
     );
     assert!(
