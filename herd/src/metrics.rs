@@ -24,8 +24,14 @@ pub struct MetricsServer {
 impl MetricsServer {
     /// Binds `addr` (port 0 picks a free port) and starts serving.
     pub fn start(addr: SocketAddr) -> Result<Self> {
-        let listener = TcpListener::bind(addr)
-            .with_context(|| format!("binding the metrics endpoint --listen {addr}"))?;
+        // A port in use is the user's to fix (exit 2), like any other bad argument.
+        let listener = TcpListener::bind(addr).map_err(|e| {
+            crate::environment(anyhow::Error::new(e).context(format!(
+                "binding the metrics endpoint --listen {addr}: pick a free port (e.g. --listen \
+                 127.0.0.1:9464) or stop what listens on port {}",
+                addr.port()
+            )))
+        })?;
         let addr = listener.local_addr()?;
         let body = Arc::new(Mutex::new(String::new()));
         let shared = body.clone();

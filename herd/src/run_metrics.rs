@@ -12,7 +12,7 @@ use std::{
     net::SocketAddr,
 };
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 use herd_driver::{Outcome, Scenario, report::IntervalReport};
 
 use crate::metrics::MetricsServer;
@@ -416,13 +416,7 @@ impl RunEndpoint {
     /// Binds `addr` before any load starts: a port in use is a usage error (exit 2) that
     /// names it.
     pub fn bind(addr: SocketAddr, scenario: &Scenario) -> Result<Self> {
-        let server = MetricsServer::start(addr).map_err(|e| {
-            crate::environment(e.context(format!(
-                "nothing was sent; pick a free port for --listen (e.g. --listen 127.0.0.1:9464) \
-                 or stop what listens on port {}",
-                addr.port()
-            )))
-        })?;
+        let server = MetricsServer::start(addr).context("before any load (nothing was sent)")?;
         tracing::info!("serving metrics on http://{}/metrics", server.addr());
         let driver = DriverTotals::new(scenario);
         server.publish(driver.render());
