@@ -327,6 +327,7 @@ impl Session {
         let _ = self.shared.tx.send(Msg::Sample {
             row,
             outcome: outcome.clone(),
+            status,
             latency_us: latency.as_micros() as u64,
         });
         Reply {

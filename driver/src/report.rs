@@ -132,6 +132,42 @@ pub struct IntervalOp {
     pub histogram: Option<LatencyHistogram>,
     /// Count per outcome.
     pub outcomes: BTreeMap<Outcome, u64>,
+    /// Responses per exact status code (`http_4xx` is 404s and 403s together); ops that got
+    /// no response (a timeout, a transport error), streams and long polls are not in it.
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        with = "status_keys"
+    )]
+    pub statuses: BTreeMap<u16, u64>,
+}
+
+/// Status codes as the string keys JSON has: an interval is read back through serde's
+/// buffered path (`flatten`), which does not turn `"404"` into a number by itself.
+mod status_keys {
+    use std::collections::BTreeMap;
+
+    use serde::{Deserialize as _, Deserializer, Serializer, de::Error as _};
+
+    pub(super) fn serialize<S: Serializer>(
+        m: &BTreeMap<u16, u64>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        s.collect_map(m.iter().map(|(k, v)| (k.to_string(), v)))
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<BTreeMap<u16, u64>, D::Error> {
+        BTreeMap::<String, u64>::deserialize(d)?
+            .into_iter()
+            .map(|(k, v)| {
+                k.parse()
+                    .map(|k| (k, v))
+                    .map_err(|_| D::Error::custom(format!("`{k}` is not a status code")))
+            })
+            .collect()
+    }
 }
 
 /// The driver's own health over one interval: is the driver, not the system, the limit?

@@ -176,9 +176,11 @@ impl Task {
     fn sample(&self, outcome: Outcome, latency: Duration) {
         let n_ops = self.shared.scenario.ops.len();
         if let Some(phase) = self.gate.enter(&self.shared.started) {
+            // Openings and polls count by outcome; their statuses are not kept.
             let _ = self.shared.tx.send(Msg::Sample {
                 row: (phase * n_ops + self.op) as u32,
                 outcome,
+                status: None,
                 latency_us: latency.as_micros() as u64,
             });
         }

@@ -11,6 +11,8 @@ pub mod demo;
 pub mod live;
 pub mod log;
 pub mod metrics;
+pub mod quick;
+pub mod run_metrics;
 pub mod session;
 pub mod signals;
 pub mod usage;

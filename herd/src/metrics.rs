@@ -5,7 +5,10 @@
 use std::{
     io::{Read as _, Write as _},
     net::{SocketAddr, TcpListener},
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
     time::Duration,
 };
 
@@ -15,32 +18,52 @@ use anyhow::{Context as _, Result};
 pub struct MetricsServer {
     body: Arc<Mutex<String>>,
     addr: SocketAddr,
+    scrapes: Arc<AtomicU64>,
 }
 
 impl MetricsServer {
     /// Binds `addr` (port 0 picks a free port) and starts serving.
     pub fn start(addr: SocketAddr) -> Result<Self> {
-        let listener = TcpListener::bind(addr)
-            .with_context(|| format!("binding the metrics endpoint --listen {addr}"))?;
+        // A port in use is the user's to fix (exit 2), like any other bad argument.
+        let listener = TcpListener::bind(addr).map_err(|e| {
+            crate::environment(anyhow::Error::new(e).context(format!(
+                "binding the metrics endpoint --listen {addr}: pick a free port (e.g. --listen \
+                 127.0.0.1:9464) or stop what listens on port {}",
+                addr.port()
+            )))
+        })?;
         let addr = listener.local_addr()?;
         let body = Arc::new(Mutex::new(String::new()));
         let shared = body.clone();
+        let scrapes = Arc::new(AtomicU64::new(0));
+        let counted = scrapes.clone();
         std::thread::Builder::new()
             .name("herd-metrics".into())
             .spawn(move || {
                 for conn in listener.incoming().flatten() {
                     let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
                     let _ = conn.set_write_timeout(Some(Duration::from_secs(2)));
-                    serve(conn, &shared);
+                    if serve(conn, &shared) {
+                        counted.fetch_add(1, Ordering::SeqCst);
+                    }
                 }
             })
             .context("starting the metrics thread")?;
-        Ok(Self { body, addr })
+        Ok(Self {
+            body,
+            addr,
+            scrapes,
+        })
     }
 
     /// The bound address.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// `/metrics` requests answered so far.
+    pub fn scrapes(&self) -> u64 {
+        self.scrapes.load(Ordering::SeqCst)
     }
 
     /// Replaces what `/metrics` returns.
@@ -51,25 +74,27 @@ impl MetricsServer {
     }
 }
 
-fn serve(mut conn: std::net::TcpStream, body: &Mutex<String>) {
+/// Answers one request; true when it was a scrape of `/metrics`.
+fn serve(mut conn: std::net::TcpStream, body: &Mutex<String>) -> bool {
     let mut req = [0u8; 2048];
     let n = conn.read(&mut req).unwrap_or(0);
     let line = String::from_utf8_lossy(&req[..n]);
     let path = line.split_whitespace().nth(1).unwrap_or("");
-    let (status, ctype, text) =
-        if line.starts_with("GET ") && (path == "/metrics" || path.starts_with("/metrics?")) {
-            let b = body.lock().map(|b| b.clone()).unwrap_or_default();
-            ("200 OK", "text/plain; version=0.0.4; charset=utf-8", b)
-        } else {
-            (
-                "404 Not Found",
-                "text/plain; charset=utf-8",
-                "herd serves /metrics\n".to_owned(),
-            )
-        };
-    let _ = write!(
+    let scrape = line.starts_with("GET ") && (path == "/metrics" || path.starts_with("/metrics?"));
+    let (status, ctype, text) = if scrape {
+        let b = body.lock().map(|b| b.clone()).unwrap_or_default();
+        ("200 OK", "text/plain; version=0.0.4; charset=utf-8", b)
+    } else {
+        (
+            "404 Not Found",
+            "text/plain; charset=utf-8",
+            "herd serves /metrics\n".to_owned(),
+        )
+    };
+    let sent = write!(
         conn,
         "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
         text.len()
     );
+    sent.is_ok() && scrape
 }

@@ -32,7 +32,7 @@ use herd_seed::{Cleaned, RunSeeding, Seeded};
 use herd_store::{Row, Rows, Source, Store};
 use tokio::sync::{mpsc, watch};
 
-use crate::{attach, live::Live, signals};
+use crate::{attach, live::Live, run_metrics::RunEndpoint, signals};
 
 /// What one run does. Build it with [`RunConfig::new`] and adjust the fields.
 #[derive(Debug, Clone)]
@@ -57,6 +57,8 @@ pub struct RunConfig {
     pub live: bool,
     /// Leave the `[seed]` rows in the database afterwards.
     pub keep_seed: bool,
+    /// Serve the run's metrics at `http://ADDR/metrics` while it lasts (`--listen`).
+    pub listen: Option<std::net::SocketAddr>,
 }
 
 impl RunConfig {
@@ -77,6 +79,7 @@ impl RunConfig {
             grace: Duration::from_secs(5),
             live: true,
             keep_seed: false,
+            listen: None,
         }
     }
 }
@@ -174,13 +177,24 @@ pub struct DriveConfig {
     pub interval: Duration,
     /// Print the live view on stdout.
     pub live: bool,
+    /// Serve the run's metrics at `http://ADDR/metrics` while it lasts (`--listen`).
+    pub listen: Option<std::net::SocketAddr>,
 }
+
+/// How long `--listen` waits, after the load, for a last scrape of the final counts (a
+/// Prometheus `scrape_interval` up to this sees them; docs/metrics.md).
+const LAST_SCRAPE: Duration = Duration::from_secs(10);
 
 /// Drives `scenario`'s players until the plan ends or a stop signal, showing the live view.
 pub fn drive(scenario: Scenario, config: &DriveConfig) -> Result<RunReport> {
+    // Bound before the first request: a port in use costs nothing but its message.
+    let mut endpoint = config
+        .listen
+        .map(|a| RunEndpoint::bind(a, &scenario))
+        .transpose()?;
     let cores = cores();
     runtime(cores)?.block_on(async {
-        let live = Arc::new(Mutex::new(Live::for_stdout(scenario.plan().len())));
+        let live = Arc::new(Mutex::new(Live::for_stdout(&scenario)));
         let (stop_rx, hurry_rx, watcher) = {
             let live = live.clone();
             stop_channel(move || {
@@ -194,6 +208,9 @@ pub fn drive(scenario: Scenario, config: &DriveConfig) -> Result<RunReport> {
         let show = config.live;
         let printer = tokio::spawn(async move {
             while let Some(e) = events.recv().await {
+                if let (DriverEvent::Interval(iv), Some(ep)) = (&e, endpoint.as_mut()) {
+                    ep.driver_interval(iv);
+                }
                 match e {
                     DriverEvent::Interval(iv) if show => {
                         let mut live = live.lock().expect("the live view's lock");
@@ -201,10 +218,11 @@ pub fn drive(scenario: Scenario, config: &DriveConfig) -> Result<RunReport> {
                         let _ = out.write_all(live.interval(&iv).as_bytes());
                         let _ = out.flush();
                     }
-                    DriverEvent::Done(_) => return,
+                    DriverEvent::Done(_) => return endpoint,
                     _ => {}
                 }
             }
+            endpoint
         });
         let opts = RunOptions {
             stop: Some(stop_rx),
@@ -216,13 +234,20 @@ pub fn drive(scenario: Scenario, config: &DriveConfig) -> Result<RunReport> {
         };
         let report = herd_driver::run(scenario, opts).await;
         watcher.abort();
-        let _ = printer.await;
+        if let Ok(Some(ep)) = printer.await {
+            ep.finish(LAST_SCRAPE).await;
+        }
         Ok(report?)
     })
 }
 
 /// Runs the scenario and writes the report.
 pub fn run(config: &RunConfig) -> Result<RunOutcome> {
+    // Bound before the store, the seeding and the load: a port in use costs nothing.
+    let endpoint = config
+        .listen
+        .map(|a| RunEndpoint::bind(a, &config.scenario))
+        .transpose()?;
     let cores = cores();
     // Multi-threaded even on one core: the recorder and the driver must not wait on each
     // other's store writes.
@@ -246,7 +271,14 @@ pub fn run(config: &RunConfig) -> Result<RunOutcome> {
         if let Some(s) = &seeding {
             tracing::info!("herd run: {}", s.seeded.line(s.shown()));
         }
-        let driven = record(config, &store, seeding.as_ref().map(|s| &s.seeded), cores).await;
+        let driven = record(
+            config,
+            &store,
+            seeding.as_ref().map(|s| &s.seeded),
+            cores,
+            endpoint,
+        )
+        .await;
         let result = match seeding {
             None => match driven {
                 Ok(outcome) => report(&store, outcome, &config.out).await,
@@ -371,6 +403,7 @@ async fn record(
     store: &Store,
     seeded: Option<&Seeded>,
     cores: usize,
+    mut endpoint: Option<RunEndpoint>,
 ) -> Result<RunOutcome> {
     let scenario = &config.scenario;
     let meta = store
@@ -394,12 +427,16 @@ async fn record(
     // The probe samples in its own thread and sends intervals to the recorder.
     let (probe_tx, mut probe_rx) = mpsc::unbounded_channel::<Interval>();
     let probe_stop = Arc::new(AtomicBool::new(false));
+    // The probe thread renders its exposition here for --listen.
+    let probe_text = endpoint
+        .is_some()
+        .then(|| Arc::new(Mutex::new(String::new())));
     let probe_thread = if !config.probe {
         rec.put_once(Source::ProbeMissing, &"the run was started with --no-probe")
             .await?;
         None
     } else {
-        match start_probe(config, probe_tx, probe_stop.clone()) {
+        match start_probe(config, probe_tx, probe_stop.clone(), probe_text.clone()) {
             Ok(t) => Some(t),
             Err(e) => {
                 let why = crate::error_text(&e);
@@ -424,7 +461,7 @@ async fn record(
         },
     ));
 
-    let mut live = config.live.then(|| Live::for_stdout(scenario.plan().len()));
+    let mut live = config.live.then(|| Live::for_stdout(scenario));
     let (mut driver_open, mut probe_open) = (true, probe_thread.is_some());
     let mut final_report = None;
     while driver_open || probe_open {
@@ -435,6 +472,9 @@ async fn record(
                         let mut out = std::io::stdout().lock();
                         let _ = out.write_all(live.interval(iv).as_bytes());
                         let _ = out.flush();
+                    }
+                    if let (DriverEvent::Interval(iv), Some(ep)) = (&e, endpoint.as_mut()) {
+                        ep.driver_interval(iv);
                     }
                     if let Some(r) = rec.driver_event(e).await? {
                         final_report = Some(r);
@@ -448,12 +488,23 @@ async fn record(
                 }
             },
             iv = probe_rx.recv(), if probe_open => match iv {
-                Some(iv) => rec.probe_interval(&iv).await?,
+                Some(iv) => {
+                    if let Some(live) = live.as_mut() {
+                        live.probe(&iv);
+                    }
+                    if let (Some(ep), Some(text)) = (endpoint.as_mut(), &probe_text) {
+                        ep.probe(text.lock().map(|t| t.clone()).unwrap_or_default());
+                    }
+                    rec.probe_interval(&iv).await?
+                }
                 None => probe_open = false,
             },
         }
     }
     watcher.abort();
+    if let Some(ep) = endpoint {
+        ep.finish(LAST_SCRAPE).await;
+    }
     let driven = driver.await.context("the driver task panicked")?;
     if let Some(t) = probe_thread {
         t.join()
@@ -683,6 +734,7 @@ fn start_probe(
     config: &RunConfig,
     tx: mpsc::UnboundedSender<Interval>,
     stop: Arc<AtomicBool>,
+    text: Option<Arc<Mutex<String>>>,
 ) -> Result<std::thread::JoinHandle<Result<()>>> {
     let layout = CgroupLayout::detect()?;
     let set = ContainerSet::from_args(&layout, &config.containers)?.with_discovery();
@@ -701,7 +753,17 @@ fn start_probe(
                 until: &until,
                 stop: &signals::stop_requested,
             };
-            watch(&mut sampler, &w, |iv, _| {
+            let mut gauges = herd_probe::prometheus::Gauges::default();
+            watch(&mut sampler, &w, |iv, sampler| {
+                if let Some(text) = &text {
+                    // Rendered before the interval is sent, so the recorder's copy is current.
+                    gauges.add(iv);
+                    let mut body = sampler.exposition().render();
+                    body.push_str(&gauges.render());
+                    if let Ok(mut t) = text.lock() {
+                        *t = body;
+                    }
+                }
                 // The recorder may be gone if the run failed; the probe just stops.
                 let _ = tx.send(iv.clone());
                 anyhow::Ok(())

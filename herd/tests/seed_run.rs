@@ -139,6 +139,8 @@ session = "INSERT INTO sessions (token_hash, account_id) VALUES ({{token_hash}},
         keep_seed,
         insecure: false,
         hdr_log: None,
+        listen: None,
+        quick: Default::default(),
     };
     let outcome = session::run(&args(false).config().unwrap()).unwrap();
     let seeded = outcome.seeded.as_ref().unwrap();
@@ -239,6 +241,8 @@ fn herd_run_fails_before_the_load_when_the_seed_database_is_unreachable() {
             keep_seed: false,
             insecure: false,
             hdr_log: None,
+            listen: None,
+            quick: Default::default(),
         }
         .config()
         .unwrap(),

@@ -194,6 +194,247 @@ impl Exposition {
     }
 }
 
+/// Per-container and per-pair gauges from the latest interval (CPU, quota, throttling,
+/// memory, socket states, port headroom), plus the CPU and throttled time summed over the
+/// intervals seen: what the kernel counters alone do not say.
+#[derive(Clone, Debug, Default)]
+pub struct Gauges {
+    /// CPU seconds and throttled seconds per container, summed over intervals.
+    cpu: std::collections::BTreeMap<String, (f64, f64)>,
+    latest: Option<crate::sample::Interval>,
+}
+
+impl Gauges {
+    /// Adds an interval and keeps it as the latest.
+    pub fn add(&mut self, iv: &crate::sample::Interval) {
+        for c in &iv.containers {
+            if let crate::sample::CpuCell::Measured(cpu) = &c.cpu {
+                let e = self.cpu.entry(c.container.clone()).or_default();
+                e.0 += cpu.usage_ns as f64 / 1e9;
+                if let crate::cgroupfs::Throttling::Measured { throttled_ns, .. } = cpu.throttle {
+                    e.1 += throttled_ns as f64 / 1e9;
+                }
+            }
+        }
+        self.latest = Some(iv.clone());
+    }
+
+    /// Renders the text format.
+    pub fn render(&self) -> String {
+        use crate::{
+            cgroupfs::{Memory, Throttling},
+            sample::{CpuCell, SocketCell},
+        };
+        let mut o = String::new();
+        let family = |o: &mut String, name: &str, kind: &str, help: &str| {
+            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        };
+        let line = |o: &mut String, name: &str, labels: &str, v: f64| {
+            let _ = writeln!(o, "{name}{{{labels}}} {v}");
+        };
+        for (i, (name, help)) in [
+            (
+                "herd_container_cpu_seconds_total",
+                "CPU time the container's cgroup used.",
+            ),
+            (
+                "herd_container_cpu_throttled_seconds_total",
+                "Time the container's run queues spent throttled by its CFS quota, summed over CPUs.",
+            ),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            family(&mut o, name, "counter", help);
+            for (c, v) in &self.cpu {
+                let v = if i == 0 { v.0 } else { v.1 };
+                line(&mut o, name, &format!("container=\"{}\"", esc(c)), v);
+            }
+        }
+        let Some(iv) = &self.latest else {
+            return o;
+        };
+        type Cell = fn(&crate::sample::ContainerInterval) -> Option<f64>;
+        let containers: [(&str, &str, Cell); 13] = [
+            (
+                "herd_container_cpu_cores",
+                "CPU used over the last interval, in cores.",
+                |c| match &c.cpu {
+                    CpuCell::Measured(cpu) => Some(cpu.cpu_cores),
+                    CpuCell::Unavailable { .. } => None,
+                },
+            ),
+            (
+                "herd_container_cpu_burst_cores",
+                "CPU over the busiest 100 ms of the last interval, in cores.",
+                |c| match &c.cpu {
+                    CpuCell::Measured(cpu) => Some(cpu.burst_cores),
+                    CpuCell::Unavailable { .. } => None,
+                },
+            ),
+            (
+                "herd_container_cpu_quota_cores",
+                "The CFS quota in cores (absent when unlimited).",
+                |c| match &c.cpu {
+                    CpuCell::Measured(cpu) => match cpu.throttle {
+                        Throttling::Measured { quota_cores, .. } => quota_cores,
+                        Throttling::Unavailable { .. } => None,
+                    },
+                    CpuCell::Unavailable { .. } => None,
+                },
+            ),
+            (
+                "herd_container_cpu_throttled_ratio",
+                "Share of the last interval's CFS periods that were throttled (0-1).",
+                |c| match &c.cpu {
+                    CpuCell::Measured(cpu) => match cpu.throttle {
+                        Throttling::Measured {
+                            throttled_share, ..
+                        } => Some(throttled_share),
+                        Throttling::Unavailable { .. } => None,
+                    },
+                    CpuCell::Unavailable { .. } => None,
+                },
+            ),
+            (
+                "herd_container_memory_usage_bytes",
+                "Memory charged to the cgroup (page cache included).",
+                |c| match &c.cpu {
+                    CpuCell::Measured(cpu) => match cpu.memory {
+                        Memory::Measured { current_bytes, .. } => Some(current_bytes as f64),
+                        Memory::Unavailable { .. } => None,
+                    },
+                    CpuCell::Unavailable { .. } => None,
+                },
+            ),
+            (
+                "herd_container_memory_working_set_bytes",
+                "Usage minus inactive file pages (what docker stats shows).",
+                |c| match &c.cpu {
+                    CpuCell::Measured(cpu) => match cpu.memory {
+                        Memory::Measured {
+                            working_set_bytes, ..
+                        } => working_set_bytes.map(|b| b as f64),
+                        Memory::Unavailable { .. } => None,
+                    },
+                    CpuCell::Unavailable { .. } => None,
+                },
+            ),
+            (
+                "herd_container_sockets_established",
+                "Sockets in ESTABLISHED in the container's network namespace.",
+                |c| match &c.sockets {
+                    SocketCell::Measured { established, .. } => Some(*established as f64),
+                    SocketCell::Unavailable { .. } => None,
+                },
+            ),
+            (
+                "herd_container_sockets_syn_sent",
+                "Sockets in SYN_SENT in the container's network namespace.",
+                |c| match &c.sockets {
+                    SocketCell::Measured { syn_sent, .. } => Some(*syn_sent as f64),
+                    SocketCell::Unavailable { .. } => None,
+                },
+            ),
+            (
+                "herd_container_sockets_time_wait",
+                "Sockets in TIME_WAIT (as ss counts them) in the container's network namespace.",
+                |c| match &c.sockets {
+                    SocketCell::Measured { time_wait, .. } => Some(*time_wait as f64),
+                    SocketCell::Unavailable { .. } => None,
+                },
+            ),
+            (
+                "herd_container_sockets_time_wait_baseline",
+                "Of those, sockets already in TIME_WAIT when the probe started.",
+                |c| match &c.sockets {
+                    SocketCell::Measured {
+                        time_wait_baseline, ..
+                    } => Some(*time_wait_baseline as f64),
+                    SocketCell::Unavailable { .. } => None,
+                },
+            ),
+            (
+                "herd_container_ephemeral_ports",
+                "Usable ephemeral ports of the container's network namespace.",
+                |c| match &c.sockets {
+                    SocketCell::Measured { port_range, .. } => Some(*port_range as f64),
+                    SocketCell::Unavailable { .. } => None,
+                },
+            ),
+            (
+                "herd_container_port_headroom_min",
+                "The fewest free ephemeral ports toward any one destination.",
+                |c| match &c.sockets {
+                    SocketCell::Measured { min_headroom, .. } => min_headroom.map(|h| h as f64),
+                    SocketCell::Unavailable { .. } => None,
+                },
+            ),
+            (
+                "herd_container_listen_overflows",
+                "Listen-queue overflows in the last interval.",
+                |c| match &c.sockets {
+                    SocketCell::Measured {
+                        listen_overflows, ..
+                    } => Some(*listen_overflows as f64),
+                    SocketCell::Unavailable { .. } => None,
+                },
+            ),
+        ];
+        for (name, help, f) in containers {
+            family(&mut o, name, "gauge", help);
+            for c in &iv.containers {
+                if let Some(v) = f(c) {
+                    line(
+                        &mut o,
+                        name,
+                        &format!("container=\"{}\"", esc(&c.container)),
+                        v,
+                    );
+                }
+            }
+        }
+        type PairCell = fn(&crate::sample::PairGauges) -> u64;
+        let pairs: [(&str, &str, PairCell); 4] = [
+            (
+                "herd_pair_sockets_established",
+                "ESTABLISHED sockets from a container to a destination.",
+                |g| g.established,
+            ),
+            (
+                "herd_pair_sockets_time_wait",
+                "TIME_WAIT sockets from a container to a destination.",
+                |g| g.time_wait,
+            ),
+            (
+                "herd_pair_ports_in_use",
+                "Ephemeral ports a container holds toward a destination.",
+                |g| g.ports_in_use,
+            ),
+            (
+                "herd_pair_port_headroom",
+                "Ephemeral ports still free toward a destination.",
+                |g| g.headroom,
+            ),
+        ];
+        for (name, help, f) in pairs {
+            family(&mut o, name, "gauge", help);
+            for p in &iv.pairs {
+                if let Some(g) = &p.gauges {
+                    let l = format!(
+                        "container=\"{}\",remote=\"{}\",remote_container=\"{}\"",
+                        esc(&p.container),
+                        p.remote,
+                        esc(p.remote_container.as_deref().unwrap_or(""))
+                    );
+                    line(&mut o, name, &l, f(g) as f64);
+                }
+            }
+        }
+        o
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

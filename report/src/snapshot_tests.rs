@@ -484,6 +484,7 @@ pub(crate) fn fixture(fixed: bool) -> RunData {
                     // The first second of the first step is the slowest (a cold pool).
                     let warm = if t == 2 { 3.0 } else { 1.0 };
                     IntervalOp {
+                        statuses: Default::default(),
                         op: s.op,
                         count: s.count,
                         rate: s.rate,

@@ -71,6 +71,7 @@ async fn write_compare_reads_two_stored_runs_and_writes_both_pages() {
                 players: 10,
                 hammer_workers: 0,
                 ops: vec![IntervalOp {
+                    statuses: Default::default(),
                     histogram: None,
                     op: "game.state".into(),
                     count: 100,

@@ -5,6 +5,8 @@
 //! `server` feature): nothing here ships in herd.
 
 #[cfg(feature = "server")]
+pub mod prometheus;
+#[cfg(feature = "server")]
 mod server;
 mod tempdir;
 #[cfg(feature = "server")]

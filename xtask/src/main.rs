@@ -107,6 +107,10 @@ const DEBIAN_PACKAGES: &[(&str, &str)] = &[
         "busybox-static",
         "the shell and tools of that guest's initramfs (static: no libraries to copy)",
     ),
+    (
+        "prometheus",
+        "the real Prometheus that scrapes `herd run --listen` and runs every query of docs/grafana/herd.json in herd/tests/prometheus.rs",
+    ),
 ];
 
 fn root() -> PathBuf {

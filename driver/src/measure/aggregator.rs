@@ -27,10 +27,11 @@ use crate::{
 /// A message to the aggregator.
 #[derive(Debug)]
 pub(crate) enum Msg {
-    /// One op ended. `row` is `phase * ops + op`.
+    /// One op ended. `row` is `phase * ops + op`; `status` is the response's, if one came.
     Sample {
         row: u32,
         outcome: Outcome,
+        status: Option<u16>,
         latency_us: u64,
     },
     /// A phase (step or hammer) began with this many players.
@@ -178,6 +179,8 @@ struct PhaseAcc {
 struct IntervalRow {
     all: Histogram<u64>,
     outcomes: Vec<(Outcome, u64)>,
+    /// Responses by exact status code (outcomes fold them into classes).
+    statuses: Vec<(u16, u64)>,
 }
 
 /// What the aggregator needs to know about the run.
@@ -238,6 +241,7 @@ impl Aggregator {
             .map(|_| IntervalRow {
                 all: new_histogram(),
                 outcomes: Vec::new(),
+                statuses: Vec::new(),
             })
             .collect();
         let last_tick = s.t0;
@@ -334,6 +338,7 @@ impl Aggregator {
             Msg::Sample {
                 row,
                 outcome,
+                status,
                 latency_us,
             } => {
                 let (phase, op) = (row as usize / n_ops, row as usize % n_ops);
@@ -351,6 +356,12 @@ impl Aggregator {
                 match irow.outcomes.iter_mut().find(|(o, _)| o == outcome) {
                     Some((_, c)) => *c += 1,
                     None => irow.outcomes.push((outcome.clone(), 1)),
+                }
+                if let Some(code) = status {
+                    match irow.statuses.iter_mut().find(|(s, _)| *s == code) {
+                        Some((_, c)) => *c += 1,
+                        None => irow.statuses.push((code, 1)),
+                    }
                 }
             }
             Msg::PhaseOpened { phase, players } => {
@@ -476,6 +487,7 @@ impl Aggregator {
                 latency: latency(&row.all),
                 histogram: Some(LatencyHistogram::encode(&row.all)),
                 outcomes: row.outcomes.drain(..).collect(),
+                statuses: row.statuses.drain(..).collect(),
             });
             row.all.reset();
         }
@@ -658,6 +670,7 @@ mod tests {
             tx.send(Msg::Sample {
                 row,
                 outcome,
+                status: Some(200),
                 latency_us: us,
             })
             .unwrap();
@@ -680,6 +693,7 @@ mod tests {
         let names: Vec<&str> = first.ops.iter().map(|o| o.op.as_str()).collect();
         assert_eq!(names, vec!["a", "b", "hammer:b"]);
         assert_eq!(first.ops[0].outcomes.get(&Outcome::Ok), Some(&2));
+        assert_eq!(first.ops[0].statuses.get(&200), Some(&2));
         let h = first.ops[0].histogram.as_ref().unwrap().decode().unwrap();
         assert!(
             h.len() == 2 && h.equivalent(h.max(), 3_000),
@@ -690,6 +704,7 @@ mod tests {
         tx.send(Msg::Sample {
             row: 0,
             outcome: Outcome::Timeout,
+            status: None,
             latency_us: 9_000,
         })
         .unwrap();

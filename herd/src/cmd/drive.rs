@@ -30,7 +30,8 @@ Examples:
 Scenarios: docs/scenario.md; examples in driver/examples/scenarios/. `herd run` does the same
 and probes the host beside it.")]
 pub struct DriveArgs {
-    /// The scenario: a TOML file with the target, ops and load plan (docs/scenario.md).
+    /// The scenario: a TOML file with the target, ops and load plan (docs/scenario.md), or
+    /// an http:// or https:// URL to drive with the quick-mode flags below.
     #[arg(value_name = "SCENARIO")]
     pub scenario: PathBuf,
     /// Override one scenario key before the file is checked, for A/B runs without editing
@@ -55,11 +56,28 @@ pub struct DriveArgs {
     /// host's name), like `target.insecure = true`; `target.ca = "ca.pem"` is the safer way.
     #[arg(long)]
     pub insecure: bool,
+    /// Serve the run's metrics (requests, latency histograms, players, phase, driver
+    /// health; with the probe also its counters and gauges) in the Prometheus text format at
+    /// http://ADDR/metrics while the run lasts, e.g. `--listen 127.0.0.1:9464`
+    /// (docs/metrics.md) [default: off].
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<std::net::SocketAddr>,
+    /// Quick mode: SCENARIO is a URL.
+    #[command(flatten)]
+    pub quick: crate::quick::QuickArgs,
 }
 
 /// Runs `herd drive`.
 pub fn run(args: &DriveArgs) -> Result<()> {
-    let mut scenario = crate::signals::at_once(|| Scenario::load(&args.scenario, &args.set))?;
+    let quick = crate::quick::scenario_text(&args.scenario, &args.quick, "drive")?;
+    if args.quick.print_scenario {
+        print!("{}", quick.unwrap_or_default());
+        return Ok(());
+    }
+    let mut scenario = crate::signals::at_once(|| match &quick {
+        Some(text) => Scenario::parse(crate::quick::FILE, text, &args.set),
+        None => Scenario::load(&args.scenario, &args.set),
+    })?;
     herd_driver::limits::check_host(&scenario)?;
     if args.insecure && !scenario.target.accept_any_certificate() {
         tracing::warn!("--insecure does nothing for an http:// target");
@@ -85,6 +103,7 @@ pub fn run(args: &DriveArgs) -> Result<()> {
             grace: args.grace,
             interval: args.interval,
             live: !args.quiet,
+            listen: args.listen,
         },
     )?;
     print!("\n{}", text::table(&report));
@@ -179,6 +198,8 @@ mod tests {
             interval: Duration::from_millis(200),
             quiet: true,
             insecure: false,
+            listen: None,
+            quick: Default::default(),
         }
     }
 

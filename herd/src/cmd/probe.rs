@@ -242,10 +242,14 @@ pub fn run(args: &ProbeArgs) -> Result<()> {
         until: &|| false,
         stop: &signals::stop_requested,
     };
+    let mut gauges = herd_probe::prometheus::Gauges::default();
     watch(&mut sampler, &w, |iv, sampler| {
         print_interval(iv, t0, args.pair_rows);
         if let Some(m) = &metrics {
-            m.publish(sampler.exposition().render());
+            gauges.add(iv);
+            let mut body = sampler.exposition().render();
+            body.push_str(&gauges.render());
+            m.publish(body);
         }
         if let Some(out) = out.as_mut() {
             serde_json::to_writer(&mut *out, iv)?;

@@ -22,7 +22,8 @@ Examples:
 
 Exit codes: 0 done, 1 failed, 2 bad input or environment, 99 an objective was broken.")]
 pub struct RunArgs {
-    /// The scenario: a TOML file with the target, ops and load plan (docs/scenario.md).
+    /// The scenario: a TOML file with the target, ops and load plan (docs/scenario.md), or
+    /// an http:// or https:// URL to drive with the quick-mode flags below.
     #[arg(value_name = "SCENARIO")]
     pub scenario: PathBuf,
     /// Override one scenario key (see `herd drive --help`). Repeatable.
@@ -66,17 +67,33 @@ pub struct RunArgs {
     /// `run-<id>-<op>.hlog`, one per op, one histogram per interval.
     #[arg(long = "hdr-log", value_name = "DIR")]
     pub hdr_log: Option<PathBuf>,
+    /// Serve the run's metrics (requests, latency histograms, players, phase, driver
+    /// health; with the probe also its counters and gauges) in the Prometheus text format at
+    /// http://ADDR/metrics while the run lasts, e.g. `--listen 127.0.0.1:9464`
+    /// (docs/metrics.md) [default: off].
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<std::net::SocketAddr>,
+    /// Quick mode: SCENARIO is a URL.
+    #[command(flatten)]
+    pub quick: crate::quick::QuickArgs,
 }
 
 impl RunArgs {
     /// The run these options describe: the scenario loaded with its `--set`s.
     pub fn config(&self) -> Result<RunConfig> {
-        let mut scenario = crate::signals::at_once(|| Scenario::load(&self.scenario, &self.set))?;
+        let quick = crate::quick::scenario_text(&self.scenario, &self.quick, "run")?;
+        let mut scenario = crate::signals::at_once(|| match &quick {
+            Some(text) => Scenario::parse(crate::quick::FILE, text, &self.set),
+            None => Scenario::load(&self.scenario, &self.set),
+        })?;
         herd_driver::limits::check_host(&scenario)?;
         if self.insecure && !scenario.target.accept_any_certificate() {
             tracing::warn!("--insecure does nothing for an http:// target");
         }
         let mut c = RunConfig::new(scenario, self.out.clone());
+        if quick.is_some() {
+            c.name = "quick".to_owned();
+        }
         if let Some(name) = &self.name {
             c.name.clone_from(name);
         }
@@ -89,12 +106,18 @@ impl RunArgs {
         c.grace = self.grace;
         c.live = !self.quiet;
         c.keep_seed = self.keep_seed;
+        c.listen = self.listen;
         Ok(c)
     }
 }
 
 /// Runs `herd run`.
 pub fn run(args: &RunArgs) -> Result<()> {
+    if args.quick.print_scenario {
+        let text = crate::quick::scenario_text(&args.scenario, &args.quick, "run")?;
+        print!("{}", text.unwrap_or_default());
+        return Ok(());
+    }
     let outcome = session::run(&args.config()?)?;
     for f in &outcome.files {
         println!("wrote {}", f.display());

@@ -26,6 +26,7 @@ fn latency(p99_us: u64) -> Latency {
 pub(crate) fn data() -> RunData {
     let mono0 = 1_000_000_000u64;
     let op = |count| IntervalOp {
+        statuses: Default::default(),
         histogram: None,
         op: "game.state".into(),
         count,
