@@ -448,6 +448,10 @@ impl RunEndpoint {
     /// scraping every few seconds still records the run's final counts.
     pub async fn finish(self, max: std::time::Duration) {
         let seen = self.server.scrapes();
+        if seen == 0 {
+            // Nothing scraped during the run: nobody is waiting for the final counts.
+            return;
+        }
         let until = tokio::time::Instant::now() + max;
         tracing::info!(
             "waiting up to {} for a last scrape of http://{}/metrics",

@@ -22,10 +22,15 @@ use crate::session::{self, DriveConfig, print_hints};
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
 Examples:
+  herd drive http://127.0.0.1:8080/ -c 50 -z 10s       # quick mode: 50 players for 10 s, like oha
+  herd drive http://127.0.0.1:8080/ -n 10000 -c 20 --h2c
+  herd drive http://127.0.0.1:8080/api -q 500 -z 30s -m POST -H 'content-type: application/json' -d '{}'
+  herd drive http://127.0.0.1:8080/ -c 50 -z 10s --print-scenario > quick.toml
   herd drive lobby.toml                                # the scenario's plan, a table per step
   herd drive lobby.toml --set target.transport=h2c     # the same plan over h2c
   herd drive lobby.toml --set 'step[2].players=800' --json out.json
   herd drive lobby.toml --quiet --interval 500ms
+  herd drive lobby.toml --listen 127.0.0.1:9464        # Prometheus scrapes /metrics meanwhile
 
 Scenarios: docs/scenario.md; examples in driver/examples/scenarios/. `herd run` does the same
 and probes the host beside it.")]

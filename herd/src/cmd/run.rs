@@ -19,6 +19,8 @@ Examples:
   sudo herd run lobby.toml --store postgres://herd@127.0.0.1/herd
   sudo herd run lobby.toml --container gateway=/system.slice/gateway.service
   herd run lobby.toml --no-probe                       # no root needed, no kernel counts
+  sudo herd run lobby.toml --listen 127.0.0.1:9464     # driver + probe metrics for Prometheus
+  sudo herd run http://127.0.0.1:8080/ -c 50 -z 10s    # quick mode, probed and reported
 
 Exit codes: 0 done, 1 failed, 2 bad input or environment, 99 an objective was broken.")]
 pub struct RunArgs {
