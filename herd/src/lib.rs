@@ -106,6 +106,9 @@ pub fn exit_code(e: &anyhow::Error) -> u8 {
             || c.is::<herd_seed::SpecError>()
             || c.is::<herd_driver::limits::PlanTooLarge>()
             || c.is::<herd_store::StoreUrlError>()
+            || c.is::<herd_driver::ShardError>()
+            || c.is::<herd_store::ShardUsageError>()
+            || c.is::<cmd::merge::MergeInputError>()
     });
     if e.chain().any(|c| c.is::<Crossed>()) {
         exit::CROSSED
@@ -143,6 +146,9 @@ pub enum Command {
     /// Put a run whose store went down during it (`OUT/run-N-rows.json`, saved by `herd run`)
     /// into a store.
     Import(cmd::import::ImportArgs),
+    /// Merge the `herd drive --shard I/N --json` results of one run's shards into one result:
+    /// counts add, latency histograms merge exactly.
+    Merge(cmd::merge::MergeArgs),
     /// Report a recorded run (Markdown, HTML and JSON), also one that was killed, or list the
     /// runs in a store.
     Report(cmd::report::ReportArgs),
@@ -172,6 +178,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Demo(a) => cmd::demo::run(a),
         Command::Drive(a) => cmd::drive::run(a),
         Command::Import(a) => cmd::import::run(a),
+        Command::Merge(a) => cmd::merge::run(a),
         Command::Probe(a) => cmd::probe::run(a),
         Command::Report(a) => cmd::report::run(a),
         Command::Run(a) => cmd::run::run(a),

@@ -46,6 +46,11 @@ pub struct DriveArgs {
     /// host's name), like `target.insecure = true`; `target.ca = "ca.pem"` is the safer way.
     #[arg(long)]
     pub insecure: bool,
+    /// Run shard I of N of the plan (0-based: 0/3, 1/3, 2/3), so that N processes send what
+    /// one would; `herd merge` merges their --json results. Without a store the shards start
+    /// when started: `herd run --shard` starts them together.
+    #[arg(long, value_name = "I/N")]
+    pub shard: Option<herd_driver::Shard>,
 }
 
 /// Runs `herd drive`.
@@ -76,6 +81,7 @@ pub fn run(args: &DriveArgs) -> Result<()> {
             grace: args.grace,
             interval: args.interval,
             live: !args.quiet,
+            shard: args.shard.unwrap_or_default(),
         },
     )?;
     print!("\n{}", text::table(&report));
@@ -170,6 +176,7 @@ mod tests {
             interval: Duration::from_millis(200),
             quiet: true,
             insecure: false,
+            shard: None,
         }
     }
 

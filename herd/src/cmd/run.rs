@@ -57,6 +57,18 @@ pub struct RunArgs {
     /// `run-<id>-<op>.hlog`, one per op, one histogram per interval.
     #[arg(long = "hdr-log", value_name = "DIR")]
     pub hdr_log: Option<PathBuf>,
+    /// Run shard I of N of the plan (0-based: 0/3, 1/3, 2/3): its players, hammer workers,
+    /// catalog requests and open-model arrivals, so that N processes send what one would.
+    /// Needs --run-key and a PostgreSQL --store shared by the shards (docs/scale-out.md).
+    #[arg(long, value_name = "I/N")]
+    pub shard: Option<herd_driver::Shard>,
+    /// The name the shards of one run share: the first to start creates the run, the others
+    /// join it, and all start together once the N have registered.
+    #[arg(long, value_name = "KEY")]
+    pub run_key: Option<String>,
+    /// How long a shard waits for the others to register before it fails, naming them.
+    #[arg(long, default_value = "120s", value_parser = parse_duration)]
+    pub shard_timeout: Duration,
 }
 
 impl RunArgs {
@@ -80,6 +92,22 @@ impl RunArgs {
         c.grace = self.grace;
         c.live = !self.quiet;
         c.keep_seed = self.keep_seed;
+        match (self.shard, &self.run_key) {
+            (Some(shard), Some(key)) => {
+                c.shard = shard;
+                c.run_key = Some(key.clone());
+            }
+            (Some(shard), None) if !shard.is_whole() => {
+                return Err(herd_store::ShardUsageError(format!(
+                    "--shard {shard} needs --run-key KEY, the same for every shard of the run, \
+                     so that they find one another in the store"
+                ))
+                .into());
+            }
+            (_, Some(key)) => c.run_key = Some(key.clone()),
+            _ => {}
+        }
+        c.shard_timeout = self.shard_timeout;
         Ok(c)
     }
 }
