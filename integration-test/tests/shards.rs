@@ -506,3 +506,125 @@ fn bad_shards_exit_2_and_a_missing_shard_is_named() {
     assert!(err.contains("missing: 1/2"), "{err}");
     rt.block_on(store.close());
 }
+
+#[test]
+fn a_probe_per_node_writes_into_the_run_and_the_report_sums_the_nodes() {
+    if !privileged("a_probe_per_node_writes_into_the_run_and_the_report_sums_the_nodes") {
+        return;
+    }
+    let pg = Postgres::start().unwrap();
+    let nginx = Nginx::start();
+    let dir = TempDir::new("it-shards-nodes");
+    let scenario = dir.write(
+        "nodes.toml",
+        format!(
+            "[target]\nurl = \"http://127.0.0.1:{}\"\n[player]\nthink = \"20ms\"\n\
+             [[op]]\nname = \"ok\"\npath = \"/\"\n\
+             [[step]]\nplayers = 8\nduration = \"3s\"\nramp = \"1s\"\n",
+            nginx.port
+        ),
+    );
+    let mut shards: Vec<Child> = (0..2)
+        .map(|i| {
+            shard(
+                &scenario,
+                &pg.url,
+                "nodes",
+                &format!("{i}/2"),
+                &dir.join(format!("out-{i}")),
+            )
+            .spawn()
+            .unwrap()
+        })
+        .collect();
+    let rt = rt();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let run = loop {
+        let found = rt.block_on(async {
+            let pool = sqlx::PgPool::connect(&pg.url).await.ok()?;
+            let r = sqlx::query("SELECT run_id FROM herd_run_keys WHERE run_key = 'nodes'")
+                .fetch_optional(&pool)
+                .await
+                .ok()??;
+            pool.close().await;
+            r.try_get::<i64, _>("run_id").ok()
+        });
+        if let Some(run) = found {
+            break run;
+        }
+        assert!(Instant::now() < deadline, "the run never appeared");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // Two probes on this one host stand for two nodes: each counts the whole host, so the
+    // sum row is twice each node's (on real nodes each counts its own).
+    let mut probes: Vec<Child> = ["a", "b"]
+        .iter()
+        .map(|node| {
+            herd_cmd()
+                .args([
+                    "probe",
+                    "--no-discover",
+                    "--interval",
+                    "500ms",
+                    "--duration",
+                    "30s",
+                ])
+                .args([
+                    "--store",
+                    &pg.url,
+                    "--run",
+                    &run.to_string(),
+                    "--node",
+                    node,
+                ])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for c in &mut shards {
+        let (st, err) = c.wait_with_output_ref();
+        assert!(st.success(), "{err}");
+    }
+    // The probes stop by themselves once the run is over.
+    let t = Instant::now();
+    for p in &mut probes {
+        let (st, err) = p.wait_with_output_ref();
+        assert!(st.success(), "{err}");
+    }
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "the probes outlived the run"
+    );
+
+    let store = rt.block_on(Store::open(&pg.url)).unwrap();
+    let data = rt.block_on(store.load_run(Some(run))).unwrap();
+    let names: std::collections::BTreeSet<String> = data
+        .probe
+        .iter()
+        .flat_map(|iv| iv.containers.iter().map(|c| c.container.clone()))
+        .collect();
+    assert!(
+        names.contains("host@a") && names.contains("host@b"),
+        "{names:?}"
+    );
+    let report = report_json(&pg.url, run, &dir.join("report"));
+    let rows = report["containers"].as_array().unwrap();
+    let cell = |phase: &str, container: &str| -> f64 {
+        rows.iter()
+            .find(|r| r["phase"] == phase && r["container"] == container)
+            .unwrap_or_else(|| panic!("no {container} row in {phase}: {rows:#?}"))["connects_per_s"]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{container}: no connects_per_s"))
+    };
+    let (a, b, sum) = (
+        cell("step 1", "host@a"),
+        cell("step 1", "host@b"),
+        cell("step 1", "host (2 nodes)"),
+    );
+    // Each player's connect falls in step 1 on both nodes' clocks.
+    assert!(a > 0.0 && b > 0.0, "{a} {b}");
+    assert!((sum - (a + b)).abs() < 1e-9, "{sum} vs {a} + {b}");
+    rt.block_on(store.close());
+}
