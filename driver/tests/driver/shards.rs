@@ -125,3 +125,68 @@ async fn futures_join(server: &TestServer, shards: &[Shard]) -> Vec<RunReport> {
     );
     vec![a, b, c]
 }
+
+/// `target.source_addrs`: connections come from each source address in turn (the server
+/// sees their peers), and the kernel still picks their ports.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_spread_over_the_source_addresses() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let peers = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = peers.clone();
+    let server = tokio::spawn(async move {
+        loop {
+            let (mut s, peer) = listener.accept().await.unwrap();
+            seen.lock().unwrap().push(peer);
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                let mut have = Vec::new();
+                loop {
+                    let Ok(n) = s.read(&mut buf).await else {
+                        return;
+                    };
+                    if n == 0 {
+                        return;
+                    }
+                    have.extend_from_slice(&buf[..n]);
+                    while let Some(end) = have.windows(4).position(|w| w == b"\r\n\r\n") {
+                        have.drain(..end + 4);
+                        let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                        if s.write_all(ok).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    let src = format!(
+        "[target]\nurl = \"http://127.0.0.1:{port}\"\nsource_addrs = [\"127.0.0.2\", \"127.0.0.3\", \"127.0.0.4\"]\n[player]\nmax_ops = 3\n[[op]]\nname = \"ok\"\npath = \"/\"\n[[step]]\nplayers = 9\nduration = \"300ms\"\narrival = \"burst\"\n"
+    );
+    let report = herd_driver::run(
+        herd_driver::Scenario::parse("src.toml", &src, &[]).unwrap(),
+        options(),
+    )
+    .await
+    .unwrap();
+    server.abort();
+    assert_eq!(report.requests, 27);
+    assert_eq!(report.outcome_count("ok", "ok"), 27);
+    let peers = peers.lock().unwrap();
+    assert_eq!(peers.len(), 9, "a connection per player");
+    for ip in ["127.0.0.2", "127.0.0.3", "127.0.0.4"] {
+        let n = peers.iter().filter(|p| p.ip().to_string() == ip).count();
+        assert_eq!(n, 3, "{ip}: {peers:?}");
+    }
+    assert!(peers.iter().all(|p| p.port() != 0));
+
+    let bad = src.replace("127.0.0.3", "not-an-ip");
+    let e = herd_driver::Scenario::parse("src.toml", &bad, &[])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("source_addrs") && e.contains("`not-an-ip` is not an IP address"),
+        "{e}"
+    );
+}
