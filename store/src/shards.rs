@@ -242,6 +242,32 @@ impl Store {
         Ok(meta)
     }
 
+    /// The run the shards of `key` record, once its first shard has created it; fails
+    /// after `timeout`.
+    pub async fn wait_for_key(&self, key: &str, timeout: Duration) -> Result<i64> {
+        let give_up = std::time::Instant::now() + timeout;
+        loop {
+            let row = sqlx::query("SELECT run_id FROM herd_run_keys WHERE run_key = $1")
+                .bind(key)
+                .fetch_optional(&self.pool)
+                .await
+                .with_context(|| format!("looking up run key {key}"))?;
+            if let Some(r) = row {
+                return Ok(r.try_get("run_id")?);
+            }
+            if std::time::Instant::now() >= give_up {
+                return Err(MissingShards(format!(
+                    "no shard of run key {key} registered in {} within {}s: start the shards \
+                     (herd run --shard I/N --run-key {key}) against the same store",
+                    redact(&self.url),
+                    timeout.as_secs()
+                ))
+                .into());
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
     /// Waits until all of the run's shards have registered, then returns the instant they all
     /// start at. Fails after `timeout` naming the shards that did not come.
     pub async fn barrier(&self, run: i64, shard: Shard, timeout: Duration) -> Result<SystemTime> {

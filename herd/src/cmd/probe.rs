@@ -49,11 +49,20 @@ pub struct ProbeArgs {
     pub no_discover: bool,
     /// Write every interval into the run store at URL as a probe of run --run (a probe per
     /// node beside the shards of a sharded run, docs/scale-out.md); stops when the run ends.
-    #[arg(long, value_name = "URL", requires = "run")]
+    #[arg(long, value_name = "URL")]
     pub store: Option<String>,
     /// The run whose probe this is (with --store).
-    #[arg(long, value_name = "ID", requires = "store")]
+    #[arg(
+        long,
+        value_name = "ID",
+        requires = "store",
+        conflicts_with = "run_key"
+    )]
     pub run: Option<i64>,
+    /// The run by its shards' --run-key (with --store): waits up to 10 minutes for its
+    /// first shard to create it.
+    #[arg(long, value_name = "KEY", requires = "store")]
+    pub run_key: Option<String>,
     /// This node's name in the report (default: the host's name).
     #[arg(long, value_name = "NAME")]
     pub node: Option<String>,
@@ -74,9 +83,18 @@ struct NodeSink {
 }
 
 impl NodeSink {
-    fn open(url: &str, run: i64, node: String) -> Result<Self> {
+    fn open(url: &str, run: Option<i64>, key: Option<&str>, node: String) -> Result<Self> {
         let rt = super::store_runtime("probe's store")?;
         let store = rt.block_on(herd_store::Store::open(url))?;
+        let run = match (run, key) {
+            (Some(run), _) => run,
+            (None, Some(key)) => rt.block_on(store.wait_for_key(key, Duration::from_secs(600)))?,
+            (None, None) => {
+                return Err(crate::environment(anyhow::anyhow!(
+                    "--store needs --run ID or --run-key KEY: the run this probe belongs to"
+                )));
+            }
+        };
         let meta = rt.block_on(store.meta(Some(run)))?;
         tracing::info!(
             "herd probe: writing node {node}'s intervals into run {} ({}) in {}",
@@ -289,13 +307,13 @@ pub fn run(args: &ProbeArgs) -> Result<()> {
         None => None,
     };
     let mut sink = match (&args.store, args.run) {
-        (Some(url), Some(run)) => {
+        (Some(url), run) => {
             let node = args.node.clone().unwrap_or_else(|| {
                 std::fs::read_to_string("/proc/sys/kernel/hostname")
                     .map(|h| h.trim().to_owned())
                     .unwrap_or_else(|_| "node".into())
             });
-            Some(NodeSink::open(url, run, node)?)
+            Some(NodeSink::open(url, run, args.run_key.as_deref(), node)?)
         }
         _ => None,
     };
