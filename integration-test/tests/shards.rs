@@ -217,8 +217,11 @@ fn three_shards_merge_to_nginx_access_log_and_to_one_process() {
             .unwrap()
         })
         .collect();
-    for (i, c) in children.iter_mut().enumerate() {
-        let out = c.wait_with_output_ref();
+    let outs: Vec<_> = children
+        .iter_mut()
+        .map(|c| c.wait_with_output_ref())
+        .collect();
+    for (i, out) in outs.iter().enumerate() {
         assert!(out.0.success(), "shard {i}: {}", out.1);
     }
     let logged = nginx.logged();
@@ -557,9 +560,11 @@ fn a_probe_per_node_writes_into_the_run_and_the_report_sums_the_nodes() {
     };
     // Two probes on this one host stand for two nodes: each counts the whole host, so the
     // sum row is twice each node's (on real nodes each counts its own).
-    let mut probes: Vec<Child> = ["a", "b"]
+    // Node a finds the run by its key, as the Kubernetes DaemonSet does; node b by its id.
+    let run_id = run.to_string();
+    let mut probes: Vec<Child> = [("a", "--run-key", "nodes"), ("b", "--run", run_id.as_str())]
         .iter()
-        .map(|node| {
+        .map(|(node, flag, which)| {
             herd_cmd()
                 .args([
                     "probe",
@@ -569,14 +574,7 @@ fn a_probe_per_node_writes_into_the_run_and_the_report_sums_the_nodes() {
                     "--duration",
                     "30s",
                 ])
-                .args([
-                    "--store",
-                    &pg.url,
-                    "--run",
-                    &run.to_string(),
-                    "--node",
-                    node,
-                ])
+                .args(["--store", &pg.url, "--node", node, flag, which])
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped())
                 .spawn()
