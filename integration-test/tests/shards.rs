@@ -309,20 +309,26 @@ fn three_shards_merge_to_nginx_access_log_and_to_one_process() {
             .collect()
     };
     assert_eq!(counts(&one), counts(&merged));
-    // Latency: loopback answers take 0.1–1 ms, and on this 2-core host three driver
-    // processes share the cores where one process had them alone, so scheduling noise is
-    // of the same size as the latency: percentiles agree within 2 ms or a factor of 3.
+    // Latency: loopback answers take 0.1–1 ms, and on this 2-core host (shared with builds)
+    // three driver processes share the cores where one process had them alone, so
+    // scheduling noise is as large as the latency itself. p50 (hundreds of samples each
+    // side) agrees within 2 ms or a factor of 3; p99 is a phase's few slowest requests, which
+    // one scheduler stall moves, so within 10 ms or a factor of 5.
     let fin_one = one.final_report.as_ref().unwrap();
     for (a, b) in fin_one.phases.iter().zip(&fin.phases) {
         for (x, y) in a.ops.iter().zip(&b.ops) {
-            for (u, v) in [
-                (x.latency.p50_us, y.latency.p50_us),
-                (x.latency.p99_us, y.latency.p99_us),
+            eprintln!(
+                "{}: 1 process p50 {} µs p99 {} µs; 3 shards p50 {} µs p99 {} µs",
+                a.phase, x.latency.p50_us, x.latency.p99_us, y.latency.p50_us, y.latency.p99_us
+            );
+            for (what, u, v, abs, ratio) in [
+                ("p50", x.latency.p50_us, y.latency.p50_us, 2_000.0, 3.0),
+                ("p99", x.latency.p99_us, y.latency.p99_us, 10_000.0, 5.0),
             ] {
                 let (lo, hi) = (u.min(v) as f64, u.max(v) as f64);
                 assert!(
-                    hi - lo <= 2_000.0 || hi <= 3.0 * lo,
-                    "{}: 1 process {u} µs vs 3 shards {v} µs",
+                    hi - lo <= abs || hi <= ratio * lo,
+                    "{} {what}: 1 process {u} µs vs 3 shards {v} µs",
                     a.phase
                 );
             }
