@@ -56,7 +56,7 @@ pub struct DriveArgs {
 /// Runs `herd drive`.
 pub fn run(args: &DriveArgs) -> Result<()> {
     let mut scenario = crate::signals::at_once(|| Scenario::load(&args.scenario, &args.set))?;
-    herd_driver::limits::check_host(&scenario)?;
+    herd_driver::limits::check_host(&scenario, args.shard.unwrap_or_default())?;
     if args.insecure && !scenario.target.accept_any_certificate() {
         tracing::warn!("--insecure does nothing for an http:// target");
     }

@@ -75,7 +75,7 @@ impl RunArgs {
     /// The run these options describe: the scenario loaded with its `--set`s.
     pub fn config(&self) -> Result<RunConfig> {
         let mut scenario = crate::signals::at_once(|| Scenario::load(&self.scenario, &self.set))?;
-        herd_driver::limits::check_host(&scenario)?;
+        herd_driver::limits::check_host(&scenario, self.shard.unwrap_or_default())?;
         if self.insecure && !scenario.target.accept_any_certificate() {
             tracing::warn!("--insecure does nothing for an http:// target");
         }
