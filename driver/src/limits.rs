@@ -26,6 +26,8 @@ pub struct Needs {
     pub players: u64,
     /// Connections open at once to the one destination.
     pub sockets: u64,
+    /// Local source addresses they are spread over (`target.source_addrs`; 1 without).
+    pub sources: u64,
     /// The scenario's ops.
     pub ops: u64,
     /// Bytes of memory the players and the ops' measurements take.
@@ -65,6 +67,7 @@ impl Needs {
         Needs {
             players,
             sockets,
+            sources: (s.target.source_addrs.len() as u64).max(1),
             ops,
             memory: players
                 .saturating_mul(PLAYER_BYTES)
@@ -145,12 +148,16 @@ pub fn check(file: &str, needs: Needs, host: Host) -> Result<(), PlanTooLarge> {
     }
     if let Some((lo, hi)) = host.ports {
         let range = u64::from(hi.saturating_sub(lo)) + 1;
-        if needs.sockets > range {
+        let per_source = needs.sockets.div_ceil(needs.sources.max(1));
+        if per_source > range {
             reasons.push(format!(
-                "{} connections to one address need as many ephemeral ports but \
-                 net.ipv4.ip_local_port_range ({lo}-{hi}) holds {range}; widen it, use fewer \
+                "{} connections to one address from {} source address{} need {per_source} \
+                 ephemeral ports each but net.ipv4.ip_local_port_range ({lo}-{hi}) holds \
+                 {range}; widen it, add source addresses (`target.source_addrs`), use fewer \
                  players, or share connections (`target.connections = N`)",
-                needs.sockets
+                needs.sockets,
+                needs.sources,
+                if needs.sources == 1 { "" } else { "es" }
             ));
         }
     }
@@ -178,9 +185,20 @@ pub fn check(file: &str, needs: Needs, host: Host) -> Result<(), PlanTooLarge> {
     }
 }
 
-/// Refuses `s` when its peak exceeds the running host.
-pub fn check_host(s: &Scenario) -> Result<(), PlanTooLarge> {
-    check(&s.file, Needs::of(s), Host::now())
+/// Refuses shard `shard` of `s` when its peak exceeds the running host: a shard holds
+/// about 1/N of the players (a pool is per process, whole in every shard).
+pub fn check_host(s: &Scenario, shard: crate::Shard) -> Result<(), PlanTooLarge> {
+    let mut needs = Needs::of(s);
+    let n = u64::from(shard.count);
+    needs.players = needs.players.div_ceil(n);
+    if let Connections::PerPlayer = s.target.connections {
+        needs.sockets = needs.sockets.div_ceil(n);
+    }
+    needs.memory = needs
+        .players
+        .saturating_mul(PLAYER_BYTES)
+        .saturating_add(needs.ops.saturating_mul(OP_BYTES));
+    check(&s.file, needs, Host::now())
 }
 
 /// The soft and hard `RLIMIT_NOFILE`.
@@ -231,6 +249,7 @@ mod tests {
         let needs = Needs {
             players: 1_000_000_000,
             sockets: 1_000_000_000,
+            sources: 1,
             ops: 1,
             memory: 1_000_000_000 * PLAYER_BYTES + OP_BYTES,
         };
@@ -251,6 +270,7 @@ mod tests {
         let needs = |n: u64| Needs {
             players: n,
             sockets: n,
+            sources: 1,
             ops: 1,
             memory: n * PLAYER_BYTES + OP_BYTES,
         };
@@ -259,12 +279,35 @@ mod tests {
         assert!(e.contains("`ulimit -n 2256`"), "{e}");
     }
 
+    #[test]
+    fn source_addresses_multiply_the_ports_toward_one_destination() {
+        let needs = |sources: u64| Needs {
+            players: 50_000,
+            sockets: 50_000,
+            sources,
+            ops: 1,
+            memory: 0,
+        };
+        let host = Host {
+            nofile: 100_000,
+            nofile_hard: 100_000,
+            ..HOST
+        };
+        let e = check("s.toml", needs(1), host).unwrap_err().to_string();
+        assert!(
+            e.contains("from 1 source address need 50000 ephemeral ports"),
+            "{e}"
+        );
+        check("s.toml", needs(2), host).unwrap();
+    }
+
     /// A plan of few players but a huge op list is refused on the ops' memory, before load.
     #[test]
     fn a_huge_op_list_is_refused_on_its_memory() {
         let needs = Needs {
             players: 2,
             sockets: 2,
+            sources: 1,
             ops: 300_000,
             memory: 2 * PLAYER_BYTES + 300_000 * OP_BYTES,
         };

@@ -26,7 +26,9 @@ use crate::{
     player::{FilePlayer, HammerPlayer, Player, Role, Session, Shared},
     report::{DriverEvent, RunReport},
     scenario::{Arrival, Connections, Hammer, Pace, PhaseWork, Scenario},
-    shapes, transport,
+    shapes,
+    shard::Shard,
+    transport,
 };
 
 /// How a run is watched and stopped.
@@ -47,6 +49,8 @@ pub struct RunOptions {
     pub events: Option<mpsc::UnboundedSender<DriverEvent>>,
     /// Cores the driver may use, for the saturation flag.
     pub cores: usize,
+    /// Which part of the plan this process runs (`--shard I/N`; the whole plan by default).
+    pub shard: Shard,
 }
 
 impl Default for RunOptions {
@@ -58,6 +62,7 @@ impl Default for RunOptions {
             interval: Duration::from_secs(1),
             events: None,
             cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            shard: Shard::WHOLE,
         }
     }
 }
@@ -117,6 +122,7 @@ where
         Connections::PerPlayer => None,
     };
 
+    let shard = opts.shard;
     let t0 = Instant::now();
     let started_unix_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -185,10 +191,16 @@ where
             halt.subscribe(),
             live.clone(),
             t0,
+            shard,
         )));
     }
 
-    let mut players: Vec<(JoinHandle<()>, watch::Sender<bool>)> = Vec::new();
+    // Every player of the whole plan, in arrival order (as one process would have them), and
+    // for this shard's own the task and its retire switch: steps retire the newest players of
+    // the whole plan, whichever shard runs them.
+    type Here = Option<(JoinHandle<()>, watch::Sender<bool>)>;
+    let mut players: Vec<(u64, Here)> = Vec::new();
+    let block = scenario.group.as_ref().map_or(1, |g| g.max as u64);
     let mut next_id = 0u64;
     let mut step_start = t0;
     let mut halt_rx = halt.subscribe();
@@ -199,6 +211,7 @@ where
         pool: pool.clone(),
         halt: halt.clone(),
         live: live.clone(),
+        shard,
     };
     let mut open = shapes::open::Open::new(scenario.random_seed);
     // The plan's phases run one after another (Scenario::plan orders them).
@@ -209,7 +222,7 @@ where
         if !matches!(phase.work, PhaseWork::Players(_)) {
             // Players do not outlive the player steps: a rate step or a route is measured
             // alone. They leave before its phase opens, so none of their ops lands in it.
-            for (h, retire) in players.drain(..) {
+            for (h, retire) in players.drain(..).filter_map(|(_, here)| here) {
                 retire.send_replace(true);
                 tasks.push(h);
             }
@@ -221,8 +234,16 @@ where
         let _ = tx.send(Msg::PhaseOpened {
             phase: k,
             players: match phase.work {
-                PhaseWork::Players(i) => scenario.steps[i].players,
-                PhaseWork::Route(i) => scenario.shapes.catalog[i].concurrency,
+                PhaseWork::Players(i) => {
+                    let want = scenario.steps[i].players;
+                    let kept = players.len().min(want);
+                    let new = (want - kept) as u64;
+                    players[..kept].iter().filter(|(_, h)| h.is_some()).count()
+                        + (next_id..next_id + new)
+                            .filter(|&id| shard.owns_player(id, block))
+                            .count()
+                }
+                PhaseWork::Route(i) => shapes::catalog::workers(&scenario.shapes.catalog[i], shard),
                 PhaseWork::Rate(_) => 0,
             },
         });
@@ -236,9 +257,11 @@ where
         // Retire the newest players first, so the longest-lived ones keep their state.
         let mut leaving = Vec::new();
         while players.len() > step.players {
-            let (h, retire) = players.pop().expect("len > players ≥ 0");
-            leaving.push(retire);
-            tasks.push(h);
+            let (_, here) = players.pop().expect("len > players ≥ 0");
+            if let Some((h, retire)) = here {
+                leaving.push(retire);
+                tasks.push(h);
+            }
         }
         tasks.extend(shapes::leave(
             leaving,
@@ -252,13 +275,17 @@ where
             Arrival::Gradual(ramp) => ramp / new.max(1) as u32,
         };
         for i in 0..new {
+            let id = next_id;
+            next_id += 1;
+            if !shard.owns_player(id, block) {
+                players.push((id, None));
+                continue;
+            }
             if !spacing.is_zero()
                 && !sleep_until(step_start + spacing * i as u32, &mut halt_rx).await
             {
                 break;
             }
-            let id = next_id;
-            next_id += 1;
             let account = scenario.player.accounts.map_or(id, |a| id % a);
             let (retire_tx, retire_rx) = watch::channel(false);
             let session = Session::new(
@@ -281,7 +308,7 @@ where
                 live.clone(),
                 false,
             ));
-            players.push((h, retire_tx));
+            players.push((id, Some((h, retire_tx))));
         }
         step_start += step.duration;
         sleep_until(step_start, &mut halt_rx).await;
@@ -295,7 +322,11 @@ where
     sleep_until(t0 + scenario.duration(), &mut halt_rx).await;
     halt.send_replace(true);
 
-    tasks.extend(players.into_iter().map(|(h, _)| h));
+    tasks.extend(
+        players
+            .into_iter()
+            .filter_map(|(_, here)| here.map(|(h, _)| h)),
+    );
     let mut join = Box::pin(async {
         for h in &mut tasks {
             let _ = h.await;
@@ -414,6 +445,7 @@ async fn hammer(
     mut halt: watch::Receiver<bool>,
     live: Arc<Live>,
     t0: Instant,
+    shard: Shard,
 ) {
     if !sleep_until(t0 + h.start, &mut halt).await {
         return;
@@ -422,9 +454,10 @@ async fn hammer(
     gate.open(phase);
     let _ = shared.tx.send(Msg::PhaseOpened {
         phase,
-        players: h.workers,
+        players: shard.share(h.workers as u64) as usize,
     });
     let workers: Vec<JoinHandle<()>> = (0..h.workers)
+        .filter(|&w| shard.owns(w as u64))
         .map(|w| {
             let session = Session::new(
                 shared.clone(),

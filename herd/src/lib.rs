@@ -8,6 +8,7 @@ mod attach;
 pub mod cmd;
 #[cfg(feature = "demo")]
 pub mod demo;
+pub mod k8s;
 pub mod live;
 pub mod log;
 pub mod metrics;
@@ -109,6 +110,9 @@ pub fn exit_code(e: &anyhow::Error) -> u8 {
             || c.is::<herd_seed::SpecError>()
             || c.is::<herd_driver::limits::PlanTooLarge>()
             || c.is::<herd_store::StoreUrlError>()
+            || c.is::<herd_driver::ShardError>()
+            || c.is::<herd_store::ShardUsageError>()
+            || c.is::<cmd::merge::MergeInputError>()
     });
     if e.chain().any(|c| c.is::<Crossed>()) {
         exit::CROSSED
@@ -146,6 +150,12 @@ pub enum Command {
     /// Put a run whose store went down during it (`OUT/run-N-rows.json`, saved by `herd run`)
     /// into a store.
     Import(cmd::import::ImportArgs),
+    /// Start a sharded run on an engine: `k8s` writes the Kubernetes manifests (an Indexed
+    /// Job of driver shards, a DaemonSet of probes) for `kubectl apply`.
+    Launch(cmd::launch::LaunchArgs),
+    /// Merge the `herd drive --shard I/N --json` results of one run's shards into one result:
+    /// counts add, latency histograms merge exactly.
+    Merge(cmd::merge::MergeArgs),
     /// Report a recorded run (Markdown, HTML and JSON), also one that was killed, or list the
     /// runs in a store.
     Report(cmd::report::ReportArgs),
@@ -175,6 +185,8 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Demo(a) => cmd::demo::run(a),
         Command::Drive(a) => cmd::drive::run(a),
         Command::Import(a) => cmd::import::run(a),
+        Command::Launch(a) => cmd::launch::run(a),
+        Command::Merge(a) => cmd::merge::run(a),
         Command::Probe(a) => cmd::probe::run(a),
         Command::Report(a) => cmd::report::run(a),
         Command::Run(a) => cmd::run::run(a),

@@ -59,6 +59,12 @@ pub struct RunConfig {
     pub keep_seed: bool,
     /// Serve the run's metrics at `http://ADDR/metrics` while it lasts (`--listen`).
     pub listen: Option<std::net::SocketAddr>,
+    /// Which part of the plan this process runs (`--shard I/N`).
+    pub shard: herd_driver::Shard,
+    /// The key the shards of one run find it by (`--run-key`); None for a run of one process.
+    pub run_key: Option<String>,
+    /// How long a shard waits for the others to register.
+    pub shard_timeout: Duration,
 }
 
 impl RunConfig {
@@ -80,6 +86,9 @@ impl RunConfig {
             live: true,
             keep_seed: false,
             listen: None,
+            shard: herd_driver::Shard::WHOLE,
+            run_key: None,
+            shard_timeout: Duration::from_secs(120),
         }
     }
 }
@@ -179,6 +188,8 @@ pub struct DriveConfig {
     pub live: bool,
     /// Serve the run's metrics at `http://ADDR/metrics` while it lasts (`--listen`).
     pub listen: Option<std::net::SocketAddr>,
+    /// Which part of the plan this process runs (`--shard I/N`).
+    pub shard: herd_driver::Shard,
 }
 
 /// How long `--listen` waits, after the load, for a last scrape of the final counts (a
@@ -231,6 +242,7 @@ pub fn drive(scenario: Scenario, config: &DriveConfig) -> Result<RunReport> {
             interval: config.interval,
             events: Some(events_tx),
             cores,
+            shard: config.shard,
         };
         let report = herd_driver::run(scenario, opts).await;
         watcher.abort();
@@ -406,16 +418,33 @@ async fn record(
     mut endpoint: Option<RunEndpoint>,
 ) -> Result<RunOutcome> {
     let scenario = &config.scenario;
-    let meta = store
-        .begin(&config.name, &scenario.file, herd_probe::clock::now_ns())
-        .await?;
+    let meta = match &config.run_key {
+        Some(key) => {
+            store
+                .join(
+                    key,
+                    config.shard,
+                    &config.name,
+                    &scenario.file,
+                    herd_probe::clock::now_ns(),
+                )
+                .await?
+        }
+        None => {
+            store
+                .begin(&config.name, &scenario.file, herd_probe::clock::now_ns())
+                .await?
+        }
+    };
+    let sharded = config.run_key.as_ref().map(|_| config.shard);
     tracing::info!(
-        "herd run: run {} ({}) recorded in {}",
+        "herd run: run {} ({}{}) recorded in {}",
         meta.id,
         config.name,
+        sharded.map_or(String::new(), |s| format!(", shard {s}")),
         store.url()
     );
-    let mut rec = Recorder::new(store, meta.clone());
+    let mut rec = Recorder::new(store, meta.clone(), sharded.map(|s| s.index));
     rec.put_once(Source::Slo, &scenario.slo).await?;
     rec.put_once(Source::Expected, &scenario.expected_outcomes())
         .await?;
@@ -447,6 +476,30 @@ async fn record(
         }
     };
 
+    let mut started = None;
+    if let Some(shard) = sharded {
+        let at = match store.barrier(meta.id, shard, config.shard_timeout).await {
+            Ok(at) => at,
+            Err(e) => {
+                let _ = store.finish_shard(meta.id, shard.index, "failed").await;
+                probe_stop.store(true, Ordering::SeqCst);
+                return Err(e);
+            }
+        };
+        tracing::info!(
+            "herd run: all {} shards of run {} registered; starting at {}",
+            shard.count,
+            meta.id,
+            humantime::format_rfc3339_millis(at)
+        );
+        // Wall clock, not monotonic: the shards may be on several hosts (NTP keeps them
+        // within milliseconds); each then times its plan from its own monotonic clock.
+        if let Ok(wait) = at.duration_since(std::time::SystemTime::now()) {
+            tokio::time::sleep(wait).await;
+        }
+        rec.mono0 = herd_probe::clock::now_ns();
+        started = Some(std::time::SystemTime::now());
+    }
     let (stop_rx, hurry_rx, watcher) = stop_channel(|| ());
     let (events_tx, mut events) = mpsc::unbounded_channel();
     let driver = tokio::spawn(herd_driver::run(
@@ -458,8 +511,12 @@ async fn record(
             interval: config.interval,
             events: Some(events_tx),
             cores,
+            shard: config.shard,
         },
     ));
+    if let (Some(at), Some(shard)) = (started, sharded) {
+        store.shard_started(meta.id, shard.index, at).await?;
+    }
 
     let mut live = config.live.then(|| Live::for_stdout(scenario));
     let (mut driver_open, mut probe_open) = (true, probe_thread.is_some());
@@ -552,6 +609,8 @@ async fn record(
 struct Recorder<'a> {
     store: &'a Store,
     run: i64,
+    /// This process's shard of a sharded run; None for a run of one process.
+    shard: Option<u32>,
     /// CLOCK_MONOTONIC at the run's start: driver offsets become probe-comparable times.
     mono0: u64,
     /// Next sequence number per source: driver intervals, phase ends, probe intervals.
@@ -577,10 +636,11 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(2);
 const FINAL_RETRY: Duration = Duration::from_secs(6);
 
 impl<'a> Recorder<'a> {
-    fn new(store: &'a Store, meta: herd_report::RunMeta) -> Self {
+    fn new(store: &'a Store, meta: herd_report::RunMeta, shard: Option<u32>) -> Self {
         Recorder {
             store,
             run: meta.id,
+            shard,
             mono0: meta.mono_start_ns as u64,
             seq: [0; 3],
             rows: Rows {
@@ -666,7 +726,14 @@ impl<'a> Recorder<'a> {
         }
         while let Some(&(source, i)) = self.pending.front() {
             let r = &self.rows.rows[i];
-            let write = self.store.put(self.run, source, r.seq, r.at_ns, &r.body);
+            let write = self.store.put_shard(
+                self.run,
+                self.shard.unwrap_or(0),
+                source,
+                r.seq,
+                r.at_ns,
+                &r.body,
+            );
             let result = match tokio::time::timeout(WRITE_TIMEOUT, write).await {
                 Ok(r) => r,
                 Err(_) => Err(anyhow::anyhow!("no answer within {WRITE_TIMEOUT:?}")),
@@ -709,8 +776,13 @@ impl<'a> Recorder<'a> {
             self.retry_at = std::time::Instant::now();
             self.flush().await;
             if self.pending.is_empty() {
-                match tokio::time::timeout(WRITE_TIMEOUT, self.store.finish(self.run, status)).await
-                {
+                let close = async {
+                    match self.shard {
+                        Some(i) => self.store.finish_shard(self.run, i, status).await,
+                        None => self.store.finish(self.run, status).await,
+                    }
+                };
+                match tokio::time::timeout(WRITE_TIMEOUT, close).await {
                     Ok(Ok(())) => return None,
                     Ok(Err(e)) => {
                         tracing::warn!("herd run: closing the run: {}", crate::error_text(&e))

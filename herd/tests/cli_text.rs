@@ -24,7 +24,7 @@ fn text(o: &Output) -> String {
 }
 
 const SUBCOMMANDS: &[&str] = &[
-    "compare", "demo", "drive", "import", "probe", "report", "run", "seed",
+    "compare", "demo", "drive", "import", "launch", "merge", "probe", "report", "run", "seed",
 ];
 
 #[test]

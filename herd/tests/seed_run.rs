@@ -141,6 +141,9 @@ session = "INSERT INTO sessions (token_hash, account_id) VALUES ({{token_hash}},
         hdr_log: None,
         listen: None,
         quick: Default::default(),
+        shard: None,
+        run_key: None,
+        shard_timeout: Duration::from_secs(1),
     };
     let outcome = session::run(&args(false).config().unwrap()).unwrap();
     let seeded = outcome.seeded.as_ref().unwrap();
@@ -243,6 +246,9 @@ fn herd_run_fails_before_the_load_when_the_seed_database_is_unreachable() {
             hdr_log: None,
             listen: None,
             quick: Default::default(),
+            shard: None,
+            run_key: None,
+            shard_timeout: Duration::from_secs(1),
         }
         .config()
         .unwrap(),

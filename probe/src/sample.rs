@@ -382,6 +382,25 @@ pub struct Interval {
     pub services: Vec<Service>,
 }
 
+impl Interval {
+    /// Names every container of the interval `NAME@node`: the interval of one node of
+    /// several (`herd probe --store URL --run ID --node NODE`), whose containers the report
+    /// shows per node.
+    pub fn tag_node(&mut self, node: &str) {
+        let tag = |name: &mut String| *name = format!("{name}@{node}");
+        self.containers
+            .iter_mut()
+            .for_each(|c| tag(&mut c.container));
+        for p in &mut self.pairs {
+            tag(&mut p.container);
+            if let Some(r) = &mut p.remote_container {
+                tag(r);
+            }
+        }
+        self.services.iter_mut().for_each(|s| tag(&mut s.container));
+    }
+}
+
 /// Turns cumulative snapshots into deltas per container and per pair. `paths` maps cgroup ids
 /// to paths (for attributing descendants); ids missing from it count as `host`. `owners` maps
 /// addresses to the container that owns them, to label destinations.

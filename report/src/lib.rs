@@ -45,6 +45,33 @@ pub struct RunMeta {
     pub finished_unix_ms: Option<i64>,
     /// `running`, `finished`, `stopped` (Ctrl-C) or `failed`.
     pub status: String,
+    /// The shards that recorded the run (`herd run --shard I/N`); empty for a run of one
+    /// process.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shards: Vec<ShardInfo>,
+}
+
+/// One shard of a sharded run, as the store registered it and what it recorded.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ShardInfo {
+    /// Its index, 0-based.
+    pub index: u32,
+    /// The run's number of shards.
+    pub count: u32,
+    /// The host it ran on.
+    pub host: String,
+    /// Its pid there.
+    pub pid: u32,
+    /// `running`, `finished`, `stopped`, `failed`, or `interrupted` when its process is gone.
+    pub status: String,
+    /// When its plan's clock started (wall clock, ns since the epoch), once it did.
+    pub started_unix_ns: Option<i64>,
+    /// Driver intervals it recorded.
+    pub intervals: u64,
+    /// Phase totals it recorded.
+    pub phases: u64,
+    /// True when its final report is stored (it ran to the end).
+    pub finished: bool,
 }
 
 /// Everything recorded for one run.

@@ -580,6 +580,7 @@ pub(crate) fn fixture(fixed: bool) -> RunData {
             mono_start_ns: MONO0 as i64,
             finished_unix_ms: Some(1_764_000_000_000 + ms(start as f64 + 1.0) as i64),
             status: "finished".into(),
+            shards: Vec::new(),
         },
         phases: reports,
         driver,

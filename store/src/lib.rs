@@ -16,6 +16,9 @@ use herd_report::{
 };
 use sqlx::{AnyPool, Row as _, any::AnyPoolOptions};
 
+mod shards;
+pub use shards::{MissingShards, START_LEAD, ShardUsageError};
+
 /// Which timeline a row belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Source {
@@ -72,6 +75,10 @@ impl Source {
         }
     }
 }
+
+/// The source of a node probe's rows is this and the node's name: each node numbers its
+/// rows apart from the others, and old readers skip the rows they do not know.
+pub const NODE_PROBE: &str = "probe@";
 
 /// A connection to a run store.
 pub struct Store {
@@ -282,20 +289,7 @@ impl Store {
             store.exec("PRAGMA journal_mode=WAL").await?;
             store.exec("PRAGMA synchronous=NORMAL").await?;
         }
-        store
-            .exec(
-                "CREATE TABLE IF NOT EXISTS herd_runs (id BIGINT PRIMARY KEY, name TEXT NOT NULL, \
-                 scenario TEXT NOT NULL, started_unix_ms BIGINT NOT NULL, mono_start_ns BIGINT NOT NULL, \
-                 finished_unix_ms BIGINT, status TEXT NOT NULL)",
-            )
-            .await?;
-        store
-            .exec(
-                "CREATE TABLE IF NOT EXISTS herd_rows (run_id BIGINT NOT NULL, source TEXT NOT NULL, \
-                 seq BIGINT NOT NULL, at_ns BIGINT NOT NULL, body TEXT NOT NULL, \
-                 PRIMARY KEY (run_id, source, seq))",
-            )
-            .await?;
+        store.create_schema().await?;
         Ok(store)
     }
 
@@ -305,6 +299,18 @@ impl Store {
     async fn honest_status(&self, run: i64, status: String) -> Result<String> {
         if status != "running" {
             return Ok(status);
+        }
+        let shards = self.shard_infos(run).await?;
+        if !shards.is_empty() {
+            // A sharded run closes with its last shard; one that died leaves it open.
+            if shards.iter().any(|s| s.status == "running") {
+                return Ok(status);
+            }
+            let worst = ["failed", "interrupted", "stopped"]
+                .into_iter()
+                .find(|w| shards.iter().any(|s| s.status == *w))
+                .unwrap_or("finished");
+            return Ok(worst.to_owned());
         }
         let owner: Vec<Owner> = self.rows(run, Source::Owner).await?;
         Ok(match owner.first() {
@@ -353,6 +359,7 @@ impl Store {
             mono_start_ns: mono_start_ns as i64,
             finished_unix_ms: None,
             status: "running".into(),
+            shards: Vec::new(),
         })
     }
 
@@ -365,15 +372,30 @@ impl Store {
         at_ns: u64,
         body: &impl serde::Serialize,
     ) -> Result<()> {
+        self.put_shard(run, 0, source, seq, at_ns, body).await
+    }
+
+    /// Appends one row of shard `shard` (committed on return).
+    pub async fn put_shard(
+        &self,
+        run: i64,
+        shard: u32,
+        source: Source,
+        seq: u64,
+        at_ns: u64,
+        body: &impl serde::Serialize,
+    ) -> Result<()> {
         let json = serde_json::to_string(body).context("encoding a run row")?;
         sqlx::query(
-            "INSERT INTO herd_rows (run_id, source, seq, at_ns, body) VALUES ($1, $2, $3, $4, $5)",
+            "INSERT INTO herd_rows (run_id, source, seq, at_ns, body, shard) \
+             VALUES ($1, $2, $3, $4, $5, $6)",
         )
         .bind(run)
         .bind(source.as_str())
         .bind(seq as i64)
         .bind(at_ns as i64)
         .bind(json)
+        .bind(i64::from(shard))
         .execute(&self.pool)
         .await
         .with_context(|| format!("writing a {} row of run {run}", source.as_str()))?;
@@ -448,6 +470,7 @@ impl Store {
             status: self
                 .honest_status(row.try_get("id")?, row.try_get("status")?)
                 .await?,
+            shards: self.shard_infos(row.try_get("id")?).await?,
         })
     }
 
@@ -473,7 +496,7 @@ impl Store {
         source: Source,
     ) -> Result<Vec<T>> {
         let rows = sqlx::query(
-            "SELECT seq, body FROM herd_rows WHERE run_id = $1 AND source = $2 ORDER BY seq",
+            "SELECT seq, body FROM herd_rows WHERE run_id = $1 AND source = $2 ORDER BY shard, seq",
         )
         .bind(run)
         .bind(source.as_str())
@@ -491,20 +514,97 @@ impl Store {
             .collect()
     }
 
-    /// Everything recorded for run `id` (the latest when None), for [`Report::build`].
+    /// Everything recorded for run `id` (the latest when None), for [`Report::build`]; a
+    /// sharded run's shards merged into one ([`merge_shards`]).
     pub async fn load_run(&self, id: Option<i64>) -> Result<RunData> {
-        let meta = self.meta(id).await?;
-        let mut rows = Vec::new();
-        for source in Source::REPORTED {
-            let bodies: Vec<serde_json::Value> = self.rows(meta.id, source).await?;
-            rows.extend(bodies.into_iter().enumerate().map(|(seq, body)| Row {
-                source: source.as_str().to_owned(),
-                seq: seq as u64,
-                at_ns: 0,
-                body,
-            }));
+        let mut meta = self.meta(id).await?;
+        let mut by_shard: BTreeMap<u32, Vec<Row>> = BTreeMap::new();
+        let mut node_probe = Vec::new();
+        let rows = sqlx::query(
+            "SELECT shard, source, seq, body FROM herd_rows WHERE run_id = $1 ORDER BY shard, source, seq",
+        )
+        .bind(meta.id)
+        .fetch_all(&self.pool)
+        .await
+        .with_context(|| format!("reading the rows of run {}", meta.id))?;
+        for r in &rows {
+            let source: String = r.try_get("source")?;
+            let node = source.strip_prefix(NODE_PROBE).map(str::to_owned);
+            if node.is_none() && !Source::REPORTED.iter().any(|s| s.as_str() == source) {
+                continue;
+            }
+            let body: String = r.try_get("body")?;
+            let seq: i64 = r.try_get("seq")?;
+            let bad = || format!("run {}: {source} row {seq} does not decode", meta.id);
+            if let Some(node) = node {
+                let mut iv: herd_probe::sample::Interval =
+                    serde_json::from_str(&body).with_context(bad)?;
+                iv.tag_node(&node);
+                node_probe.push(iv);
+                continue;
+            }
+            let body = serde_json::from_str(&body).with_context(bad)?;
+            by_shard
+                .entry(r.try_get::<i64, _>("shard")? as u32)
+                .or_default()
+                .push(Row {
+                    source,
+                    seq: seq as u64,
+                    at_ns: 0,
+                    body,
+                });
         }
-        Rows { meta, rows }.run_data()
+        let with_nodes = |mut d: RunData| {
+            if !node_probe.is_empty() {
+                d.probe.extend(node_probe.iter().cloned());
+                d.probe.sort_by_key(|iv| iv.at_ns);
+            }
+            d
+        };
+        if meta.shards.is_empty() {
+            let rows = by_shard.into_values().flatten().collect();
+            return Ok(with_nodes(Rows { meta, rows }.run_data()?));
+        }
+        let mut parts = Vec::new();
+        for (index, rows) in by_shard {
+            let data = Rows {
+                meta: meta.clone(),
+                rows,
+            }
+            .run_data()?;
+            if let Some(s) = meta.shards.iter_mut().find(|s| s.index == index) {
+                s.intervals = data.driver.len() as u64;
+                s.phases = data.phases.len() as u64;
+                s.finished = data.final_report.is_some();
+            }
+            parts.push(data);
+        }
+        Ok(with_nodes(merge_shards(meta, parts)?))
+    }
+
+    /// Appends one probe interval sampled on `node` by `herd probe --store URL --run ID`,
+    /// its `at_ns` already on the run's clock.
+    pub async fn put_node_probe(
+        &self,
+        run: i64,
+        node: &str,
+        seq: u64,
+        iv: &herd_probe::sample::Interval,
+    ) -> Result<()> {
+        let json = serde_json::to_string(iv).context("encoding a probe row")?;
+        sqlx::query(
+            "INSERT INTO herd_rows (run_id, source, seq, at_ns, body, shard) \
+             VALUES ($1, $2, $3, $4, $5, 0)",
+        )
+        .bind(run)
+        .bind(format!("{NODE_PROBE}{node}"))
+        .bind(seq as i64)
+        .bind(iv.at_ns as i64)
+        .bind(json)
+        .execute(&self.pool)
+        .await
+        .with_context(|| format!("writing a probe row of node {node} into run {run}"))?;
+        Ok(())
     }
 
     /// Writes a run saved by [`Rows::save`] (the store was down) into this store, under a new
@@ -558,6 +658,52 @@ impl Store {
             .with_context(|| format!("reading run {b}, the run after"))?;
         Ok(compare(&Report::build(&before), &Report::build(&after)))
     }
+}
+
+/// One run's data from the data of each of its shards: phase totals and intervals merged
+/// exactly (`herd_driver::merge`), probe intervals of every node, the final report merged
+/// when every shard wrote one (a shard that died leaves the run unfinished).
+pub fn merge_shards(meta: RunMeta, parts: Vec<RunData>) -> Result<RunData> {
+    let phases = herd_driver::merge::phases(parts.iter().map(|p| p.phases.as_slice()))?;
+    let driver = herd_driver::merge::intervals(parts.iter().map(|p| p.driver.as_slice()))?;
+    let all_finished = parts.len() == meta.shards.len() && meta.shards.iter().all(|s| s.finished);
+    let finals: Vec<RunReport> = parts
+        .iter()
+        .filter_map(|p| p.final_report.clone())
+        .collect();
+    let final_report = if all_finished && !finals.is_empty() {
+        Some(herd_driver::merge::runs(&finals)?)
+    } else {
+        None
+    };
+    let mut probe: Vec<_> = parts.iter().flat_map(|p| p.probe.clone()).collect();
+    probe.sort_by_key(|iv| iv.at_ns);
+    // Every shard records the scenario's objectives and expected outcomes alike.
+    let base = parts
+        .into_iter()
+        .max_by_key(|p| !p.slo.is_empty() || !p.expected.is_empty());
+    Ok(match base {
+        Some(base) => RunData {
+            phases,
+            driver,
+            probe,
+            final_report,
+            meta,
+            ..base
+        },
+        None => RunData {
+            meta,
+            phases,
+            driver,
+            probe,
+            probe_missing: None,
+            final_report,
+            slo: Vec::new(),
+            seeded: None,
+            expected: BTreeMap::new(),
+            seed_cleanup: None,
+        },
+    })
 }
 
 /// Connects once to `url` and says why not: refused, unreachable, rejected credentials.

@@ -77,6 +77,8 @@ pub(super) struct RawTarget {
     pub(super) connect_timeout: Option<Dur>,
     pub(super) ca: Option<String>,
     pub(super) insecure: Option<bool>,
+    #[serde(default)]
+    pub(super) source_addrs: Vec<String>,
 }
 
 fn default_transport() -> TransportKind {

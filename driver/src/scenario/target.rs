@@ -52,6 +52,9 @@ pub struct Target {
     pub connections: Connections,
     /// Bound on opening one connection.
     pub connect_timeout: Duration,
+    /// Local addresses connections are opened from, in turn (empty: the kernel's choice).
+    /// One source address gives ≈ 28 000 ephemeral ports toward one destination; N give N×.
+    pub source_addrs: Vec<std::net::IpAddr>,
 }
 
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -112,6 +115,18 @@ pub(super) fn compile_target(file: &str, t: RawTarget) -> Result<Target, Invalid
         DEFAULT_CONNECT_TIMEOUT,
         &[key("target"), key("connect_timeout")],
     )?;
+    let source_addrs = t
+        .source_addrs
+        .iter()
+        .map(|a| {
+            a.parse::<std::net::IpAddr>().map_err(|_| {
+                at(
+                    &[key("target"), key("source_addrs")],
+                    format!("`{a}` is not an IP address (e.g. \"127.0.0.2\", a local address)"),
+                )
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(Target {
         host,
         port,
@@ -121,6 +136,7 @@ pub(super) fn compile_target(file: &str, t: RawTarget) -> Result<Target, Invalid
         tls,
         connections,
         connect_timeout,
+        source_addrs,
     })
 }
 

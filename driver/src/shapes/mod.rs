@@ -54,6 +54,8 @@ pub(crate) struct Ctx {
     pub pool: Option<Arc<Pool>>,
     pub halt: Arc<watch::Sender<bool>>,
     pub live: Arc<Live>,
+    /// This process's part of the plan.
+    pub shard: crate::shard::Shard,
 }
 
 impl Ctx {

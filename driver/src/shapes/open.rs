@@ -106,13 +106,18 @@ impl Open {
         let total = (r.rate * r.duration.as_secs_f64()).round() as u64;
         let period = 1.0 / r.rate;
         let mut halt = ctx.halt.subscribe();
+        let shard = ctx.shard;
+        // Each shard sends every N-th arrival of the whole plan's schedule, at its intended
+        // time: N shards interleave into the plan's rate, none bunches its arrivals. The
+        // in-flight bound is shared out like the rate.
+        let max_in_flight = (shard.share(r.max_in_flight as u64) as usize).max(1);
         let mut st = OpenStats {
-            rate: r.rate,
+            rate: r.rate / f64::from(shard.count),
             scheduled: 0,
             sent: 0,
             late_starts: 0,
             dropped_starts: 0,
-            max_in_flight: r.max_in_flight,
+            max_in_flight,
             peak_in_flight: 0,
             late_after_us: r.late_after.as_micros() as u64,
         };
@@ -121,6 +126,12 @@ impl Open {
             .setup
             .then(|| ctx.shared.scenario.player.setup.clone().into());
         for i in 0..total {
+            if !shard.owns(i) {
+                // Another shard's arrival: its op is drawn here too, so every shard's picks
+                // follow the one sequence the seed gives the whole plan.
+                self.pick(&r.ops);
+                continue;
+            }
             let at = start + Duration::from_secs_f64(i as f64 * period);
             // Behind schedule, there is nothing to wait for: send at once.
             let due = at <= Instant::now() && !*halt.borrow();
@@ -130,7 +141,7 @@ impl Open {
             }
             st.scheduled += 1;
             self.reclaim();
-            if self.busy() >= r.max_in_flight {
+            if self.busy() >= max_in_flight {
                 match r.when_full {
                     WhenFull::Drop => {
                         st.dropped_starts += 1;
@@ -139,7 +150,7 @@ impl Open {
                     }
                     WhenFull::Queue => {
                         // Wait for a slot; the arrival goes out late, still timed from `at`.
-                        while self.busy() >= r.max_in_flight {
+                        while self.busy() >= max_in_flight {
                             tokio::select! {
                                 s = self.back_rx.recv() => {
                                     self.free.extend(s);
@@ -166,7 +177,10 @@ impl Open {
                 None => {
                     self.made += 1;
                     Slot {
-                        session: ctx.session(self.made as u64 - 1),
+                        session: ctx.session(
+                            (self.made as u64 - 1) * u64::from(shard.count)
+                                + u64::from(shard.index),
+                        ),
                         set_up: false,
                     }
                 }

@@ -452,6 +452,8 @@ mod tests {
             port,
             authority: format!("127.0.0.1:{port}"),
             timeout: Duration::from_secs(5),
+            sources: Default::default(),
+            next_source: Default::default(),
         };
         (dial, h)
     }

@@ -170,6 +170,8 @@ pub fn for_target(target: &Target) -> Arc<dyn Transport> {
         port: target.port,
         authority: target.authority.clone(),
         timeout: target.connect_timeout,
+        sources: target.source_addrs.clone().into(),
+        next_source: Default::default(),
     };
     match (&target.tls, target.transport) {
         (Some(tls), kind) => Arc::new(tls::Tls::new(dial, tls, kind)),
@@ -192,13 +194,24 @@ pub(crate) struct Dial {
     pub port: u16,
     pub authority: String,
     pub timeout: Duration,
+    /// `target.source_addrs`, taken in turn.
+    pub sources: Arc<[std::net::IpAddr]>,
+    pub next_source: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Dial {
     /// A TCP connection with Nagle off: a request is one small write that must not wait for
     /// the previous segment's ACK.
     pub async fn tcp(&self) -> Result<TcpStream, TransportError> {
-        let connect = TcpStream::connect((self.host.as_str(), self.port));
+        let connect = async {
+            if self.sources.is_empty() {
+                return TcpStream::connect((self.host.as_str(), self.port)).await;
+            }
+            let n = self
+                .next_source
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.tcp_from(self.sources[n % self.sources.len()]).await
+        };
         let stream = tokio::time::timeout(self.timeout, connect)
             .await
             .map_err(|_| self.failed(format!("no answer within {:?}", self.timeout)))?
@@ -207,6 +220,55 @@ impl Dial {
             .set_nodelay(true)
             .map_err(|e| self.failed(e.to_string()))?;
         Ok(stream)
+    }
+
+    /// Connects from source address `src`: the first of the host's addresses of its family.
+    async fn tcp_from(&self, src: std::net::IpAddr) -> std::io::Result<TcpStream> {
+        let to = tokio::net::lookup_host((self.host.as_str(), self.port))
+            .await?
+            .find(|a| a.is_ipv4() == src.is_ipv4())
+            .ok_or_else(|| {
+                std::io::Error::other(format!(
+                    "{} has no {} address for source address {src}",
+                    self.host,
+                    if src.is_ipv4() { "IPv4" } else { "IPv6" }
+                ))
+            })?;
+        let socket = if src.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        // Without IP_BIND_ADDRESS_NO_PORT, bind() to port 0 picks the port there and then,
+        // unique for the source address whatever the destination (inet_csk_get_port), so one
+        // source address would cap every destination together at the ephemeral range; with
+        // it the port is picked at connect() per 4-tuple (__inet_hash_connect), as for an
+        // unbound socket. Linux ≥ 4.2.
+        let on: libc::c_int = 1;
+        // SAFETY: setsockopt on a socket this function owns, with a c_int option value.
+        let rc = unsafe {
+            libc::setsockopt(
+                std::os::fd::AsRawFd::as_raw_fd(&socket),
+                libc::IPPROTO_IP,
+                libc::IP_BIND_ADDRESS_NO_PORT,
+                (&on as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        socket
+            .bind(std::net::SocketAddr::new(src, 0))
+            .map_err(|e| {
+                std::io::Error::new(
+                    e.kind(),
+                    format!(
+                        "binding source address {src} (target.source_addrs; is it local?): {e}"
+                    ),
+                )
+            })?;
+        socket.connect(to).await
     }
 
     pub fn failed(&self, reason: String) -> TransportError {

@@ -13,6 +13,7 @@ mod player_api;
 mod scenarios;
 mod shapes;
 mod shapes_server;
+mod shards;
 mod stop;
 mod streams;
 mod tls;

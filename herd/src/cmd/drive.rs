@@ -70,6 +70,11 @@ pub struct DriveArgs {
     /// Quick mode: SCENARIO is a URL.
     #[command(flatten)]
     pub quick: crate::quick::QuickArgs,
+    /// Run shard I of N of the plan (0-based: 0/3, 1/3, 2/3), so that N processes send what
+    /// one would; `herd merge` merges their --json results. Without a store the shards start
+    /// when started: `herd run --shard` starts them together.
+    #[arg(long, value_name = "I/N")]
+    pub shard: Option<herd_driver::Shard>,
 }
 
 /// Runs `herd drive`.
@@ -83,7 +88,7 @@ pub fn run(args: &DriveArgs) -> Result<()> {
         Some(text) => Scenario::parse(crate::quick::FILE, text, &args.set),
         None => Scenario::load(&args.scenario, &args.set),
     })?;
-    herd_driver::limits::check_host(&scenario)?;
+    herd_driver::limits::check_host(&scenario, args.shard.unwrap_or_default())?;
     if args.insecure && !scenario.target.accept_any_certificate() {
         tracing::warn!("--insecure does nothing for an http:// target");
     }
@@ -109,6 +114,7 @@ pub fn run(args: &DriveArgs) -> Result<()> {
             interval: args.interval,
             live: !args.quiet,
             listen: args.listen,
+            shard: args.shard.unwrap_or_default(),
         },
     )?;
     print!("\n{}", text::table(&report));
@@ -205,6 +211,7 @@ mod tests {
             insecure: false,
             listen: None,
             quick: Default::default(),
+            shard: None,
         }
     }
 

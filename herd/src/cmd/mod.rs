@@ -4,6 +4,8 @@ pub mod compare;
 pub mod demo;
 pub mod drive;
 pub mod import;
+pub mod launch;
+pub mod merge;
 pub mod probe;
 pub mod report;
 pub mod run;

@@ -55,6 +55,105 @@ pub struct ProbeArgs {
     /// pods, systemd services and herd's own containers.
     #[arg(long)]
     pub no_discover: bool,
+    /// Write every interval into the run store at URL as a probe of run --run (a probe per
+    /// node beside the shards of a sharded run, docs/scale-out.md); stops when the run ends.
+    #[arg(long, value_name = "URL")]
+    pub store: Option<String>,
+    /// The run whose probe this is (with --store).
+    #[arg(
+        long,
+        value_name = "ID",
+        requires = "store",
+        conflicts_with = "run_key"
+    )]
+    pub run: Option<i64>,
+    /// The run by its shards' --run-key (with --store): waits up to 10 minutes for its
+    /// first shard to create it.
+    #[arg(long, value_name = "KEY", requires = "store")]
+    pub run_key: Option<String>,
+    /// This node's name in the report (default: the host's name).
+    #[arg(long, value_name = "NAME")]
+    pub node: Option<String>,
+}
+
+/// Where `herd probe --store URL --run ID` writes, and the run's clock it writes on.
+struct NodeSink {
+    rt: tokio::runtime::Runtime,
+    store: herd_store::Store,
+    run: i64,
+    node: String,
+    seq: u64,
+    /// The run's clock: its monotonic base and the wall-clock instant (ns) it stands for,
+    /// once the run has started.
+    clock: Option<(u64, i64)>,
+    /// True once the run is no longer running.
+    over: bool,
+}
+
+impl NodeSink {
+    fn open(url: &str, run: Option<i64>, key: Option<&str>, node: String) -> Result<Self> {
+        let rt = super::store_runtime("probe's store")?;
+        let store = rt.block_on(herd_store::Store::open(url))?;
+        let run = match (run, key) {
+            (Some(run), _) => run,
+            (None, Some(key)) => rt.block_on(store.wait_for_key(key, Duration::from_secs(600)))?,
+            (None, None) => {
+                return Err(crate::environment(anyhow::anyhow!(
+                    "--store needs --run ID or --run-key KEY: the run this probe belongs to"
+                )));
+            }
+        };
+        let meta = rt.block_on(store.meta(Some(run)))?;
+        tracing::info!(
+            "herd probe: writing node {node}'s intervals into run {} ({}) in {}",
+            meta.id,
+            meta.name,
+            store.url()
+        );
+        Ok(Self {
+            rt,
+            store,
+            run,
+            node,
+            seq: 0,
+            clock: None,
+            over: false,
+        })
+    }
+
+    /// Writes `iv` on the run's clock: the run's monotonic base plus the wall-clock time since
+    /// the run's start (a node's monotonic clock means nothing on another host). Intervals
+    /// before the run has started are not written.
+    fn put(&mut self, iv: &Interval) -> Result<()> {
+        let meta = self.rt.block_on(self.store.meta(Some(self.run)))?;
+        self.over = meta.status != "running";
+        if self.clock.is_none() {
+            // A sharded run starts when its shards do; a run of one process when it began.
+            let start_ns = if meta.shards.is_empty() {
+                Some(meta.started_unix_ms * 1_000_000)
+            } else {
+                meta.shards.iter().filter_map(|s| s.started_unix_ns).min()
+            };
+            self.clock = start_ns.map(|s| (meta.mono_start_ns as u64, s));
+        }
+        let Some((mono0, start_ns)) = self.clock else {
+            return Ok(());
+        };
+        let now_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as i64);
+        let Some(since) = u64::try_from(now_ns - start_ns).ok() else {
+            return Ok(());
+        };
+        let mut row = iv.clone();
+        row.at_ns = mono0 + since;
+        self.rt.block_on(
+            self.store
+                .put_node_probe(self.run, &self.node, self.seq, &row),
+        )?;
+        self.seq += 1;
+        Ok(())
+    }
 }
 
 /// Formats one interval: a line per active container (TCP opens, TIME_WAIT entries, CPU
@@ -215,6 +314,18 @@ pub fn run(args: &ProbeArgs) -> Result<()> {
         )),
         None => None,
     };
+    let mut sink = match (&args.store, args.run) {
+        (Some(url), run) => {
+            let node = args.node.clone().unwrap_or_else(|| {
+                std::fs::read_to_string("/proc/sys/kernel/hostname")
+                    .map(|h| h.trim().to_owned())
+                    .unwrap_or_else(|_| "node".into())
+            });
+            Some(NodeSink::open(url, run, args.run_key.as_deref(), node)?)
+        }
+        _ => None,
+    };
+    let over = std::cell::Cell::new(false);
     let metrics = args
         .listen
         .map(crate::metrics::MetricsServer::start)
@@ -239,12 +350,16 @@ pub fn run(args: &ProbeArgs) -> Result<()> {
     let w = Watch {
         every: args.interval,
         total: args.duration,
-        until: &|| false,
+        until: &|| over.get(),
         stop: &signals::stop_requested,
     };
     let mut gauges = herd_probe::prometheus::Gauges::default();
     watch(&mut sampler, &w, |iv, sampler| {
         print_interval(iv, t0, args.pair_rows);
+        if let Some(sink) = sink.as_mut() {
+            sink.put(iv)?;
+            over.set(sink.over);
+        }
         if let Some(m) = &metrics {
             gauges.add(iv);
             let mut body = sampler.exposition().render();

@@ -78,6 +78,18 @@ pub struct RunArgs {
     /// Quick mode: SCENARIO is a URL.
     #[command(flatten)]
     pub quick: crate::quick::QuickArgs,
+    /// Run shard I of N of the plan (0-based: 0/3, 1/3, 2/3): its players, hammer workers,
+    /// catalog requests and open-model arrivals, so that N processes send what one would.
+    /// Needs --run-key and a PostgreSQL --store shared by the shards (docs/scale-out.md).
+    #[arg(long, value_name = "I/N")]
+    pub shard: Option<herd_driver::Shard>,
+    /// The name the shards of one run share: the first to start creates the run, the others
+    /// join it, and all start together once the N have registered.
+    #[arg(long, value_name = "KEY")]
+    pub run_key: Option<String>,
+    /// How long a shard waits for the others to register before it fails, naming them.
+    #[arg(long, default_value = "120s", value_parser = parse_duration)]
+    pub shard_timeout: Duration,
 }
 
 impl RunArgs {
@@ -88,7 +100,7 @@ impl RunArgs {
             Some(text) => Scenario::parse(crate::quick::FILE, text, &self.set),
             None => Scenario::load(&self.scenario, &self.set),
         })?;
-        herd_driver::limits::check_host(&scenario)?;
+        herd_driver::limits::check_host(&scenario, self.shard.unwrap_or_default())?;
         if self.insecure && !scenario.target.accept_any_certificate() {
             tracing::warn!("--insecure does nothing for an http:// target");
         }
@@ -109,6 +121,22 @@ impl RunArgs {
         c.live = !self.quiet;
         c.keep_seed = self.keep_seed;
         c.listen = self.listen;
+        match (self.shard, &self.run_key) {
+            (Some(shard), Some(key)) => {
+                c.shard = shard;
+                c.run_key = Some(key.clone());
+            }
+            (Some(shard), None) if !shard.is_whole() => {
+                return Err(herd_store::ShardUsageError(format!(
+                    "--shard {shard} needs --run-key KEY, the same for every shard of the run, \
+                     so that they find one another in the store"
+                ))
+                .into());
+            }
+            (_, Some(key)) => c.run_key = Some(key.clone()),
+            _ => {}
+        }
+        c.shard_timeout = self.shard_timeout;
         Ok(c)
     }
 }

@@ -92,6 +92,8 @@ pub(super) fn rows(
         let rows = &groups[&key];
         containers.push(container_row(&key.0, &key.1, rows, mono0));
     }
+    let sums = node_sums(&containers);
+    containers.extend(sums);
     if d.probe.is_empty() {
         for s in load_steps {
             containers.push(ContainerRow {
@@ -279,5 +281,118 @@ fn container_row(step: &str, name: &str, rows: &[(&Interval, usize)], mono0: u64
         } else {
             or(None, &sock_reason, "socket gauge")
         },
+    }
+}
+
+/// Per phase, one row per container that runs on several nodes (`NAME@node` rows, from a
+/// probe per node): `NAME (N nodes)`, the sum of its nodes' rates, CPU, memory and gauges
+/// (the fewest free ports of any node; no throttled share, which is per node).
+fn node_sums(rows: &[ContainerRow]) -> Vec<ContainerRow> {
+    let mut groups: Vec<((String, String), Vec<&ContainerRow>)> = Vec::new();
+    for r in rows {
+        let Some((base, _node)) = r.container.rsplit_once('@') else {
+            continue;
+        };
+        let key = (r.phase.clone(), base.to_owned());
+        match groups.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, g)) => g.push(r),
+            None => groups.push((key, vec![r])),
+        }
+    }
+    let fold = |g: &[&ContainerRow], f: fn(&ContainerRow) -> &Cell, min: bool| -> Cell {
+        let mut acc: Option<f64> = None;
+        for r in g {
+            match f(r) {
+                Cell::Value(v) => {
+                    acc = Some(match acc {
+                        None => *v,
+                        Some(a) if min => a.min(*v),
+                        Some(a) => a + v,
+                    })
+                }
+                Cell::Missing(why) => return Cell::Missing(format!("{}: {why}", r.container)),
+            }
+        }
+        acc.map_or_else(|| Cell::Missing("no node measured it".into()), Cell::Value)
+    };
+    groups
+        .into_iter()
+        .filter(|(_, g)| g.len() > 1)
+        .map(|((phase, base), g)| {
+            let sum = |f: fn(&ContainerRow) -> &Cell| fold(&g, f, false);
+            ContainerRow {
+                phase,
+                container: format!("{base} ({} nodes)", g.len()),
+                cpu_burst: sum(|r| &r.cpu_burst),
+                cpu_sustained: sum(|r| &r.cpu_sustained),
+                cpu_avg: sum(|r| &r.cpu_avg),
+                cpu_cap: sum(|r| &r.cpu_cap),
+                throttled_share: Cell::Missing("per node: see the node rows".into()),
+                throttled_ms: sum(|r| &r.throttled_ms),
+                mem_peak_mib: sum(|r| &r.mem_peak_mib),
+                working_set_mib: sum(|r| &r.working_set_mib),
+                started_s: None,
+                ended_s: None,
+                connects_per_s: sum(|r| &r.connects_per_s),
+                time_wait_per_s: sum(|r| &r.time_wait_per_s),
+                connect_errors: sum(|r| &r.connect_errors),
+                time_wait_peak: sum(|r| &r.time_wait_peak),
+                established_peak: sum(|r| &r.established_peak),
+                headroom_min: fold(&g, |r| &r.headroom_min, true),
+                listen_overflows: sum(|r| &r.listen_overflows),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod node_tests {
+    use super::*;
+
+    fn row(container: &str, connects: f64, headroom: f64) -> ContainerRow {
+        let v = Cell::Value;
+        ContainerRow {
+            phase: "step 1".into(),
+            container: container.into(),
+            cpu_burst: v(0.5),
+            cpu_sustained: v(0.4),
+            cpu_avg: v(0.25),
+            cpu_cap: Cell::Missing("unlimited: no CPU quota".into()),
+            throttled_share: v(0.0),
+            throttled_ms: v(0.0),
+            mem_peak_mib: v(10.0),
+            working_set_mib: v(8.0),
+            started_s: None,
+            ended_s: None,
+            connects_per_s: v(connects),
+            time_wait_per_s: v(1.0),
+            connect_errors: v(0.0),
+            time_wait_peak: v(3.0),
+            established_peak: v(4.0),
+            headroom_min: v(headroom),
+            listen_overflows: v(0.0),
+        }
+    }
+
+    #[test]
+    fn a_service_on_several_nodes_gets_one_row_of_sums() {
+        let rows = vec![
+            row("nginx@a", 10.0, 500.0),
+            row("nginx@b", 32.0, 200.0),
+            row("db@a", 1.0, 9.0),
+        ];
+        let sums = node_sums(&rows);
+        assert_eq!(sums.len(), 1, "db runs on one node only");
+        let s = &sums[0];
+        assert_eq!(s.container, "nginx (2 nodes)");
+        assert_eq!(s.connects_per_s.value(), Some(42.0));
+        assert_eq!(s.cpu_avg.value(), Some(0.5));
+        assert_eq!(s.established_peak.value(), Some(8.0));
+        assert_eq!(
+            s.headroom_min.value(),
+            Some(200.0),
+            "the fewest free ports of any node"
+        );
+        assert!(matches!(&s.cpu_cap, Cell::Missing(w) if w.contains("nginx@a")));
     }
 }

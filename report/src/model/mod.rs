@@ -200,6 +200,7 @@ impl Report {
                 d.meta.status
             ));
         }
+        notes.extend(shard_notes(&d.meta.shards));
         if ops.iter().any(|o| o.histogram.is_none()) {
             notes.push(format!(
                 "Some latencies were {NO_HISTOGRAM}: their phase rows show the percentiles the \
@@ -250,6 +251,46 @@ impl Report {
         report.findings = findings::detect(&report, d);
         report
     }
+}
+
+/// What a sharded run's report says about its shards: how many merged, how far apart their
+/// clocks started, and which did not run to the end with what they recorded.
+fn shard_notes(shards: &[crate::ShardInfo]) -> Vec<String> {
+    let Some(first) = shards.first() else {
+        return Vec::new();
+    };
+    let count = first.count;
+    let starts: Vec<i64> = shards.iter().filter_map(|s| s.started_unix_ns).collect();
+    let skew = match (starts.iter().min(), starts.iter().max()) {
+        (Some(a), Some(b)) if starts.len() > 1 => {
+            format!(
+                "; their plans' clocks started within {:.1} ms of each other (read on each \
+                 host's wall clock, so across hosts it includes their clocks' offset)",
+                (b - a) as f64 / 1e6
+            )
+        }
+        _ => String::new(),
+    };
+    let mut notes = vec![format!(
+        "Merged from {} of {count} shards: counts add and latency histograms merge exactly{skew}.",
+        shards.len()
+    )];
+    for i in 0..count {
+        if !shards.iter().any(|s| s.index == i) {
+            notes.push(format!(
+                "Shard {i}/{count} never registered: it recorded nothing."
+            ));
+        }
+    }
+    for s in shards.iter().filter(|s| !s.finished) {
+        notes.push(format!(
+            "Shard {}/{count} ({}, pid {}) is missing: it is `{}` and recorded {} intervals and \
+             {} phase totals before it stopped, which the tables include; phases it did not \
+             end lack its share.",
+            s.index, s.host, s.pid, s.status, s.intervals, s.phases
+        ));
+    }
+    notes
 }
 
 #[cfg(test)]

@@ -111,6 +111,7 @@ pub(crate) fn data() -> RunData {
             mono_start_ns: mono0 as i64,
             finished_unix_ms: None,
             status: "running".into(),
+            shards: Vec::new(),
         },
         phases: vec![step],
         driver,

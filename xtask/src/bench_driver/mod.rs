@@ -55,12 +55,23 @@ pub struct Args {
     /// Seconds the scale run holds its players (after a 10 s arrival).
     #[arg(long, default_value_t = 60)]
     pub hold: u64,
+    /// Shards of the scale run: that many `herd drive --shard I/N` processes side by side
+    /// (one process may hold at most RLIMIT_NOFILE connections), merged with `herd merge`.
+    #[arg(long, default_value_t = 1)]
+    pub shards: u32,
 }
 
 /// The side-by-side comparison; returns the markdown tables.
 pub fn bench_driver(root: &Path, args: &Args) -> Result<String> {
     let (herd, dir) = prepare(root)?;
-    let nginx = Nginx::start(&dir, 4096)?;
+    let nginx = Nginx::start(
+        &dir,
+        &nginx::Setup {
+            worker_connections: 4096,
+            workers: 1,
+            access_log: false,
+        },
+    )?;
     let mut samples: Vec<(Tool, Sample)> = Vec::new();
     for rep in 0..args.reps {
         // Rotate the order, so drift over the run (other load, thermal) favours nobody.

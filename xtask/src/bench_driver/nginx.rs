@@ -25,14 +25,33 @@ pub(super) const STREAM_RATE: usize = 256;
 /// Size of the stream's file: 256 s at [`STREAM_RATE`], longer than any scale run.
 const STREAM_BYTES: usize = 64 * 1024;
 
-fn nginx_config(dir: &Path, worker_connections: usize) -> String {
+/// How nginx is set up for a run.
+pub(super) struct Setup {
+    /// Connections per worker.
+    pub worker_connections: usize,
+    /// Worker processes: more than one when the connections exceed one process's
+    /// RLIMIT_NOFILE (each worker has its own; `reuseport` spreads connections over them).
+    pub workers: usize,
+    /// Log every request to `access.log` (the scale run's ground truth).
+    pub access_log: bool,
+}
+
+fn nginx_config(dir: &Path, setup: &Setup) -> String {
     let d = dir.display();
     let nofile = nofile();
+    let worker_connections = setup.worker_connections;
+    let workers = setup.workers;
+    let access_log = if setup.access_log {
+        format!("access_log {d}/access.log combined buffer=256k flush=1s")
+    } else {
+        "access_log off".to_owned()
+    };
+    let reuseport = if workers > 1 { " reuseport" } else { "" };
     format!(
         "# Written by cargo xtask bench-driver; removed with its directory.
 daemon off;
 master_process on;
-worker_processes 1;
+worker_processes {workers};
 worker_rlimit_nofile {nofile};
 pid {d}/nginx.pid;
 error_log {d}/error.log warn;
@@ -41,7 +60,7 @@ events {{
     multi_accept on;
 }}
 http {{
-    access_log off;
+    {access_log};
     keepalive_requests 1000000000;
     keepalive_timeout 300s;
     http2_max_concurrent_streams 128;
@@ -51,8 +70,8 @@ http {{
     uwsgi_temp_path {d}/uwsgi;
     scgi_temp_path {d}/scgi;
     server {{
-        listen 127.0.0.1:{H1_PORT} backlog=16384;
-        listen 127.0.0.1:{H2C_PORT} http2 backlog=16384;
+        listen 127.0.0.1:{H1_PORT} backlog=16384{reuseport};
+        listen 127.0.0.1:{H2C_PORT} http2 backlog=16384{reuseport};
         location / {{
             default_type text/plain;
             return 200 \"ok\";
@@ -74,14 +93,14 @@ http {{
 }
 
 impl Nginx {
-    pub(super) fn start(dir: &Path, worker_connections: usize) -> Result<Self> {
+    pub(super) fn start(dir: &Path, setup: &Setup) -> Result<Self> {
         for port in [H1_PORT, H2C_PORT] {
             if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
                 bail!("127.0.0.1:{port} is already taken; stop what listens there and rerun");
             }
         }
         let conf = dir.join("nginx.conf");
-        std::fs::write(&conf, nginx_config(dir, worker_connections))?;
+        std::fs::write(&conf, nginx_config(dir, setup))?;
         std::fs::write(dir.join("stream.bin"), vec![b'.'; STREAM_BYTES])?;
         let error_log = dir.join("error.log");
         let mut cmd = Command::new("nginx");
@@ -111,6 +130,22 @@ impl Nginx {
             }
         }
         Ok(nginx)
+    }
+
+    /// Requests nginx logged (`access_log` on); complete once nginx has stopped.
+    pub(super) fn logged(dir: &Path) -> Result<u64> {
+        let log = std::fs::read(dir.join("access.log")).context("reading nginx's access log")?;
+        Ok(log.iter().filter(|&&b| b == b'\n').count() as u64)
+    }
+
+    /// Every worker's pid (the master's children).
+    pub(super) fn workers(&self) -> Vec<u32> {
+        let pid = self.child.id();
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect()
     }
 
     /// The worker's pid (the master's only child).

@@ -8,14 +8,24 @@ use anyhow::{Context as _, Result, bail};
 use super::{
     Args,
     harness::{CLIENT_CORE, SERVER_CORE, nofile, prepare, proc_cpu, run_client},
-    nginx::{H2C_PORT, Nginx},
+    nginx::{H2C_PORT, Nginx, Setup},
     table::{herd_commit, thousands},
     tools::ops,
 };
 
-/// The scale run: every player on its own h2c connection, a call every 5 s.
-fn scale_scenario(players: usize, hold: u64) -> String {
+/// The scale run: every player on its own h2c connection, a call every 5 s; with shards,
+/// each shard's connections come from its own loopback source address, so no source/
+/// destination pair needs more than the ≈ 28 000 ephemeral ports.
+fn scale_scenario(players: usize, hold: u64, shards: u32) -> String {
     let ops = ops();
+    let sources = if shards > 1 {
+        let list: Vec<String> = (0..shards)
+            .map(|i| format!("\"127.0.0.{}\"", i + 2))
+            .collect();
+        format!("source_addrs = [{}]\n", list.join(", "))
+    } else {
+        String::new()
+    };
     format!(
         "# Written by cargo xtask bench-driver --scale.
 [target]
@@ -24,7 +34,7 @@ transport = \"h2c\"
 connections = \"per_player\"
 timeout = \"10s\"
 connect_timeout = \"10s\"
-
+{sources}
 [player]
 tick = \"5s\"
 
@@ -44,30 +54,93 @@ duration = \"{hold}s\"
 /// The scale run; returns a markdown table.
 pub fn bench_scale(root: &Path, args: &Args) -> Result<String> {
     let (herd, dir) = prepare(root)?;
-    let nginx = Nginx::start(&dir, args.players + 1024)?;
-    if nofile() < args.players as u64 + 1024 {
+    let shards = args.shards.max(1);
+    let per_shard = args.players.div_ceil(shards as usize);
+    if nofile() < per_shard as u64 + 1024 {
         bail!(
-            "{} players need {} file descriptors per process; the hard RLIMIT_NOFILE is {}",
-            args.players,
-            args.players + 1024,
-            nofile()
+            "{per_shard} players per process need {} file descriptors; the hard RLIMIT_NOFILE \
+             is {}: give --shards {}",
+            per_shard + 1024,
+            nofile(),
+            (args.players as u64).div_ceil(nofile().saturating_sub(2048).max(1))
         );
     }
+    // One nginx worker holds at most RLIMIT_NOFILE connections too.
+    let workers = (args.players as u64).div_ceil(nofile().saturating_sub(3072).max(1)) as usize;
+    let nginx = Nginx::start(
+        &dir,
+        &Setup {
+            worker_connections: args.players / workers + 1024,
+            workers,
+            access_log: true,
+        },
+    )?;
     let scenario = dir.join("scale.toml");
-    std::fs::write(&scenario, scale_scenario(args.players, args.hold))?;
-    let json = dir.join("scale.json");
-    let mut cmd = Command::new(&herd);
-    cmd.arg("drive")
-        .arg(&scenario)
-        .arg("--json")
-        .arg(&json)
-        .arg("--grace")
-        .arg("10s");
-    let worker = nginx.worker();
-    let server_before = worker.map_or(0.0, proc_cpu);
-    let exit = run_client(&mut cmd, &dir.join("scale.out"))?;
-    let server_cpu_s = worker.map_or(0.0, proc_cpu) - server_before;
+    std::fs::write(&scenario, scale_scenario(args.players, args.hold, shards))?;
+    let server_pids = nginx.workers();
+    let server_before: f64 = server_pids.iter().map(|&p| proc_cpu(p)).sum();
+    let runs: Vec<_> = (0..shards)
+        .map(|i| {
+            let (herd, scenario, dir) = (herd.clone(), scenario.clone(), dir.path().to_owned());
+            std::thread::spawn(
+                move || -> Result<(std::path::PathBuf, super::harness::Exit)> {
+                    let json = dir.join(format!("scale-{i}.json"));
+                    let mut cmd = Command::new(&herd);
+                    cmd.arg("drive")
+                        .arg(&scenario)
+                        .arg("--json")
+                        .arg(&json)
+                        .arg("--grace")
+                        .arg("10s")
+                        .arg("--quiet");
+                    if shards > 1 {
+                        cmd.arg("--shard").arg(format!("{i}/{shards}"));
+                    }
+                    let exit = run_client(&mut cmd, &dir.join(format!("scale-{i}.out")))?;
+                    Ok((json, exit))
+                },
+            )
+        })
+        .collect();
+    let mut exits = Vec::new();
+    for r in runs {
+        exits.push(
+            r.join()
+                .map_err(|_| anyhow::anyhow!("a shard's thread panicked"))??,
+        );
+    }
+    let server_cpu_s = server_pids.iter().map(|&p| proc_cpu(p)).sum::<f64>() - server_before;
+    // The access log is flushed every second and when nginx stops.
+    std::thread::sleep(std::time::Duration::from_secs(2));
     drop(nginx);
+    let logged = Nginx::logged(&dir)?;
+    let json = if shards > 1 {
+        let merged = dir.join("scale.json");
+        let mut merge = Command::new(&herd);
+        merge.arg("merge");
+        for (j, _) in &exits {
+            merge.arg(j);
+        }
+        merge
+            .arg("--json")
+            .arg(&merged)
+            .stdout(std::process::Stdio::null());
+        let st = merge.status().context("running herd merge")?;
+        if !st.success() {
+            bail!("herd merge of the shards' results failed");
+        }
+        merged
+    } else {
+        exits[0].0.clone()
+    };
+    let exit = super::harness::Exit {
+        stdout: String::new(),
+        cpu_s: exits.iter().map(|(_, e)| e.cpu_s).sum(),
+        user_s: exits.iter().map(|(_, e)| e.user_s).sum(),
+        // The shards' peaks, summed: they hold their players at the same time.
+        peak_rss_kib: exits.iter().map(|(_, e)| e.peak_rss_kib).sum(),
+        wall_s: exits.iter().map(|(_, e)| e.wall_s).fold(0.0, f64::max),
+    };
     let report: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&json)?).context("reading herd's JSON report")?;
     let mut outcomes: std::collections::BTreeMap<String, u64> = Default::default();
@@ -124,12 +197,22 @@ pub fn bench_scale(root: &Path, args: &Args) -> Result<String> {
     writeln!(t, "| plan | arrive over 10 s, hold {} s |", args.hold)?;
     writeln!(
         t,
-        "| driver peak RSS (rusage) | {:.1} MiB |",
+        "| driver processes | {shards} (`herd drive --shard I/{shards}`, merged by `herd merge`){} |",
+        if shards > 1 {
+            format!(", source addresses 127.0.0.2–127.0.0.{}", shards + 1)
+        } else {
+            String::new()
+        }
+    )?;
+    writeln!(t, "| nginx workers | {workers} |")?;
+    writeln!(
+        t,
+        "| driver peak RSS (rusage; summed over the shards) | {:.1} MiB |",
         exit.peak_rss_kib as f64 / 1024.0
     )?;
     writeln!(
         t,
-        "| driver peak RSS (herd's own 1 s samples) | {:.1} MiB |",
+        "| driver peak RSS (herd's own 1 s samples; summed over the shards) | {:.1} MiB |",
         peak_rss_interval as f64 / 1_048_576.0
     )?;
     writeln!(
@@ -190,6 +273,12 @@ pub fn bench_scale(root: &Path, args: &Args) -> Result<String> {
             }
         )?;
     }
+    writeln!(
+        t,
+        "| requests: herd (merged) / nginx access log | {} / {} |",
+        thousands(report["requests"].as_f64().unwrap_or(0.0)),
+        thousands(logged as f64)
+    )?;
     writeln!(t, "| nginx CPU over the run | {:.2} CPU-s |", server_cpu_s)?;
     writeln!(
         t,

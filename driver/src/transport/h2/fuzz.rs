@@ -147,6 +147,8 @@ pub fn client(data: &[u8]) -> usize {
         port: 1,
         authority: "127.0.0.1:1".into(),
         timeout: std::time::Duration::from_secs(1),
+        sources: Default::default(),
+        next_source: Default::default(),
     };
     let mut opened = None;
     let socket = Socket(wire.clone());

@@ -230,6 +230,8 @@ fn dial(l: &TcpListener) -> Dial {
         port,
         authority: format!("127.0.0.1:{port}"),
         timeout: PATIENCE,
+        sources: Default::default(),
+        next_source: Default::default(),
     }
 }
 

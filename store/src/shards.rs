@@ -1,0 +1,467 @@
+//! Shards of one run (`herd run --shard I/N --run-key KEY`): they find their run by its key,
+//! register, wait for each other and start at one wall-clock instant; each writes its rows
+//! tagged with its index, and a report merges them.
+//!
+//! No shard leads: the first to register creates the run, every one computes the same start
+//! from the registrations once all N are in (the last registration plus [`START_LEAD`]).
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context as _, Result};
+use herd_driver::Shard;
+use herd_report::{RunMeta, ShardInfo};
+use sqlx::Row as _;
+
+use crate::{Owner, Source, Store, redact};
+
+/// Between the last shard's registration and the common start: long enough for every shard
+/// to see it (they poll every [`POLL`]) and be asleep before it comes.
+pub const START_LEAD: Duration = Duration::from_millis(1500);
+
+/// How often a waiting shard looks for the others.
+const POLL: Duration = Duration::from_millis(100);
+
+/// Bad usage of shards (exit 2): the shard's number, the run's count, the store.
+#[derive(Debug)]
+pub struct ShardUsageError(pub String);
+
+impl std::fmt::Display for ShardUsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ShardUsageError {}
+
+/// The shards of a run did not all register in time.
+#[derive(Debug)]
+pub struct MissingShards(pub String);
+
+impl std::fmt::Display for MissingShards {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for MissingShards {}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+impl Store {
+    /// The store's tables, created if missing, and the `shard` column added to rows written
+    /// before it existed (those read as shard 0 of a run of one). One transaction, and on
+    /// PostgreSQL under an advisory lock: N shards opening a fresh store at once would
+    /// otherwise race on `CREATE TABLE IF NOT EXISTS` (it is not atomic there: the loser
+    /// fails on a duplicate type name).
+    pub(crate) async fn create_schema(&self) -> Result<()> {
+        let what = || {
+            format!(
+                "creating herd's tables in the run store {}",
+                redact(&self.url)
+            )
+        };
+        let mut tx = self.pool.begin().await.with_context(what)?;
+        if self.is_postgres() {
+            sqlx::query("SELECT 1 AS one FROM (SELECT pg_advisory_xact_lock(7292882)) AS l")
+                .fetch_all(&mut *tx)
+                .await
+                .with_context(what)?;
+        }
+        for sql in [
+            "CREATE TABLE IF NOT EXISTS herd_runs (id BIGINT PRIMARY KEY, name TEXT NOT NULL, \
+             scenario TEXT NOT NULL, started_unix_ms BIGINT NOT NULL, mono_start_ns BIGINT NOT NULL, \
+             finished_unix_ms BIGINT, status TEXT NOT NULL)",
+            "CREATE TABLE IF NOT EXISTS herd_rows (run_id BIGINT NOT NULL, source TEXT NOT NULL, \
+             seq BIGINT NOT NULL, at_ns BIGINT NOT NULL, body TEXT NOT NULL, \
+             shard BIGINT NOT NULL DEFAULT 0, PRIMARY KEY (run_id, shard, source, seq))",
+            "CREATE TABLE IF NOT EXISTS herd_run_keys (run_key TEXT PRIMARY KEY, \
+             run_id BIGINT NOT NULL, shards BIGINT NOT NULL)",
+            "CREATE TABLE IF NOT EXISTS herd_shards (run_id BIGINT NOT NULL, shard BIGINT NOT NULL, \
+             shards BIGINT NOT NULL, host TEXT NOT NULL, pid BIGINT NOT NULL, \
+             registered_unix_ms BIGINT NOT NULL, started_unix_ns BIGINT, status TEXT NOT NULL, \
+             PRIMARY KEY (run_id, shard))",
+        ] {
+            sqlx::query(sql)
+                .execute(&mut *tx)
+                .await
+                .with_context(what)?;
+        }
+        let count = if self.is_postgres() {
+            "SELECT COUNT(*) AS n FROM information_schema.columns \
+             WHERE table_name = 'herd_rows' AND column_name = 'shard'"
+        } else {
+            "SELECT COUNT(*) AS n FROM pragma_table_info('herd_rows') WHERE name = 'shard'"
+        };
+        let has_column: i64 = sqlx::query(count)
+            .fetch_one(&mut *tx)
+            .await
+            .with_context(what)?
+            .try_get("n")?;
+        if has_column == 0 {
+            sqlx::query("ALTER TABLE herd_rows ADD COLUMN shard BIGINT NOT NULL DEFAULT 0")
+                .execute(&mut *tx)
+                .await
+                .with_context(what)?;
+            if self.is_postgres() {
+                // Shards number their rows independently: the key needs the shard. (SQLite
+                // keeps its old key: a SQLite store holds runs of one shard only.)
+                sqlx::query(
+                    "ALTER TABLE herd_rows DROP CONSTRAINT IF EXISTS herd_rows_pkey, \
+                     ADD PRIMARY KEY (run_id, shard, source, seq)",
+                )
+                .execute(&mut *tx)
+                .await
+                .with_context(what)?;
+            }
+        }
+        tx.commit().await.with_context(what)?;
+        Ok(())
+    }
+
+    fn is_postgres(&self) -> bool {
+        self.url.starts_with("postgres")
+    }
+
+    /// Shard `shard` of the run named `key`: creates the run if it is the first to come,
+    /// registers the shard, and returns the run's header. Bad usage ([`ShardUsageError`]): a
+    /// SQLite store with more than one shard, another shard count than the run's, an index
+    /// already taken.
+    pub async fn join(
+        &self,
+        key: &str,
+        shard: Shard,
+        name: &str,
+        scenario: &str,
+        mono_start_ns: u64,
+    ) -> Result<RunMeta> {
+        if !self.is_postgres() && !shard.is_whole() {
+            return Err(ShardUsageError(format!(
+                "--shard {shard}: the shards of a run write to one shared store, and {} is a \
+                 SQLite file on this host; give --store postgres://USER:PASSWORD@HOST/DB, \
+                 reachable from every shard",
+                redact(&self.url)
+            ))
+            .into());
+        }
+        let mut tx = self.pool.begin().await?;
+        if self.is_postgres() {
+            // One run per key even when every shard comes at once.
+            sqlx::query("SELECT 1 AS one FROM (SELECT pg_advisory_xact_lock(7292883)) AS l")
+                .fetch_all(&mut *tx)
+                .await?;
+        }
+        let found = sqlx::query("SELECT run_id, shards FROM herd_run_keys WHERE run_key = $1")
+            .bind(key)
+            .fetch_optional(&mut *tx)
+            .await
+            .with_context(|| format!("looking up run key {key}"))?;
+        let run = match found {
+            Some(row) => {
+                let (run, count): (i64, i64) = (row.try_get("run_id")?, row.try_get("shards")?);
+                if count != i64::from(shard.count) {
+                    return Err(ShardUsageError(format!(
+                        "--shard {shard} --run-key {key}: run {run} of that key has {count} \
+                         shards, not {}; give every shard of one run the same N",
+                        shard.count
+                    ))
+                    .into());
+                }
+                run
+            }
+            None => {
+                let next: i64 = sqlx::query("SELECT COALESCE(MAX(id), 0) + 1 AS n FROM herd_runs")
+                    .fetch_one(&mut *tx)
+                    .await
+                    .context("allocating a run id")?
+                    .try_get("n")?;
+                sqlx::query(
+                    "INSERT INTO herd_runs (id, name, scenario, started_unix_ms, mono_start_ns, status) \
+                     VALUES ($1, $2, $3, $4, $5, 'running')",
+                )
+                .bind(next)
+                .bind(name)
+                .bind(scenario)
+                .bind(now_ms())
+                .bind(mono_start_ns as i64)
+                .execute(&mut *tx)
+                .await
+                .with_context(|| format!("recording run {next} in {}", redact(&self.url)))?;
+                sqlx::query(
+                    "INSERT INTO herd_run_keys (run_key, run_id, shards) VALUES ($1, $2, $3)",
+                )
+                .bind(key)
+                .bind(next)
+                .bind(i64::from(shard.count))
+                .execute(&mut *tx)
+                .await?;
+                next
+            }
+        };
+        let taken = sqlx::query(
+            "SELECT host, pid, status FROM herd_shards WHERE run_id = $1 AND shard = $2",
+        )
+        .bind(run)
+        .bind(i64::from(shard.index))
+        .fetch_optional(&mut *tx)
+        .await?;
+        if let Some(t) = taken {
+            let (host, pid, status): (String, i64, String) =
+                (t.try_get("host")?, t.try_get("pid")?, t.try_get("status")?);
+            return Err(ShardUsageError(format!(
+                "--shard {shard} --run-key {key}: shard {} of run {run} is already taken (by pid \
+                 {pid} on {host}, {status}); give each shard its own index, and a new --run-key \
+                 for a new run",
+                shard.index
+            ))
+            .into());
+        }
+        let me = Owner::me();
+        sqlx::query(
+            "INSERT INTO herd_shards (run_id, shard, shards, host, pid, registered_unix_ms, status) \
+             VALUES ($1, $2, $3, $4, $5, $6, 'running')",
+        )
+        .bind(run)
+        .bind(i64::from(shard.index))
+        .bind(i64::from(shard.count))
+        .bind(&me.host)
+        .bind(i64::from(me.pid))
+        .bind(now_ms())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit()
+            .await
+            .with_context(|| format!("registering shard {shard} of run {run}"))?;
+        self.put_shard(run, shard.index, Source::Owner, 0, 0, &me)
+            .await?;
+        let mut meta = self.meta(Some(run)).await?;
+        meta.mono_start_ns = mono_start_ns as i64;
+        Ok(meta)
+    }
+
+    /// The run the shards of `key` record, once its first shard has created it; fails
+    /// after `timeout`.
+    pub async fn wait_for_key(&self, key: &str, timeout: Duration) -> Result<i64> {
+        let give_up = std::time::Instant::now() + timeout;
+        loop {
+            let row = sqlx::query("SELECT run_id FROM herd_run_keys WHERE run_key = $1")
+                .bind(key)
+                .fetch_optional(&self.pool)
+                .await
+                .with_context(|| format!("looking up run key {key}"))?;
+            if let Some(r) = row {
+                return Ok(r.try_get("run_id")?);
+            }
+            if std::time::Instant::now() >= give_up {
+                return Err(MissingShards(format!(
+                    "no shard of run key {key} registered in {} within {}s: start the shards \
+                     (herd run --shard I/N --run-key {key}) against the same store",
+                    redact(&self.url),
+                    timeout.as_secs()
+                ))
+                .into());
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// Waits until all of the run's shards have registered, then returns the instant they all
+    /// start at. Fails after `timeout` naming the shards that did not come.
+    pub async fn barrier(&self, run: i64, shard: Shard, timeout: Duration) -> Result<SystemTime> {
+        let give_up = std::time::Instant::now() + timeout;
+        loop {
+            let rows = sqlx::query(
+                "SELECT shard, registered_unix_ms FROM herd_shards WHERE run_id = $1 ORDER BY shard",
+            )
+            .bind(run)
+            .fetch_all(&self.pool)
+            .await
+            .with_context(|| format!("waiting for the shards of run {run}"))?;
+            let mut here = Vec::new();
+            let mut last = 0i64;
+            for r in &rows {
+                here.push(r.try_get::<i64, _>("shard")? as u32);
+                last = last.max(r.try_get("registered_unix_ms")?);
+            }
+            if here.len() as u32 >= shard.count {
+                return Ok(UNIX_EPOCH + Duration::from_millis(last as u64) + START_LEAD);
+            }
+            if std::time::Instant::now() >= give_up {
+                let missing: Vec<String> = (0..shard.count)
+                    .filter(|i| !here.contains(i))
+                    .map(|i| format!("{i}/{}", shard.count))
+                    .collect();
+                return Err(MissingShards(format!(
+                    "shard {shard} of run {run} waited {}s for the other shards to register in {}; \
+                     missing: {} — start them with the same --run-key and --store, or raise \
+                     --shard-timeout",
+                    timeout.as_secs(),
+                    redact(&self.url),
+                    missing.join(", ")
+                ))
+                .into());
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// Records when shard `index`'s plan clock started.
+    pub async fn shard_started(&self, run: i64, index: u32, at: SystemTime) -> Result<()> {
+        let ns = at
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as i64);
+        sqlx::query("UPDATE herd_shards SET started_unix_ns = $1 WHERE run_id = $2 AND shard = $3")
+            .bind(ns)
+            .bind(run)
+            .bind(i64::from(index))
+            .execute(&self.pool)
+            .await
+            .with_context(|| format!("recording shard {index}'s start in run {run}"))?;
+        Ok(())
+    }
+
+    /// Closes shard `index` with `status`; the run is closed once its last shard is, with the
+    /// worst of their statuses.
+    pub async fn finish_shard(&self, run: i64, index: u32, status: &str) -> Result<()> {
+        sqlx::query("UPDATE herd_shards SET status = $1 WHERE run_id = $2 AND shard = $3")
+            .bind(status)
+            .bind(run)
+            .bind(i64::from(index))
+            .execute(&self.pool)
+            .await
+            .with_context(|| format!("closing shard {index} of run {run}"))?;
+        let statuses: Vec<String> = sqlx::query("SELECT status FROM herd_shards WHERE run_id = $1")
+            .bind(run)
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(|r| r.try_get("status"))
+            .collect::<Result<_, _>>()?;
+        if statuses.iter().any(|s| s == "running") {
+            return Ok(());
+        }
+        let worst = ["failed", "interrupted", "stopped"]
+            .into_iter()
+            .find(|w| statuses.iter().any(|s| s == w))
+            .unwrap_or("finished");
+        self.finish(run, worst).await
+    }
+
+    /// The run's shards as registered, with their statuses made honest (a shard still
+    /// `running` whose process on this host is gone is `interrupted`); empty for a run of
+    /// one process.
+    pub(crate) async fn shard_infos(&self, run: i64) -> Result<Vec<ShardInfo>> {
+        let rows = sqlx::query(
+            "SELECT shard, shards, host, pid, started_unix_ns, status FROM herd_shards \
+             WHERE run_id = $1 ORDER BY shard",
+        )
+        .bind(run)
+        .fetch_all(&self.pool)
+        .await
+        .with_context(|| format!("reading the shards of run {run}"))?;
+        let owners = self.owners(run).await?;
+        let mut out = Vec::new();
+        for r in &rows {
+            let index = r.try_get::<i64, _>("shard")? as u32;
+            let mut status: String = r.try_get("status")?;
+            if status == "running" && owners.iter().any(|(i, o)| *i == index && o.gone()) {
+                status = "interrupted".into();
+            }
+            out.push(ShardInfo {
+                index,
+                count: r.try_get::<i64, _>("shards")? as u32,
+                host: r.try_get("host")?,
+                pid: r.try_get::<i64, _>("pid")? as u32,
+                status,
+                started_unix_ns: r.try_get("started_unix_ns")?,
+                ..ShardInfo::default()
+            });
+        }
+        Ok(out)
+    }
+
+    /// Each shard's owner row.
+    async fn owners(&self, run: i64) -> Result<Vec<(u32, Owner)>> {
+        let rows = sqlx::query(
+            "SELECT shard, body FROM herd_rows WHERE run_id = $1 AND source = 'owner' ORDER BY shard",
+        )
+        .bind(run)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                let body: String = r.try_get("body")?;
+                Ok((
+                    r.try_get::<i64, _>("shard")? as u32,
+                    serde_json::from_str(&body).context("an owner row does not decode")?,
+                ))
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_store_from_before_shards_reads_its_rows_as_shard_0() {
+        let dir = herd_testkit::TempDir::new("store-old");
+        let url = crate::default_url(&dir);
+        {
+            // The tables as herd wrote them before shards existed.
+            sqlx::any::install_default_drivers();
+            let pool = sqlx::AnyPool::connect(&format!("{url}?mode=rwc"))
+                .await
+                .unwrap();
+            for sql in [
+                "CREATE TABLE herd_runs (id BIGINT PRIMARY KEY, name TEXT NOT NULL, \
+                 scenario TEXT NOT NULL, started_unix_ms BIGINT NOT NULL, mono_start_ns BIGINT NOT NULL, \
+                 finished_unix_ms BIGINT, status TEXT NOT NULL)",
+                "CREATE TABLE herd_rows (run_id BIGINT NOT NULL, source TEXT NOT NULL, \
+                 seq BIGINT NOT NULL, at_ns BIGINT NOT NULL, body TEXT NOT NULL, \
+                 PRIMARY KEY (run_id, source, seq))",
+                "INSERT INTO herd_runs VALUES (1, 'old', 'old.toml', 0, 0, 1, 'finished')",
+                "INSERT INTO herd_rows VALUES (1, 'probe_missing', 0, 0, '\"no probe\"')",
+            ] {
+                sqlx::query(sql).execute(&pool).await.unwrap();
+            }
+            pool.close().await;
+        }
+        let s = Store::open(&url).await.unwrap();
+        let data = s.load_run(Some(1)).await.unwrap();
+        assert_eq!(data.probe_missing.as_deref(), Some("no probe"));
+        assert!(data.meta.shards.is_empty());
+        // New runs go in beside it.
+        let run = s.begin("new", "new.toml", 1).await.unwrap();
+        assert_eq!(run.id, 2);
+        s.put(run.id, Source::ProbeMissing, 0, 0, &"x")
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn shards_need_a_shared_store_not_a_sqlite_file() {
+        let dir = herd_testkit::TempDir::new("store-shard-sqlite");
+        let s = Store::open(&crate::default_url(&dir)).await.unwrap();
+        let e = s
+            .join("k", Shard::new(1, 2).unwrap(), "n", "s.toml", 0)
+            .await
+            .unwrap_err();
+        assert!(e.is::<ShardUsageError>(), "{e:#}");
+        assert!(e.to_string().contains("one shared store"), "{e:#}");
+        // One shard of one is a run like any other, also in SQLite.
+        let meta = s.join("k", Shard::WHOLE, "n", "s.toml", 0).await.unwrap();
+        assert_eq!(meta.shards.len(), 1);
+        let at = s
+            .barrier(meta.id, Shard::WHOLE, Duration::from_secs(1))
+            .await
+            .unwrap();
+        assert!(at > SystemTime::now() - Duration::from_secs(5));
+        s.finish_shard(meta.id, 0, "finished").await.unwrap();
+        assert_eq!(s.meta(Some(meta.id)).await.unwrap().status, "finished");
+    }
+}
