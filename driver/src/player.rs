@@ -272,6 +272,14 @@ impl Session {
         let Some(req) = self.request(o, &shared.scenario.target.base_path) else {
             return Ok(self.record(row, Outcome::VarMissing, None, Bytes::new(), Duration::ZERO));
         };
+        // Kept only where a check can fail: a failed one is reported with the resource it
+        // was about (which layer of which image), not only the op's name.
+        let c = &o.check;
+        let resource = (c.status.is_some()
+            || !c.json.is_empty()
+            || c.sha256.is_some()
+            || c.sha256_header.is_some())
+        .then(|| req.path.clone());
         let sent = Instant::now();
         let start = intended.unwrap_or(sent);
         let deadline = crate::units::deadline(sent, o.timeout);
@@ -302,6 +310,11 @@ impl Session {
                 (outcome, Some(r.status), r.body, pause)
             }
         };
+        if outcome == Outcome::CheckFailed
+            && let Some(r) = resource
+        {
+            shared.play.check_failed(op, r);
+        }
         let reply = self.record(row, outcome, status, body, latency);
         if let Some(d) = pause
             && self.role.honour_retry_after
@@ -312,6 +325,15 @@ impl Session {
             let _ = Box::pin(self.sleep(d)).await;
         }
         Ok(reply)
+    }
+
+    /// Records an outcome for op `op` that sent nothing (a `for_each` cut off at its
+    /// `max_items`), in the phase open now.
+    pub(crate) fn note(&mut self, op: usize, outcome: Outcome) -> Result<(), Stopped> {
+        let Entered(phase) = self.enter().ok_or(Stopped)?;
+        let row = (phase * self.shared.scenario.ops.len() + op) as u32;
+        self.record(row, outcome, None, Bytes::new(), Duration::ZERO);
+        Ok(())
     }
 
     fn record(
@@ -488,8 +510,79 @@ impl Player for FilePlayer {
         let op = self.pick(r).ok_or(Stopped)?;
         let reply = session.call(op).await?;
         self.turns.after(session, op, &reply);
+        if reply.outcome.is_ok() && !session.shared.scenario.ops[op].then.is_empty() {
+            self.chain(session, op, &reply.body).await?;
+        }
         Ok(())
     }
+}
+
+/// One op a chain still has to run, with the `{item}` it binds (slot, value).
+type Link = (usize, Option<(usize, String)>);
+
+impl FilePlayer {
+    /// Runs the chain after op `op` answered `body`, depth first: each `then` op once, or
+    /// once per item its `for_each` selects, and after each one that ends `ok` its own
+    /// `then`. A stack, not recursion: the chain's depth is the file's, bounded since
+    /// chains cannot loop (checked when the file loads).
+    async fn chain(&mut self, s: &mut Session, op: usize, body: &Bytes) -> Result<(), Stopped> {
+        let scenario = s.shared.scenario.clone();
+        let mut stack = vec![links(s, &scenario, op, body)?.into_iter()];
+        while let Some(top) = stack.last_mut() {
+            let Some((next, item)) = top.next() else {
+                stack.pop();
+                continue;
+            };
+            if let Some((slot, v)) = item {
+                s.vars.set(slot, v);
+            }
+            let reply = s.call(next).await?;
+            self.turns.after(s, next, &reply);
+            if reply.outcome.is_ok() && !scenario.ops[next].then.is_empty() {
+                stack.push(links(s, &scenario, next, &reply.body)?.into_iter());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The links that follow op `op`'s answer `body`. A `for_each` with more items than its
+/// `max_items` keeps the first ones and records one `truncated` for the op; with `sample`,
+/// that many items are drawn at random from the player's generator.
+fn links(
+    s: &mut Session,
+    scenario: &Scenario,
+    op: usize,
+    body: &[u8],
+) -> Result<Vec<Link>, Stopped> {
+    let then = &scenario.ops[op].then;
+    let json: Option<serde_json::Value> = then
+        .iter()
+        .any(|t| t.for_each.is_some())
+        .then(|| serde_json::from_slice(body).ok())
+        .flatten();
+    let mut out = Vec::new();
+    for t in then {
+        let Some(f) = &t.for_each else {
+            out.push((t.op, None));
+            continue;
+        };
+        let mut items = json.as_ref().map(|j| f.items(j)).unwrap_or_default();
+        if let Some(n) = f.sample {
+            // A partial Fisher–Yates shuffle: the first n are a uniform draw.
+            let n = n.min(items.len());
+            for k in 0..n {
+                let j = k + (s.random() % (items.len() - k) as u64) as usize;
+                items.swap(k, j);
+            }
+            items.truncate(n);
+        } else if items.len() > f.max_items {
+            items.truncate(f.max_items);
+            s.note(t.op, Outcome::Truncated)?;
+        }
+        out.extend(items.into_iter().map(|v| (t.op, Some((f.item, v)))));
+    }
+    Ok(out)
 }
 
 /// A hammer worker: the one op, back to back.

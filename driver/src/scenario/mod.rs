@@ -13,6 +13,7 @@
 
 mod compile;
 mod error;
+mod flow;
 mod op;
 mod overrides;
 mod players;
@@ -34,6 +35,7 @@ use toml::{
 use compile::compile;
 pub use error::{Diagnostic, ScenarioError};
 use error::{Invalid, Locator, at, key, reword};
+pub use flow::{ForEach, Then};
 pub use herd_seed::SeedSpec;
 pub(crate) use op::op_reads;
 pub use op::{Check, Op};

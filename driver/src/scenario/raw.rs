@@ -130,6 +130,11 @@ pub(super) struct RawOp {
     pub(super) format: Option<StreamFormat>,
     pub(super) event_type: Option<String>,
     pub(super) reconnect: Option<players::RawReconnect>,
+    #[serde(default)]
+    pub(super) then: Vec<String>,
+    pub(super) for_each: Option<String>,
+    pub(super) max_items: Option<usize>,
+    pub(super) sample: Option<usize>,
 }
 
 fn default_method() -> String {
@@ -143,6 +148,7 @@ pub(super) struct RawCheck {
     #[serde(default)]
     pub(super) json: BTreeMap<String, serde_json::Value>,
     pub(super) sha256: Option<String>,
+    pub(super) sha256_header: Option<String>,
 }
 
 #[derive(Deserialize, Clone, Copy, PartialEq, Eq)]

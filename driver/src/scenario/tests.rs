@@ -416,3 +416,86 @@ fn checking_is_linear_in_the_number_of_ops() {
         "4× the ops took {ratio:.1}× as long (linear ≈ 4, quadratic ≈ 16)"
     );
 }
+
+const CHAIN: &str = r#"
+[target]
+url = "http://127.0.0.1:8080"
+
+[[op]]
+name = "list"
+path = "/list"
+then = ["item"]
+
+[[op]]
+name = "item"
+path = "/item/{item}"
+for_each = "/items/*/id"
+
+[[step]]
+players = 1
+duration = "1s"
+"#;
+
+#[test]
+fn a_chain_compiles_and_its_mistakes_are_located() {
+    let s = Scenario::parse("s.toml", CHAIN, &[]).unwrap();
+    assert_eq!(s.ops[0].then.len(), 1);
+    assert_eq!(s.ops[1].weight, 0, "a for_each op runs only in its chain");
+    let f = s.ops[0].then[0].for_each.as_ref().unwrap();
+    assert_eq!((f.pointer.as_str(), f.max_items), ("/items/*/id", 100));
+
+    let d = diag(&CHAIN.replace("then = [\"item\"]", ""), &[]);
+    assert_eq!(
+        (d.key.as_str(), d.line, d.column),
+        ("op[1].for_each", 13, 12)
+    );
+    assert!(
+        d.message.contains("no op names it in `then`"),
+        "{}",
+        d.message
+    );
+
+    let d = diag(
+        &CHAIN.replace("then = [\"item\"]", "then = [\"iten\"]"),
+        &[],
+    );
+    assert_eq!(d.key, "op[0].then[0]");
+    assert_eq!(d.message, "no op named `iten`; ops are: list, item");
+
+    let d = diag(&CHAIN.replace("/items/*/id", "/items/0/id"), &[]);
+    assert!(
+        d.message.contains("put a `*` where the list is"),
+        "{}",
+        d.message
+    );
+
+    let d = diag(
+        &CHAIN.replace("for_each = \"/items/*/id\"", "then = [\"list\"]\npath2 = 1"),
+        &[],
+    );
+    assert_eq!(d.key, "op[1].path2");
+
+    let d = diag(
+        &CHAIN.replace(
+            "for_each = \"/items/*/id\"",
+            "for_each = \"/items/*/id\"\nthen = [\"list\"]",
+        ),
+        &[],
+    );
+    assert!(d.message.contains("comes back to itself"), "{}", d.message);
+
+    let d = diag(&CHAIN.replace("/item/{item}", "/item/{other}"), &[]);
+    assert_eq!(d.key, "op[1]");
+    assert!(
+        d.message
+            .contains("runs after `list` (its then) but reads `{other}`"),
+        "{}",
+        d.message
+    );
+
+    let d = diag(
+        &CHAIN.replace("path = \"/list\"", "path = \"/list\"\nmax_items = 3"),
+        &[],
+    );
+    assert_eq!(d.key, "op[0].max_items");
+}

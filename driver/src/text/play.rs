@@ -98,6 +98,7 @@ mod tests {
                 failed: 1,
                 abandoned: 1,
             },
+            ..Default::default()
         };
         assert_eq!(
             lines(&p),

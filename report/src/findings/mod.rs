@@ -7,6 +7,7 @@
 mod chain;
 mod connects;
 mod cpu;
+mod integrity;
 mod load;
 mod sockets;
 
@@ -19,6 +20,7 @@ use super::{RunData, model::Report};
 pub use chain::causal_chain;
 pub use connects::target_unreachable;
 pub use cpu::{cpu_saturated, throttling_bursts};
+pub use integrity::integrity_failures;
 pub use load::{driver_saturated, slo_breach_without_errors, throughput_collapse, warm_up};
 pub use sockets::{churn_cliff, pool_pinned, stream_storm};
 
@@ -27,7 +29,7 @@ pub use sockets::{churn_cliff, pool_pinned, stream_storm};
 pub struct Finding {
     /// Stable kind: `causal_chain`, `churn_cliff`, `cpu_saturated`, `throttling_bursts`,
     /// `throughput_collapse`, `pool_pinned`, `slo_breach_without_errors`, `driver_saturated`,
-    /// `warm_up`, `stream_storm`, `target_unreachable`.
+    /// `warm_up`, `stream_storm`, `target_unreachable`, `integrity_failures`.
     pub kind: String,
     /// One line, with the numbers.
     pub title: String,
@@ -94,6 +96,7 @@ pub fn detect(r: &Report, d: &RunData) -> Vec<Finding> {
     out.extend(slo_breach_without_errors(r));
     out.extend(pool_pinned(r, d));
     out.extend(stream_storm(r, d));
+    out.extend(integrity_failures(r, d));
     if let Some(c) = causal_chain(r, &out) {
         out.insert(0, c);
     }

@@ -447,7 +447,11 @@ fn every_finding_of_every_fixture_states_only_numbers_its_evidence_shows() {
         kinds.insert(f.kind.clone());
         numbers_stand_in_the_evidence(&f);
     }
-    for d in [connecting(0, 23, 21, 14_350), connecting(160, 40, 0, 0)] {
+    for d in [
+        connecting(0, 23, 21, 14_350),
+        connecting(160, 40, 0, 0),
+        corrupted(),
+    ] {
         for f in Report::build(&d).findings {
             kinds.insert(f.kind.clone());
             numbers_stand_in_the_evidence(&f);
@@ -463,6 +467,7 @@ fn every_finding_of_every_fixture_states_only_numbers_its_evidence_shows() {
         "driver_saturated",
         "stream_storm",
         "target_unreachable",
+        "integrity_failures",
     ] {
         assert!(kinds.contains(k), "no fixture exercises {k}: {kinds:?}");
     }
@@ -534,4 +539,58 @@ fn a_target_never_reached_is_named_with_its_failed_connects_and_the_backoff() {
     assert!(target_unreachable(&connecting(200, 9, 0, 0)).is_none());
     assert!(target_unreachable(&connecting(1000, 40, 0, 0)).is_none());
     assert!(target_unreachable(&connecting(200, 0, 0, 0)).is_none());
+}
+
+/// A run of `data()` whose first op had 3 responses of one blob fail their sha256 check.
+fn corrupted() -> RunData {
+    let mut d = connecting(200, 0, 0, 0);
+    let op = &mut d.phases[0].ops[0];
+    op.count += 3;
+    op.outcomes.push(herd_driver::report::OutcomeStats {
+        outcome: herd_driver::Outcome::CheckFailed,
+        count: 3,
+        latency: Default::default(),
+        histogram: None,
+    });
+    let name = op.op.clone();
+    let fin = d.final_report.as_mut().expect("connecting() has one");
+    fin.phases = d.phases.clone();
+    fin.play.check_failures = vec![herd_driver::report::CheckFailure {
+        op: name,
+        resource: "/v2/seed/broken/blobs/sha256:ab12".into(),
+        count: 3,
+    }];
+    d
+}
+
+#[test]
+fn failed_checks_are_named_by_op_and_resource() {
+    let d = corrupted();
+    let r = Report::build(&d);
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.kind == "integrity_failures")
+        .unwrap_or_else(|| panic!("{:#?}", r.findings));
+    let op = &d.phases[0].ops[0].op;
+    assert_eq!(
+        f.title,
+        format!("3 responses failed their integrity check, on 1 distinct resources ({op} 3)")
+    );
+    assert!(
+        f.evidence
+            .contains(&format!("{op} /v2/seed/broken/blobs/sha256:ab12: 3 failed")),
+        "{:#?}",
+        f.evidence
+    );
+    assert_eq!(f.numbers["check_failed"], 3.0);
+    numbers_stand_in_the_evidence(f);
+    // A run whose checks all held names nothing.
+    assert!(
+        integrity_failures(
+            &Report::build(&connecting(200, 0, 0, 0)),
+            &connecting(200, 0, 0, 0)
+        )
+        .is_none()
+    );
 }
