@@ -269,6 +269,7 @@ impl Session {
         self.ops_done += 1;
         let row = (phase * n_ops + op) as u32;
         let o = &shared.scenario.ops[op];
+        self.sync_group();
         let Some(req) = self.request(o, &shared.scenario.target.base_path) else {
             return Ok(self.record(row, Outcome::VarMissing, None, Bytes::new(), Duration::ZERO));
         };
@@ -314,6 +315,9 @@ impl Session {
             && let Some(r) = resource
         {
             shared.play.check_failed(op, r);
+        }
+        if outcome.is_ok() {
+            self.publish_group(op);
         }
         let reply = self.record(row, outcome, status, body, latency);
         if let Some(d) = pause
@@ -454,13 +458,18 @@ async fn until_true(rx: &mut watch::Receiver<bool>) {
     }
 }
 
+/// Running weight totals and their ops, for a weighted pick.
+type Weights = Arc<[(u64, usize)]>;
+
 /// The player the scenario file describes: its setup ops once, in order (retrying a setup
 /// op that does not end `ok`), then ops picked by weight.
 #[derive(Debug, Clone)]
 pub struct FilePlayer {
     setup: Arc<[usize]>,
     next_setup: usize,
-    cumulative: Arc<[(u64, usize)]>,
+    cumulative: Weights,
+    /// Per `[[group.role]]`, the same over the role's ops.
+    roles: Arc<[Weights]>,
     /// Streams and the group (`groups.rs`).
     turns: crate::groups::FileTurns,
 }
@@ -468,31 +477,44 @@ pub struct FilePlayer {
 impl FilePlayer {
     /// A player for `scenario`.
     pub fn new(scenario: &Scenario) -> Self {
-        let mut total = 0;
-        let cumulative = scenario
-            .ops
+        let weights = |only: Option<&[usize]>| -> Weights {
+            let mut total = 0;
+            scenario
+                .ops
+                .iter()
+                .enumerate()
+                .filter(|(i, o)| o.weight > 0 && only.is_none_or(|l| l.contains(i)))
+                .map(|(i, o)| {
+                    total += u64::from(o.weight);
+                    (total, i)
+                })
+                .collect()
+        };
+        let roles = scenario
+            .group
             .iter()
-            .enumerate()
-            .filter(|(_, o)| o.weight > 0)
-            .map(|(i, o)| {
-                total += u64::from(o.weight);
-                (total, i)
-            })
+            .flat_map(|g| &g.roles)
+            .map(|r| weights(Some(&r.ops)))
             .collect();
         Self {
             setup: scenario.player.setup.clone().into(),
             next_setup: 0,
-            cumulative,
+            cumulative: weights(None),
+            roles,
             turns: Default::default(),
         }
     }
 
     fn pick(&self, r: u64) -> Option<usize> {
-        let total = self.cumulative.last()?.0;
-        let x = r % total;
-        let i = self.cumulative.partition_point(|&(c, _)| c <= x);
-        Some(self.cumulative[i].1)
+        pick_in(&self.cumulative, r)
     }
+}
+
+fn pick_in(cumulative: &[(u64, usize)], r: u64) -> Option<usize> {
+    let total = cumulative.last()?.0;
+    let x = r % total;
+    let i = cumulative.partition_point(|&(c, _)| c <= x);
+    Some(cumulative[i].1)
 }
 
 impl Player for FilePlayer {
@@ -507,7 +529,14 @@ impl Player for FilePlayer {
             return Ok(());
         }
         let r = session.random();
-        let op = self.pick(r).ok_or(Stopped)?;
+        let op = match session.role() {
+            Some(role) => match pick_in(&self.roles[role], r) {
+                Some(op) => op,
+                // A role of streams and long polls only: they run by themselves.
+                None => return session.wait_group_end().await,
+            },
+            None => self.pick(r).ok_or(Stopped)?,
+        };
         let reply = session.call(op).await?;
         self.turns.after(session, op, &reply);
         if reply.outcome.is_ok() && !session.shared.scenario.ops[op].then.is_empty() {

@@ -130,11 +130,11 @@ pub(super) fn compile(file: &str, raw: RawScenario) -> Result<Scenario, Invalid>
             known[*s] = true;
         }
     }
-    let group = raw
+    let mut group = raw
         .group
         .map(|g| players::compile_group(g, &ops, &find))
         .transpose()?;
-    players::check_group_vars(&ops, group.as_ref(), &names, &reads)?;
+    players::check_group_vars(&ops, group.as_mut(), &names, &reads)?;
     // The group's create op runs after setup; join after create; the loop after both.
     if let Some(g) = &group {
         for (o, k) in [(g.create, "create"), (g.join, "join")] {

@@ -41,7 +41,7 @@ pub(crate) use op::op_reads;
 pub use op::{Check, Op};
 use op::{find_op, reads};
 use overrides::{Seg, path_string};
-pub use players::{Backoff, Finish, GroupSpec, OpKind, StreamFormat};
+pub use players::{Backoff, Finish, GroupSpec, OpKind, Role, StreamFormat};
 use raw::{Dur, RawScenario};
 pub use shapes::{CatalogRoute, Phase, PhaseKind, PhaseWork, RateStep, Shapes, Soak, WhenFull};
 pub use slo::{Slo, SloMetric};

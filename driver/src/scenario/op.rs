@@ -218,6 +218,7 @@ pub(super) fn compile_op(
             format: o.format,
             event_type: o.event_type,
             reconnect: o.reconnect,
+            delivery: o.delivery,
         },
         &here,
     )?;

@@ -130,6 +130,7 @@ pub(super) struct RawOp {
     pub(super) format: Option<StreamFormat>,
     pub(super) event_type: Option<String>,
     pub(super) reconnect: Option<players::RawReconnect>,
+    pub(super) delivery: Option<String>,
     #[serde(default)]
     pub(super) then: Vec<String>,
     pub(super) for_each: Option<String>,

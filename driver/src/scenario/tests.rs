@@ -1,3 +1,5 @@
+use std::path::Path;
+
 use http::Method;
 
 use super::{op::DEFAULT_TIMEOUT, *};
@@ -498,4 +500,34 @@ fn a_chain_compiles_and_its_mistakes_are_located() {
         &[],
     );
     assert_eq!(d.key, "op[0].max_items");
+}
+
+#[test]
+fn roles_take_seats_in_order_and_a_role_no_member_takes_is_located() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/seeds/chat.toml");
+    let src = std::fs::read_to_string(path).unwrap();
+    let s = Scenario::parse("chat.toml", &src, &[]).unwrap();
+    let g = s.group.as_ref().unwrap();
+    assert!(g.shared, "the reader's join shares group.inbox");
+    assert_eq!(g.role_of(0).unwrap().name, "sender");
+    assert_eq!(g.role_of(1).unwrap().name, "reader");
+    let third = "[[group.role]]\nname = \"lurker\"\nops = [\"read\"]\n\n[[op]]\nname = \"healthz\"";
+    let d = diag(&src.replacen("[[op]]\nname = \"healthz\"", third, 1), &[]);
+    assert_eq!(d.key, "group.role[2]");
+    let line = src
+        .lines()
+        .position(|l| l.starts_with("name = \"healthz\""))
+        .unwrap()
+        + 1;
+    assert_eq!((d.file.as_str(), d.line, d.column), ("s.toml", line - 1, 1));
+    assert!(
+        d.message.starts_with(
+            "no member takes role `lurker`: the roles before it fill seats 1–2, and a group has 2"
+        ),
+        "{}",
+        d.message
+    );
+    let d = diag(&src.replace("ops = [\"read\"]", "ops = [\"healthz\"]"), &[]);
+    assert_eq!(d.key, "group.role[1].ops");
+    assert!(d.message.contains("has no op to run"), "{}", d.message);
 }

@@ -2,5 +2,6 @@
 //! names, started on a free loopback port by the test: herd's counts against the server's
 //! own log, and the seed's finding in the report.
 
+mod chat;
 mod registry;
 mod support;

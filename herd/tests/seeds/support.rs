@@ -14,10 +14,25 @@ use std::{
 pub struct Proc {
     pub child: Child,
     pub what: &'static str,
+    /// Stop with SIGTERM first: nginx's master then stops its workers, which a SIGKILL to
+    /// the master would leave running (holding the port and the test's pipes).
+    pub term_first: bool,
 }
 
 impl Drop for Proc {
     fn drop(&mut self) {
+        if self.term_first {
+            let _ = Command::new("kill")
+                .args(["-TERM", &self.child.id().to_string()])
+                .status();
+            let until = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < until {
+                if matches!(self.child.try_wait(), Ok(Some(_))) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -29,7 +44,11 @@ impl Proc {
         let child = cmd.stdin(Stdio::null()).spawn().unwrap_or_else(|e| {
             panic!("starting {what} ({cmd:?}): {e}; `cargo xtask setup` installs it from Debian")
         });
-        Self { child, what }
+        Self {
+            child,
+            what,
+            term_first: false,
+        }
     }
 
     /// Waits until `addr` answers `GET path`, or panics after 20 s with what the log says.
