@@ -4,6 +4,7 @@
 //! detector). When several findings line up in one phase — churn on a pair, its source at its
 //! CPU quota, latency up — a causal chain heads them, with the fix first.
 
+mod bound;
 mod chain;
 mod connects;
 mod cpu;
@@ -17,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{RunData, model::Report};
 
+pub use bound::latency_not_cpu;
 pub use chain::causal_chain;
 pub use connects::target_unreachable;
 pub use cpu::{cpu_saturated, throttling_bursts};
@@ -29,7 +31,7 @@ pub use sockets::{churn_cliff, pool_pinned, stream_storm};
 pub struct Finding {
     /// Stable kind: `causal_chain`, `churn_cliff`, `cpu_saturated`, `throttling_bursts`,
     /// `throughput_collapse`, `pool_pinned`, `slo_breach_without_errors`, `driver_saturated`,
-    /// `warm_up`, `stream_storm`, `target_unreachable`, `integrity_failures`.
+    /// `warm_up`, `stream_storm`, `target_unreachable`, `integrity_failures`, `latency_not_cpu`.
     pub kind: String,
     /// One line, with the numbers.
     pub title: String,
@@ -97,6 +99,7 @@ pub fn detect(r: &Report, d: &RunData) -> Vec<Finding> {
     out.extend(pool_pinned(r, d));
     out.extend(stream_storm(r, d));
     out.extend(integrity_failures(r, d));
+    out.extend(latency_not_cpu(r));
     if let Some(c) = causal_chain(r, &out) {
         out.insert(0, c);
     }

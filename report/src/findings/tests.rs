@@ -442,6 +442,11 @@ fn every_finding_of_every_fixture_states_only_numbers_its_evidence_shows() {
             assert!(!f.evidence.is_empty(), "{name}: {} has no evidence", f.kind);
         }
     }
+    let r = long_poll_bound();
+    for f in detect(&r, &crate::model::tests::data()) {
+        kinds.insert(f.kind.clone());
+        numbers_stand_in_the_evidence(&f);
+    }
     let r = seeds_run();
     for f in detect(&r, &crate::model::tests::data()) {
         kinds.insert(f.kind.clone());
@@ -468,6 +473,7 @@ fn every_finding_of_every_fixture_states_only_numbers_its_evidence_shows() {
         "stream_storm",
         "target_unreachable",
         "integrity_failures",
+        "latency_not_cpu",
     ] {
         assert!(kinds.contains(k), "no fixture exercises {k}: {kinds:?}");
     }
@@ -593,4 +599,51 @@ fn failed_checks_are_named_by_op_and_resource() {
         )
         .is_none()
     );
+}
+
+/// Seed 003's soft ramp: `read`'s delivery p99 broke 500 ms in soak 3 while the chat
+/// container used 0.62 of its 2 cores.
+fn long_poll_bound() -> Report {
+    let mut r = Report::build(&crate::snapshot_tests::fixture(false));
+    let mut c = r
+        .containers
+        .first()
+        .cloned()
+        .expect("the fixture has containers");
+    c.phase = "soak 3".into();
+    c.container = "chat".into();
+    c.cpu_sustained = Cell::Value(0.62);
+    c.cpu_cap = Cell::Value(2.0);
+    r.containers = vec![c];
+    r.slo = vec![crate::model::SloRow {
+        phase: "soak 3".into(),
+        op: "read".into(),
+        objective: "p99 < 500ms".into(),
+        measured: 1_671_000.0,
+        limit: 500_000.0,
+        pass: false,
+        error_share: 0.0,
+    }];
+    r
+}
+
+#[test]
+fn a_latency_objective_broken_with_cpu_to_spare_says_cores_will_not_help() {
+    let r = long_poll_bound();
+    let f = latency_not_cpu(&r).expect("named");
+    assert_eq!(
+        f.title,
+        "read broke `p99 < 500ms` in soak 3 (measured 1.67s) while every container's CPU \
+         stayed at or under 31 % of its cap: adding cores will not help"
+    );
+    assert_eq!(f.numbers["measured_us"], 1_671_000.0);
+    numbers_stand_in_the_evidence(&f);
+    // At its cap, the CPU may well be why: nothing is said.
+    let mut hot = r.clone();
+    hot.containers[0].cpu_sustained = Cell::Value(1.9);
+    assert!(latency_not_cpu(&hot).is_none());
+    // Without container readings (no probe) nothing is claimed.
+    let mut blind = r.clone();
+    blind.containers.clear();
+    assert!(latency_not_cpu(&blind).is_none());
 }
