@@ -3,5 +3,6 @@
 //! own log, and the seed's finding in the report.
 
 mod chat;
+mod game;
 mod registry;
 mod support;

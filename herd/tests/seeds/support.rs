@@ -154,6 +154,11 @@ pub fn seed_file(name: &str) -> PathBuf {
 
 /// `herd run FILE --no-probe --quiet` with `sets`, writing its report under `out`.
 pub fn herd_run(file: &Path, sets: &[String], out: &Path) -> Output {
+    herd_run_env(file, sets, out, &[])
+}
+
+/// [`herd_run`] with environment variables set (a seed URL).
+pub fn herd_run_env(file: &Path, sets: &[String], out: &Path, env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_herd"));
     cmd.arg("run")
         .arg(file)
@@ -170,6 +175,7 @@ pub fn herd_run(file: &Path, sets: &[String], out: &Path) -> Output {
     for s in sets {
         cmd.arg("--set").arg(s);
     }
+    cmd.envs(env.iter().copied());
     cmd.stdin(Stdio::null()).output().unwrap()
 }
 
