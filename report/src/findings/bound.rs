@@ -17,7 +17,7 @@ pub fn latency_not_cpu(r: &Report) -> Option<Finding> {
     let broken = r
         .slo
         .iter()
-        .filter(|s| !s.pass && !s.objective.starts_with("errors"))
+        .filter(|s| !s.pass && !s.objective.starts_with("errors") && !super::load::warmed(r, s))
         .find(|s| {
             let rows: Vec<_> = r.containers.iter().filter(|c| c.phase == s.phase).collect();
             !rows.is_empty()

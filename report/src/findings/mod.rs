@@ -23,7 +23,10 @@ pub use chain::causal_chain;
 pub use connects::target_unreachable;
 pub use cpu::{cpu_saturated, throttling_bursts};
 pub use integrity::integrity_failures;
-pub use load::{driver_saturated, slo_breach_without_errors, throughput_collapse, warm_up};
+pub use load::{
+    driver_saturated, slo_breach_without_errors, throughput_collapse, warm_up,
+    warm_up_across_phases,
+};
 pub use sockets::{churn_cliff, pool_pinned, stream_storm};
 
 /// One finding.
@@ -94,7 +97,9 @@ pub fn detect(r: &Report, d: &RunData) -> Vec<Finding> {
     out.extend(throttling_bursts(r));
     out.extend(throughput_collapse(r));
     out.extend(driver_saturated(r));
-    out.extend(warm_up(d));
+    let warm = warm_up(d);
+    out.extend(warm_up_across_phases(r, &warm));
+    out.extend(warm);
     out.extend(slo_breach_without_errors(r));
     out.extend(pool_pinned(r, d));
     out.extend(stream_storm(r, d));

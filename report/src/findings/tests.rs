@@ -442,6 +442,12 @@ fn every_finding_of_every_fixture_states_only_numbers_its_evidence_shows() {
             assert!(!f.evidence.is_empty(), "{name}: {} has no evidence", f.kind);
         }
     }
+    for r in [long_poll_bound(), cold_pool(true)] {
+        for f in detect(&r, &crate::model::tests::data()) {
+            kinds.insert(f.kind.clone());
+            numbers_stand_in_the_evidence(&f);
+        }
+    }
     let r = long_poll_bound();
     for f in detect(&r, &crate::model::tests::data()) {
         kinds.insert(f.kind.clone());
@@ -646,4 +652,70 @@ fn a_latency_objective_broken_with_cpu_to_spare_says_cores_will_not_help() {
     let mut blind = r.clone();
     blind.containers.clear();
     assert!(latency_not_cpu(&blind).is_none());
+}
+
+/// Seed 003's ladder on /healthz: p99 376 ms at 50 req/s, then about 125 ms at 100 and 200
+/// (`cold`), or the reverse order of latencies (degradation); `p99 < 250ms` broken where it
+/// was slow.
+fn cold_pool(cold: bool) -> Report {
+    let mut r = Report::build(&crate::snapshot_tests::fixture(false));
+    let base = r.ops.first().cloned().expect("the fixture has op rows");
+    let p99s = if cold {
+        [376_000, 125_000, 124_000]
+    } else {
+        [124_000, 125_000, 376_000]
+    };
+    r.ops = [50.0, 100.0, 200.0]
+        .iter()
+        .zip(p99s)
+        .enumerate()
+        .map(|(i, (rate, p99))| {
+            let mut o = base.clone();
+            o.phase = format!("rate {}", i + 1);
+            o.kind = herd_driver::scenario::PhaseKind::Rate;
+            o.op = "healthz".into();
+            o.rate = *rate;
+            o.count = (*rate * 5.0) as u64;
+            o.latency.p99_us = p99;
+            o
+        })
+        .collect();
+    r.slo = r
+        .ops
+        .iter()
+        .map(|o| crate::model::SloRow {
+            phase: o.phase.clone(),
+            op: "healthz".into(),
+            objective: "p99 < 250ms".into(),
+            measured: o.latency.p99_us as f64,
+            limit: 250_000.0,
+            pass: o.latency.p99_us < 250_000,
+            error_share: 0.0,
+        })
+        .collect();
+    r.containers.clear();
+    r
+}
+
+#[test]
+fn a_cold_pool_is_warm_up_and_not_an_objective_broken_by_load() {
+    let r = cold_pool(true);
+    let f = warm_up_across_phases(&r, &[]);
+    assert_eq!(f.len(), 1, "{f:#?}");
+    assert_eq!(
+        f[0].title,
+        "healthz: p99 376ms at 50 req/s in rate 1, 124ms at 200 req/s in rate 3: latency fell \
+         as the load rose, warm-up, not degradation"
+    );
+    numbers_stand_in_the_evidence(&f[0]);
+    assert!(
+        slo_breach_without_errors(&r).is_empty(),
+        "the breach is the warm-up's"
+    );
+    // Latency that rises with the load is degradation: no warm-up, the breach is named.
+    let r = cold_pool(false);
+    assert!(warm_up_across_phases(&r, &[]).is_empty());
+    let b = slo_breach_without_errors(&r);
+    assert_eq!(b.len(), 1);
+    assert_eq!(b[0].phase.as_deref(), Some("rate 3"));
 }
