@@ -333,7 +333,8 @@ impl Task {
             Ok(Err(e)) => return self.failed(Outcome::TransportError(e.kind()), sent.elapsed()),
             Ok(Ok(b)) => b,
         };
-        let mut latency = sent.elapsed();
+        let waited = sent.elapsed();
+        let mut latency = waited;
         let op = &self.shared.scenario.ops[self.op];
         if head.status == 204 || ((200..300).contains(&head.status) && body.is_empty()) {
             self.sample(Outcome::Ok, latency);
@@ -372,7 +373,8 @@ impl Task {
                     }
                 }
                 self.sample(outcome, latency);
-                self.answered(&kind, latency);
+                // First event stays the poll's own wait, as for every long poll.
+                self.answered(&kind, waited);
                 End::Again
             }
             other => self.failed(other, latency),
