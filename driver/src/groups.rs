@@ -322,6 +322,99 @@ impl Session {
     }
 }
 
+impl Session {
+    /// The index (in `[[group.role]]`) of this player's role, when its group has roles.
+    pub(crate) fn role(&self) -> Option<usize> {
+        let seat = self.group.seat.as_ref()?;
+        let spec = &self.shared.lobby.as_ref()?.spec;
+        let r = spec.role_of(seat.index)?;
+        spec.roles.iter().position(|x| std::ptr::eq(x, r))
+    }
+
+    /// True if this player may open background op `op`: without roles every player opens
+    /// every one; with them, the ones its role lists.
+    pub(crate) fn role_opens(&self, op: usize) -> bool {
+        let Some(spec) = self.shared.lobby.as_ref().map(|l| &l.spec) else {
+            return true;
+        };
+        if spec.roles.is_empty() {
+            return true;
+        }
+        self.role().is_some_and(|r| spec.roles[r].ops.contains(&op))
+    }
+
+    /// Whether group variables travel between members after `create` (some other op
+    /// captures one).
+    fn shares(&self) -> bool {
+        self.shared.lobby.as_ref().is_some_and(|l| l.spec.shared)
+    }
+
+    /// Takes the group variables the other members published since this player's last op.
+    pub(crate) fn sync_group(&mut self) {
+        if !self.shares() {
+            return;
+        }
+        let Some(vars) = self
+            .group
+            .seat
+            .as_ref()
+            .and_then(|s| s.state.borrow().vars.clone())
+        else {
+            return;
+        };
+        for (slot, v) in vars.iter() {
+            if self.vars.get(*slot) != Some(v.as_str()) {
+                self.vars.set(*slot, v.clone());
+            }
+        }
+    }
+
+    /// Publishes the group variables op `op` just captured to the other members.
+    pub(crate) fn publish_group(&mut self, op: usize) {
+        if !self.shares() || self.group.seat.is_none() {
+            return;
+        }
+        let shared = self.shared.clone();
+        let names = &shared.scenario.vars;
+        let captured: Vec<(usize, String)> = shared.scenario.ops[op]
+            .captures
+            .iter()
+            .filter(|(s, _)| names.name(*s).starts_with(GROUP_PREFIX))
+            .filter_map(|(s, _)| Some((*s, self.vars.get(*s)?.to_owned())))
+            .collect();
+        if captured.is_empty() {
+            return;
+        }
+        self.with_seat(|seat| {
+            seat.sender(|s| {
+                s.send_modify(|st| {
+                    let mut all: Vec<(usize, String)> =
+                        st.vars.as_deref().map(<[_]>::to_vec).unwrap_or_default();
+                    for (slot, v) in captured {
+                        match all.iter_mut().find(|(s, _)| *s == slot) {
+                            Some(e) => e.1 = v,
+                            None => all.push((slot, v)),
+                        }
+                    }
+                    st.vars = Some(all.into());
+                })
+            })
+        });
+    }
+
+    /// Waits until this player's group ends (or the player stops): a role with nothing to
+    /// pick (only a long poll, say) spends its turns here.
+    pub(crate) async fn wait_group_end(&mut self) -> Result<(), Stopped> {
+        let Some(mut state) = self.group.seat.as_ref().map(|s| s.state.clone()) else {
+            return Ok(());
+        };
+        self.until(async move {
+            let _ = state.wait_for(|st| st.end.is_some()).await;
+        })
+        .await
+    }
+}
+
 /// The file player's group and stream state, between turns.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct FileTurns {

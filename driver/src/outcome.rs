@@ -56,6 +56,9 @@ pub enum Outcome {
     CheckFailed,
     /// The op reads a variable the player never got; nothing was sent.
     VarMissing,
+    /// A `for_each` found more items than its `max_items`: one count per cut-off list, on
+    /// the op that would have run for them; nothing was sent for it.
+    Truncated,
     /// The run's grace after a stop ran out while the op was in flight.
     Cancelled,
 }
@@ -64,7 +67,7 @@ impl Outcome {
     /// True if herd tried to send the op (everything but `var_missing`; a failed connect
     /// counts as a try).
     pub fn was_sent(&self) -> bool {
-        !matches!(self, Self::VarMissing)
+        !matches!(self, Self::VarMissing | Self::Truncated)
     }
 
     /// True for [`Outcome::Ok`].
@@ -102,6 +105,7 @@ impl fmt::Display for Outcome {
             Self::CaptureMissing => f.write_str("capture_missing"),
             Self::CheckFailed => f.write_str("check_failed"),
             Self::VarMissing => f.write_str("var_missing"),
+            Self::Truncated => f.write_str("truncated"),
             Self::Cancelled => f.write_str("cancelled"),
         }
     }
@@ -139,6 +143,7 @@ impl std::str::FromStr for Outcome {
             "capture_missing" => Self::CaptureMissing,
             "check_failed" => Self::CheckFailed,
             "var_missing" => Self::VarMissing,
+            "truncated" => Self::Truncated,
             "cancelled" => Self::Cancelled,
             s => {
                 if let Some(k) = s.strip_prefix("transport_error.") {
@@ -195,7 +200,7 @@ impl schemars::JsonSchema for Outcome {
     fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
         schemars::json_schema!({
             "type": "string",
-            "description": "An op's outcome: `ok`, `transport_error.{connect,reset,protocol,tls_*}`, `timeout`, `rate_limited`, `http_{1..5}xx`, `capture_missing`, `check_failed`, `var_missing`, `cancelled`, `domain_other`, or a domain code read from the response (written `domain.<code>` when it is spelled like one of herd's own names)."
+            "description": "An op's outcome: `ok`, `transport_error.{connect,reset,protocol,tls_*}`, `timeout`, `rate_limited`, `http_{1..5}xx`, `capture_missing`, `check_failed`, `var_missing`, `truncated`, `cancelled`, `domain_other`, or a domain code read from the response (written `domain.<code>` when it is spelled like one of herd's own names)."
         })
     }
 }
@@ -215,7 +220,10 @@ pub(crate) fn classify(
     if status == 429 {
         return (Outcome::RateLimited, retry_after(headers));
     }
-    let needs_json = op.code.is_some() || !op.captures.is_empty() || !op.check.json.is_empty();
+    let needs_json = op.code.is_some()
+        || !op.captures.is_empty()
+        || !op.check.json.is_empty()
+        || op.then.iter().any(|t| t.for_each.is_some());
     let json: Option<serde_json::Value> = if needs_json {
         serde_json::from_slice(body).ok()
     } else {
@@ -249,11 +257,26 @@ pub(crate) fn classify(
             return (Outcome::CheckFailed, None);
         }
     }
+    if let Some(h) = &op.check.sha256_header {
+        let claimed = headers.get(h).and_then(|v| std::str::from_utf8(v).ok());
+        if !claimed.is_some_and(|want| digest_matches(body, want)) {
+            return (Outcome::CheckFailed, None);
+        }
+    }
     let mut missing = false;
     for (slot, ptr) in &op.captures {
         match json.as_ref().and_then(|j| j.pointer(ptr)).and_then(scalar) {
             Some(v) => vars.set(*slot, v),
             None => missing = true,
+        }
+    }
+    // A for_each that selects nothing is a capture that found nothing: the next op of the
+    // chain has nothing to run for.
+    for t in &op.then {
+        if let Some(f) = &t.for_each
+            && json.as_ref().is_none_or(|j| f.items(j).is_empty())
+        {
+            missing = true;
         }
     }
     if missing {
@@ -333,6 +356,7 @@ mod tests {
             Outcome::CaptureMissing,
             Outcome::CheckFailed,
             Outcome::VarMissing,
+            Outcome::Truncated,
             Outcome::Cancelled,
             Outcome::Domain("not_your_turn".into()),
             Outcome::Domain("domain_other".into()),

@@ -269,9 +269,18 @@ impl Session {
         self.ops_done += 1;
         let row = (phase * n_ops + op) as u32;
         let o = &shared.scenario.ops[op];
+        self.sync_group();
         let Some(req) = self.request(o, &shared.scenario.target.base_path) else {
             return Ok(self.record(row, Outcome::VarMissing, None, Bytes::new(), Duration::ZERO));
         };
+        // Kept only where a check can fail: a failed one is reported with the resource it
+        // was about (which layer of which image), not only the op's name.
+        let c = &o.check;
+        let resource = (c.status.is_some()
+            || !c.json.is_empty()
+            || c.sha256.is_some()
+            || c.sha256_header.is_some())
+        .then(|| req.path.clone());
         let sent = Instant::now();
         let start = intended.unwrap_or(sent);
         let deadline = crate::units::deadline(sent, o.timeout);
@@ -302,6 +311,14 @@ impl Session {
                 (outcome, Some(r.status), r.body, pause)
             }
         };
+        if outcome == Outcome::CheckFailed
+            && let Some(r) = resource
+        {
+            shared.play.check_failed(op, r);
+        }
+        if outcome.is_ok() {
+            self.publish_group(op);
+        }
         let reply = self.record(row, outcome, status, body, latency);
         if let Some(d) = pause
             && self.role.honour_retry_after
@@ -312,6 +329,15 @@ impl Session {
             let _ = Box::pin(self.sleep(d)).await;
         }
         Ok(reply)
+    }
+
+    /// Records an outcome for op `op` that sent nothing (a `for_each` cut off at its
+    /// `max_items`), in the phase open now.
+    pub(crate) fn note(&mut self, op: usize, outcome: Outcome) -> Result<(), Stopped> {
+        let Entered(phase) = self.enter().ok_or(Stopped)?;
+        let row = (phase * self.shared.scenario.ops.len() + op) as u32;
+        self.record(row, outcome, None, Bytes::new(), Duration::ZERO);
+        Ok(())
     }
 
     fn record(
@@ -433,13 +459,18 @@ async fn until_true(rx: &mut watch::Receiver<bool>) {
     }
 }
 
+/// Running weight totals and their ops, for a weighted pick.
+type Weights = Arc<[(u64, usize)]>;
+
 /// The player the scenario file describes: its setup ops once, in order (retrying a setup
 /// op that does not end `ok`), then ops picked by weight.
 #[derive(Debug, Clone)]
 pub struct FilePlayer {
     setup: Arc<[usize]>,
     next_setup: usize,
-    cumulative: Arc<[(u64, usize)]>,
+    cumulative: Weights,
+    /// Per `[[group.role]]`, the same over the role's ops.
+    roles: Arc<[Weights]>,
     /// Streams and the group (`groups.rs`).
     turns: crate::groups::FileTurns,
 }
@@ -447,31 +478,44 @@ pub struct FilePlayer {
 impl FilePlayer {
     /// A player for `scenario`.
     pub fn new(scenario: &Scenario) -> Self {
-        let mut total = 0;
-        let cumulative = scenario
-            .ops
+        let weights = |only: Option<&[usize]>| -> Weights {
+            let mut total = 0;
+            scenario
+                .ops
+                .iter()
+                .enumerate()
+                .filter(|(i, o)| o.weight > 0 && only.is_none_or(|l| l.contains(i)))
+                .map(|(i, o)| {
+                    total += u64::from(o.weight);
+                    (total, i)
+                })
+                .collect()
+        };
+        let roles = scenario
+            .group
             .iter()
-            .enumerate()
-            .filter(|(_, o)| o.weight > 0)
-            .map(|(i, o)| {
-                total += u64::from(o.weight);
-                (total, i)
-            })
+            .flat_map(|g| &g.roles)
+            .map(|r| weights(Some(&r.ops)))
             .collect();
         Self {
             setup: scenario.player.setup.clone().into(),
             next_setup: 0,
-            cumulative,
+            cumulative: weights(None),
+            roles,
             turns: Default::default(),
         }
     }
 
     fn pick(&self, r: u64) -> Option<usize> {
-        let total = self.cumulative.last()?.0;
-        let x = r % total;
-        let i = self.cumulative.partition_point(|&(c, _)| c <= x);
-        Some(self.cumulative[i].1)
+        pick_in(&self.cumulative, r)
     }
+}
+
+fn pick_in(cumulative: &[(u64, usize)], r: u64) -> Option<usize> {
+    let total = cumulative.last()?.0;
+    let x = r % total;
+    let i = cumulative.partition_point(|&(c, _)| c <= x);
+    Some(cumulative[i].1)
 }
 
 impl Player for FilePlayer {
@@ -486,11 +530,89 @@ impl Player for FilePlayer {
             return Ok(());
         }
         let r = session.random();
-        let op = self.pick(r).ok_or(Stopped)?;
+        let op = match session.role() {
+            Some(role) => match pick_in(&self.roles[role], r) {
+                Some(op) => op,
+                // A role of streams and long polls only: they run by themselves.
+                None => return session.wait_group_end().await,
+            },
+            None => self.pick(r).ok_or(Stopped)?,
+        };
         let reply = session.call(op).await?;
         self.turns.after(session, op, &reply);
+        if reply.outcome.is_ok() && !session.shared.scenario.ops[op].then.is_empty() {
+            self.chain(session, op, &reply.body).await?;
+        }
         Ok(())
     }
+}
+
+/// One op a chain still has to run, with the `{item}` it binds (slot, value).
+type Link = (usize, Option<(usize, String)>);
+
+impl FilePlayer {
+    /// Runs the chain after op `op` answered `body`, depth first: each `then` op once, or
+    /// once per item its `for_each` selects, and after each one that ends `ok` its own
+    /// `then`. A stack, not recursion: the chain's depth is the file's, bounded since
+    /// chains cannot loop (checked when the file loads).
+    async fn chain(&mut self, s: &mut Session, op: usize, body: &Bytes) -> Result<(), Stopped> {
+        let scenario = s.shared.scenario.clone();
+        let mut stack = vec![links(s, &scenario, op, body)?.into_iter()];
+        while let Some(top) = stack.last_mut() {
+            let Some((next, item)) = top.next() else {
+                stack.pop();
+                continue;
+            };
+            if let Some((slot, v)) = item {
+                s.vars.set(slot, v);
+            }
+            let reply = s.call(next).await?;
+            self.turns.after(s, next, &reply);
+            if reply.outcome.is_ok() && !scenario.ops[next].then.is_empty() {
+                stack.push(links(s, &scenario, next, &reply.body)?.into_iter());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The links that follow op `op`'s answer `body`. A `for_each` with more items than its
+/// `max_items` keeps the first ones and records one `truncated` for the op; with `sample`,
+/// that many items are drawn at random from the player's generator.
+fn links(
+    s: &mut Session,
+    scenario: &Scenario,
+    op: usize,
+    body: &[u8],
+) -> Result<Vec<Link>, Stopped> {
+    let then = &scenario.ops[op].then;
+    let json: Option<serde_json::Value> = then
+        .iter()
+        .any(|t| t.for_each.is_some())
+        .then(|| serde_json::from_slice(body).ok())
+        .flatten();
+    let mut out = Vec::new();
+    for t in then {
+        let Some(f) = &t.for_each else {
+            out.push((t.op, None));
+            continue;
+        };
+        let mut items = json.as_ref().map(|j| f.items(j)).unwrap_or_default();
+        if let Some(n) = f.sample {
+            // A partial Fisher–Yates shuffle: the first n are a uniform draw.
+            let n = n.min(items.len());
+            for k in 0..n {
+                let j = k + (s.random() % (items.len() - k) as u64) as usize;
+                items.swap(k, j);
+            }
+            items.truncate(n);
+        } else if items.len() > f.max_items {
+            items.truncate(f.max_items);
+            s.note(t.op, Outcome::Truncated)?;
+        }
+        out.extend(items.into_iter().map(|v| (t.op, Some((f.item, v)))));
+    }
+    Ok(out)
 }
 
 /// A hammer worker: the one op, back to back.

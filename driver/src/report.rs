@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::measure::{
     histogram::{HistogramError, LatencyHistogram},
-    play::{GroupStats, PlayStats, StreamStats},
+    play::{CheckFailure, GroupStats, PlayStats, StreamStats},
 };
 use crate::{outcome::Outcome, scenario::PhaseKind};
 

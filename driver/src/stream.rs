@@ -70,7 +70,10 @@ impl Session {
         let shared = self.shared.clone();
         let mut opened = 0;
         for (i, op) in shared.scenario.ops.iter().enumerate() {
-            if !op.kind.is_background() || self.bg.running.iter().any(|r| r.op == i) {
+            if !op.kind.is_background()
+                || self.bg.running.iter().any(|r| r.op == i)
+                || !self.role_opens(i)
+            {
                 continue;
             }
             let Some(req) = self.request(op, &shared.scenario.target.base_path) else {
@@ -332,7 +335,8 @@ impl Task {
             Ok(Err(e)) => return self.failed(Outcome::TransportError(e.kind()), sent.elapsed()),
             Ok(Ok(b)) => b,
         };
-        let latency = sent.elapsed();
+        let waited = sent.elapsed();
+        let mut latency = waited;
         let op = &self.shared.scenario.ops[self.op];
         if head.status == 204 || ((200..300).contains(&head.status) && body.is_empty()) {
             self.sample(Outcome::Ok, latency);
@@ -354,8 +358,25 @@ impl Task {
                     },
                     (_, None) => "news".to_owned(),
                 };
+                // The message says when it was sent: its delivery latency is the op's, not
+                // how long this poll happened to wait. One without a send time counts as
+                // `bad_event` and keeps the poll's own latency.
+                if let OpKind::LongPoll {
+                    delivery: Some(ptr),
+                    ..
+                } = &op.kind
+                {
+                    match sent_us(&body, ptr) {
+                        Some(at) => {
+                            latency =
+                                Duration::from_micros(crate::template::unix_us().saturating_sub(at))
+                        }
+                        None => self.play().error(self.op, "bad_event"),
+                    }
+                }
                 self.sample(outcome, latency);
-                self.answered(&kind, latency);
+                // First event stays the poll's own wait, as for every long poll.
+                self.answered(&kind, waited);
                 End::Again
             }
             other => self.failed(other, latency),
@@ -366,6 +387,16 @@ impl Task {
         self.play().opened(self.op);
         self.play().first_event(self.op, latency.as_micros() as u64);
         self.play().event(self.op, kind);
+    }
+}
+
+/// The send time (Unix µs) at `ptr` in a JSON body: a number, or a string of digits.
+fn sent_us(body: &[u8], ptr: &str) -> Option<u64> {
+    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    match v.pointer(ptr)? {
+        serde_json::Value::Number(n) => n.as_u64(),
+        serde_json::Value::String(s) => s.parse().ok(),
+        _ => None,
     }
 }
 

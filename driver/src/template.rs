@@ -6,7 +6,7 @@
 use std::fmt::Write as _;
 
 /// The variables a template may name besides the scenario's own: the player's id and account.
-pub const BUILTINS: [&str; 2] = ["player", "account"];
+pub const BUILTINS: [&str; 3] = ["player", "account", "now_us"];
 
 /// The prefix of a group variable, `{group.game_id}`: captured by the group's create op and
 /// shared with every member (see `docs/scenario.md`, `[group]`).
@@ -23,6 +23,9 @@ enum Part {
     Lit(String),
     Player,
     Account,
+    /// The wall clock when the request is built, microseconds since the Unix epoch: a send
+    /// timestamp a message carries, so its receiver can tell how long delivery took.
+    NowUs,
     Var(usize),
 }
 
@@ -166,6 +169,7 @@ impl Template {
             parts.push(match name {
                 "player" => Part::Player,
                 "account" => Part::Account,
+                "now_us" => Part::NowUs,
                 _ => Part::Var(names.intern(name)),
             });
             rest = &after[ident_len + 1..];
@@ -196,6 +200,9 @@ impl Template {
                 Part::Account => {
                     let _ = write!(out, "{}", vars.account);
                 }
+                Part::NowUs => {
+                    let _ = write!(out, "{}", unix_us());
+                }
                 Part::Var(slot) => out.push_str(vars.get(*slot).ok_or(*slot)?),
             }
         }
@@ -208,6 +215,13 @@ impl Template {
         self.render_into(vars, &mut s)?;
         Ok(s)
     }
+}
+
+/// Microseconds since the Unix epoch by the wall clock (0 before 1970).
+pub fn unix_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
 }
 
 #[cfg(test)]

@@ -248,6 +248,7 @@ mod tests {
                 failed: 1,
                 abandoned: 2,
             },
+            ..Default::default()
         };
         let mut rate = d.phases[0].clone();
         rate.phase = "rate 1".into();

@@ -154,6 +154,7 @@ fn phases(fixed: bool) -> Vec<Phase> {
                     failed: 0,
                     abandoned: 1,
                 },
+                ..Default::default()
             },
             open: None,
         },
@@ -171,6 +172,7 @@ fn phases(fixed: bool) -> Vec<Phase> {
                     failed: 1,
                     abandoned: 1,
                 },
+                ..Default::default()
             },
             open: None,
         },

@@ -83,6 +83,14 @@ const DEBIAN_PACKAGES: &[(&str, &str)] = &[
         "the server `cargo xtask bench-driver` starts (its own config, never the service)",
     ),
     (
+        "docker-registry",
+        "the reference registry seed 004's test fills and reads (herd/tests/seeds/registry.rs)",
+    ),
+    (
+        "libnginx-mod-nchan",
+        "nginx's pub/sub module, seed 003's long-poll chat server (herd/tests/seeds/chat.rs)",
+    ),
+    (
         "wrk",
         "the HTTP/1.1 reference client in `cargo xtask bench-driver`",
     ),

@@ -28,12 +28,27 @@ pub struct PlayStats {
     /// Group counts (all zero without a `[group]`).
     #[serde(default, skip_serializing_if = "GroupStats::is_zero")]
     pub groups: GroupStats,
+    /// Checks that failed, by op and by the resource (request path) they were about.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub check_failures: Vec<CheckFailure>,
+}
+
+/// Responses to one op on one resource that failed a check (`check_failed`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckFailure {
+    /// The op's name.
+    pub op: String,
+    /// The request path, e.g. `/v2/library/app/blobs/sha256:…`; `other` once an op has
+    /// [`MAX_TYPES`] distinct ones.
+    pub resource: String,
+    /// How many responses failed.
+    pub count: u64,
 }
 
 impl PlayStats {
     /// True when nothing was recorded.
     pub fn is_empty(&self) -> bool {
-        self.streams.is_empty() && self.groups.is_zero()
+        self.streams.is_empty() && self.groups.is_zero() && self.check_failures.is_empty()
     }
 
     /// The entry for stream or long-poll op `op`.
@@ -129,6 +144,8 @@ struct StreamAcc {
 struct Acc {
     streams: Vec<StreamAcc>,
     groups: GroupStats,
+    /// Per op, failed checks by resource.
+    checks: BTreeMap<usize, BTreeMap<String, u64>>,
 }
 
 impl Acc {
@@ -136,6 +153,7 @@ impl Acc {
         Self {
             streams: (0..ops).map(|_| StreamAcc::default()).collect(),
             groups: GroupStats::default(),
+            checks: BTreeMap::new(),
         }
     }
 
@@ -156,9 +174,21 @@ impl Acc {
                 first_event: s.first.as_ref().map(latency),
             })
             .collect();
+        let check_failures = self
+            .checks
+            .iter()
+            .flat_map(|(op, by)| {
+                by.iter().map(|(resource, count)| CheckFailure {
+                    op: ops[*op].0.clone(),
+                    resource: resource.clone(),
+                    count: *count,
+                })
+            })
+            .collect();
         PlayStats {
             streams,
             groups: self.groups,
+            check_failures,
         }
     }
 }
@@ -254,6 +284,19 @@ impl PlayAcc {
                 "other"
             };
             *s.errors.entry(key.to_owned()).or_default() += 1;
+        });
+    }
+
+    /// A response to op `op` on `resource` failed a check.
+    pub fn check_failed(&self, op: usize, resource: String) {
+        self.each(|a| {
+            let by = a.checks.entry(op).or_default();
+            let key = if by.len() < MAX_TYPES || by.contains_key(&resource) {
+                resource.as_str()
+            } else {
+                "other"
+            };
+            *by.entry(key.to_owned()).or_default() += 1;
         });
     }
 

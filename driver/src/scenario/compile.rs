@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::{
     Arrival, Dur, Hammer, Invalid, Op, Pace, PhaseKind, PlayerSettings, Scenario, Seg, Step, at,
-    find_op, is_ident, key,
+    find_op, flow, is_ident, key,
     op::{DEFAULT_TIMEOUT, compile_op, expected_outcome},
     players, pointer, positive,
     raw::{RawArrival, RawScenario, RawSlo},
@@ -55,8 +55,10 @@ pub(super) fn compile(file: &str, raw: RawScenario) -> Result<Scenario, Invalid>
     let mut ops = Vec::new();
     // A set, not a scan of the ops so far: the scan made checking 20 000 ops quadratic.
     let mut seen = std::collections::HashSet::new();
+    let mut then_names = Vec::new();
+    let weighted: Vec<bool> = raw.ops.iter().map(|o| o.weight.is_some()).collect();
     for (i, o) in raw.ops.into_iter().enumerate() {
-        let op = compile_op(
+        let (op, then) = compile_op(
             i,
             o,
             default_timeout,
@@ -71,7 +73,9 @@ pub(super) fn compile(file: &str, raw: RawScenario) -> Result<Scenario, Invalid>
             ));
         }
         ops.push(op);
+        then_names.push(then);
     }
+    flow::resolve(&mut ops, then_names, &weighted)?;
     defaults.resize(names.len(), None);
     let find = |name: &str, path: &[Seg]| find_op(&ops, name, path);
 
@@ -126,11 +130,11 @@ pub(super) fn compile(file: &str, raw: RawScenario) -> Result<Scenario, Invalid>
             known[*s] = true;
         }
     }
-    let group = raw
+    let mut group = raw
         .group
         .map(|g| players::compile_group(g, &ops, &find))
         .transpose()?;
-    players::check_group_vars(&ops, group.as_ref(), &names, &reads)?;
+    players::check_group_vars(&ops, group.as_mut(), &names, &reads)?;
     // The group's create op runs after setup; join after create; the loop after both.
     if let Some(g) = &group {
         for (o, k) in [(g.create, "create"), (g.join, "join")] {
@@ -164,6 +168,7 @@ pub(super) fn compile(file: &str, raw: RawScenario) -> Result<Scenario, Invalid>
                 ),
             ));
         }
+        flow::check_reads(&ops, i, &known, &names)?;
     }
 
     let mut steps = Vec::new();

@@ -13,6 +13,7 @@
 
 mod compile;
 mod error;
+mod flow;
 mod op;
 mod overrides;
 mod players;
@@ -34,12 +35,13 @@ use toml::{
 use compile::compile;
 pub use error::{Diagnostic, ScenarioError};
 use error::{Invalid, Locator, at, key, reword};
+pub use flow::{ForEach, Then};
 pub use herd_seed::SeedSpec;
 pub(crate) use op::op_reads;
 pub use op::{Check, Op};
 use op::{find_op, reads};
 use overrides::{Seg, path_string};
-pub use players::{Backoff, Finish, GroupSpec, OpKind, StreamFormat};
+pub use players::{Backoff, Finish, GroupSpec, OpKind, Role, StreamFormat};
 use raw::{Dur, RawScenario};
 pub use shapes::{CatalogRoute, Phase, PhaseKind, PhaseWork, RateStep, Shapes, Soak, WhenFull};
 pub use slo::{Slo, SloMetric};

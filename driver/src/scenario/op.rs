@@ -4,7 +4,12 @@ use std::time::Duration;
 
 use http::{HeaderName, HeaderValue, Method};
 
-use super::{Invalid, OpKind, Seg, at, is_ident, key, players, pointer, positive, raw::RawOp};
+use super::{
+    Invalid, OpKind, Seg, at,
+    flow::{ForEach, Then, compile_for_each},
+    is_ident, key, players, pointer, positive,
+    raw::RawOp,
+};
 use crate::{
     outcome::Outcome,
     template::{BUILTINS, Template, VarNames},
@@ -19,6 +24,9 @@ pub struct Check {
     pub json: Vec<(String, serde_json::Value)>,
     /// Expected sha256 of the body, hex, with or without a `sha256:` prefix.
     pub sha256: Option<Template>,
+    /// A response header (lowercase) that must carry the body's sha256, e.g. a registry's
+    /// `docker-content-digest`: the server's own claim about what it sent.
+    pub sha256_header: Option<String>,
 }
 
 /// One operation: a request template with its outcome rules.
@@ -49,6 +57,10 @@ pub struct Op {
     pub expected: Vec<Outcome>,
     /// A request, or a stream / long poll each player keeps open.
     pub kind: OpKind,
+    /// Ops that run after this one ends `ok`, in the same turn, in this order.
+    pub then: Vec<Then>,
+    /// Run once per item of the previous op's response rather than once.
+    pub for_each: Option<ForEach>,
 }
 
 impl Op {
@@ -104,7 +116,7 @@ pub(super) fn compile_op(
     default_code: &Option<String>,
     default_expected: &[Outcome],
     names: &mut VarNames,
-) -> Result<Op, Invalid> {
+) -> Result<(Op, Vec<String>), Invalid> {
     let here = |k: &str| vec![key("op"), Seg::Index(i), key(k)];
     let template = |src: &str, path: Vec<Seg>, names: &mut VarNames| {
         Template::parse(src, names).map_err(|e| Invalid {
@@ -177,6 +189,15 @@ pub(super) fn compile_op(
         .as_deref()
         .map(|s| template(s, cp("sha256"), names))
         .transpose()?;
+    let sha256_header = match o.check.sha256_header {
+        Some(h) if HeaderName::from_bytes(h.as_bytes()).is_err() => {
+            return Err(at(
+                &cp("sha256_header"),
+                format!("`{h}` is not a valid header name"),
+            ));
+        }
+        h => h.map(|h| h.to_ascii_lowercase()),
+    };
     let code = match o.code.as_ref().or(default_code.as_ref()) {
         Some(c) if c.is_empty() => None,
         Some(c) => Some(pointer(c, &here("code"))?),
@@ -197,16 +218,24 @@ pub(super) fn compile_op(
             format: o.format,
             event_type: o.event_type,
             reconnect: o.reconnect,
+            delivery: o.delivery,
         },
         &here,
     )?;
+    let for_each = compile_for_each(i, o.for_each.as_deref(), o.max_items, o.sample, names)?;
+    if for_each.is_some() && o.weight.is_some_and(|w| w > 0) {
+        return Err(at(
+            &here("weight"),
+            "an op with a for_each runs after the op whose response it iterates (its then), not on its own; leave weight out",
+        ));
+    }
     let op = Op {
         name: o.name,
         method,
         path,
         headers,
         body,
-        weight: if kind.is_background() {
+        weight: if kind.is_background() || for_each.is_some() {
             0
         } else {
             o.weight.unwrap_or(1)
@@ -217,15 +246,31 @@ pub(super) fn compile_op(
             status: o.check.status,
             json,
             sha256,
+            sha256_header,
         },
         code,
         expected,
         kind,
+        then: Vec::new(),
+        for_each,
     };
     if op.kind.is_background() {
         players::check_background(i, &op, o.weight.is_some())?;
+        if !o.then.is_empty() || op.for_each.is_some() {
+            return Err(at(
+                &here(if o.then.is_empty() {
+                    "for_each"
+                } else {
+                    "then"
+                }),
+                format!(
+                    "a {} op is kept open by every player, not run in a chain",
+                    op.kind.name()
+                ),
+            ));
+        }
     }
-    Ok(op)
+    Ok((op, o.then))
 }
 
 /// The variable slots an op reads (its path, headers, body and sha256 check).

@@ -29,6 +29,10 @@ pub enum OpKind {
     LongPoll {
         /// JSON pointer to the news' type in the response body.
         event_type: Option<String>,
+        /// JSON pointer to the send time (Unix microseconds, e.g. a `{now_us}` the sender's
+        /// body carried) in the answer: the op's latency is then the message's delivery
+        /// latency, from its send to its arrival here.
+        delivery: Option<String>,
         /// Pause before re-issuing after a failure.
         reconnect: Backoff,
     },
@@ -101,6 +105,30 @@ pub struct GroupSpec {
     pub finish: Option<Finish>,
     /// Groups one player takes part in before it leaves the run; unbounded without it.
     pub rounds: Option<u64>,
+    /// What each seat plays (`[[group.role]]`); empty: every member plays every op.
+    pub roles: Vec<Role>,
+    /// Some op other than `create` captures a group variable: members then share what any
+    /// of them captured, read before each of their ops.
+    pub shared: bool,
+}
+
+/// One role of a group: the seats it takes and the ops its players run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Role {
+    /// Its name, for messages.
+    pub name: String,
+    /// The first seat it takes (0 is the group's creator).
+    pub first_seat: usize,
+    /// The ops its players pick by weight and the streams and long polls they open.
+    pub ops: Vec<usize>,
+}
+
+impl GroupSpec {
+    /// The role of seat `seat`: the last role whose first seat is at or before it (seats
+    /// past the roles' own take the last role).
+    pub fn role_of(&self, seat: usize) -> Option<&Role> {
+        self.roles.iter().rev().find(|r| r.first_seat <= seat)
+    }
 }
 
 #[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
@@ -133,6 +161,16 @@ pub(super) struct RawGroup {
     join: String,
     finish: Option<RawFinish>,
     rounds: Option<u64>,
+    #[serde(default)]
+    role: Vec<RawRole>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRole {
+    name: String,
+    ops: Vec<String>,
+    seats: Option<usize>,
 }
 
 #[derive(Deserialize)]
@@ -150,6 +188,7 @@ pub(super) struct RawOpKind {
     pub format: Option<StreamFormat>,
     pub event_type: Option<String>,
     pub reconnect: Option<RawReconnect>,
+    pub delivery: Option<String>,
 }
 
 const DEFAULT_BACKOFF: Backoff = Backoff {
@@ -191,6 +230,7 @@ pub(super) fn compile_kind(
     match kind {
         RawKind::Request => {
             for (set, k) in [
+                (raw.delivery.is_some(), "delivery"),
                 (raw.format.is_some(), "format"),
                 (event_type.is_some(), "event_type"),
                 (reconnect_set, "reconnect"),
@@ -205,6 +245,12 @@ pub(super) fn compile_kind(
             Ok(OpKind::Request)
         }
         RawKind::Stream => {
+            if raw.delivery.is_some() {
+                return Err(at(
+                    &here("delivery"),
+                    "delivery latency is measured on a long poll's answers: use kind = \"long_poll\"",
+                ));
+            }
             let format = raw.format.unwrap_or(StreamFormat::Sse);
             if format == StreamFormat::Chunks && event_type.is_some() {
                 return Err(at(
@@ -227,6 +273,10 @@ pub(super) fn compile_kind(
             }
             Ok(OpKind::LongPoll {
                 event_type,
+                delivery: raw
+                    .delivery
+                    .map(|p| pointer(&p, &here("delivery")))
+                    .transpose()?,
                 reconnect,
             })
         }
@@ -361,6 +411,66 @@ pub(super) fn compile_group(
             }
         }
     };
+    let mut roles = Vec::new();
+    let mut next_seat = 0;
+    for (k, r) in g.role.iter().enumerate() {
+        let rp = |key_: &str| vec![key("group"), key("role"), Seg::Index(k), key(key_)];
+        if r.name.is_empty() {
+            return Err(at(&rp("name"), "must not be empty"));
+        }
+        let seats = r.seats.unwrap_or(1);
+        if seats == 0 {
+            return Err(at(&rp("seats"), "must be at least 1"));
+        }
+        // Seats are handed out in order, so a role that starts past the smallest group's
+        // last seat would have no player in some groups, and one past the largest in any.
+        if next_seat >= min {
+            return Err(at(
+                &[key("group"), key("role"), Seg::Index(k)],
+                format!(
+                    "no member takes role `{}`: the roles before it fill seats 1–{next_seat}, and a group has {}; add seats to [group] size or fewer to the roles before it",
+                    r.name,
+                    if min == max {
+                        format!("{min}")
+                    } else {
+                        format!("as few as {min}")
+                    }
+                ),
+            ));
+        }
+        let mut role_ops = Vec::new();
+        for (j, name) in r.ops.iter().enumerate() {
+            let op = find(
+                name,
+                &[
+                    key("group"),
+                    key("role"),
+                    Seg::Index(k),
+                    key("ops"),
+                    Seg::Index(j),
+                ],
+            )?;
+            role_ops.push(op);
+        }
+        if !role_ops
+            .iter()
+            .any(|&o| ops[o].weight > 0 || ops[o].kind.is_background())
+        {
+            return Err(at(
+                &rp("ops"),
+                format!(
+                    "role `{}` has no op to run: list an op with a weight, or a stream or long poll",
+                    r.name
+                ),
+            ));
+        }
+        roles.push(Role {
+            name: r.name.clone(),
+            first_seat: next_seat,
+            ops: role_ops,
+        });
+        next_seat += seats;
+    }
     Ok(GroupSpec {
         min,
         max,
@@ -368,18 +478,20 @@ pub(super) fn compile_group(
         join,
         finish,
         rounds: g.rounds,
+        roles,
+        shared: false,
     })
 }
 
-/// Without a `[group]`, no op may read or capture a group variable; with one, only the
-/// create op captures them.
+/// Without a `[group]`, no op may read or capture a group variable; with one, the create
+/// op captures at least one, and any other op that captures one shares it with the group.
 pub(super) fn check_group_vars(
     ops: &[Op],
-    group: Option<&GroupSpec>,
+    mut group: Option<&mut GroupSpec>,
     names: &VarNames,
     reads: &dyn Fn(&Op) -> Vec<usize>,
 ) -> Result<(), Invalid> {
-    if let Some(g) = group
+    if let Some(g) = group.as_deref()
         && !ops[g.create]
             .captures
             .iter()
@@ -396,19 +508,20 @@ pub(super) fn check_group_vars(
     for (i, op) in ops.iter().enumerate() {
         for (slot, _) in &op.captures {
             let name = names.name(*slot);
-            if is_group_var(name) && group.is_none_or(|g| g.create != i) {
-                let msg = match group {
-                    None => format!(
-                        "`{name}` is a group variable: add a [group] whose create op captures it"
-                    ),
-                    Some(_) => format!(
-                        "`{name}` is a group variable: only the group's create op captures group variables"
-                    ),
-                };
-                return Err(at(
-                    &[key("op"), Seg::Index(i), key("capture"), key(name)],
-                    msg,
-                ));
+            if !is_group_var(name) {
+                continue;
+            }
+            match group.as_deref_mut() {
+                None => {
+                    return Err(at(
+                        &[key("op"), Seg::Index(i), key("capture"), key(name)],
+                        format!(
+                            "`{name}` is a group variable: add a [group] whose create op captures it"
+                        ),
+                    ));
+                }
+                Some(g) if g.create != i => g.shared = true,
+                Some(_) => {}
             }
         }
         if group.is_none()

@@ -132,6 +132,12 @@ pub(super) struct RawOp {
     pub(super) format: Option<StreamFormat>,
     pub(super) event_type: Option<String>,
     pub(super) reconnect: Option<players::RawReconnect>,
+    pub(super) delivery: Option<String>,
+    #[serde(default)]
+    pub(super) then: Vec<String>,
+    pub(super) for_each: Option<String>,
+    pub(super) max_items: Option<usize>,
+    pub(super) sample: Option<usize>,
 }
 
 fn default_method() -> String {
@@ -145,6 +151,7 @@ pub(super) struct RawCheck {
     #[serde(default)]
     pub(super) json: BTreeMap<String, serde_json::Value>,
     pub(super) sha256: Option<String>,
+    pub(super) sha256_header: Option<String>,
 }
 
 #[derive(Deserialize, Clone, Copy, PartialEq, Eq)]

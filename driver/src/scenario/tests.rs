@@ -1,3 +1,5 @@
+use std::path::Path;
+
 use http::Method;
 
 use super::{op::DEFAULT_TIMEOUT, *};
@@ -415,4 +417,117 @@ fn checking_is_linear_in_the_number_of_ops() {
         ratio < 8.0,
         "4× the ops took {ratio:.1}× as long (linear ≈ 4, quadratic ≈ 16)"
     );
+}
+
+const CHAIN: &str = r#"
+[target]
+url = "http://127.0.0.1:8080"
+
+[[op]]
+name = "list"
+path = "/list"
+then = ["item"]
+
+[[op]]
+name = "item"
+path = "/item/{item}"
+for_each = "/items/*/id"
+
+[[step]]
+players = 1
+duration = "1s"
+"#;
+
+#[test]
+fn a_chain_compiles_and_its_mistakes_are_located() {
+    let s = Scenario::parse("s.toml", CHAIN, &[]).unwrap();
+    assert_eq!(s.ops[0].then.len(), 1);
+    assert_eq!(s.ops[1].weight, 0, "a for_each op runs only in its chain");
+    let f = s.ops[0].then[0].for_each.as_ref().unwrap();
+    assert_eq!((f.pointer.as_str(), f.max_items), ("/items/*/id", 100));
+
+    let d = diag(&CHAIN.replace("then = [\"item\"]", ""), &[]);
+    assert_eq!(
+        (d.key.as_str(), d.line, d.column),
+        ("op[1].for_each", 13, 12)
+    );
+    assert!(
+        d.message.contains("no op names it in `then`"),
+        "{}",
+        d.message
+    );
+
+    let d = diag(
+        &CHAIN.replace("then = [\"item\"]", "then = [\"iten\"]"),
+        &[],
+    );
+    assert_eq!(d.key, "op[0].then[0]");
+    assert_eq!(d.message, "no op named `iten`; ops are: list, item");
+
+    let d = diag(&CHAIN.replace("/items/*/id", "/items/0/id"), &[]);
+    assert!(
+        d.message.contains("put a `*` where the list is"),
+        "{}",
+        d.message
+    );
+
+    let d = diag(
+        &CHAIN.replace("for_each = \"/items/*/id\"", "then = [\"list\"]\npath2 = 1"),
+        &[],
+    );
+    assert_eq!(d.key, "op[1].path2");
+
+    let d = diag(
+        &CHAIN.replace(
+            "for_each = \"/items/*/id\"",
+            "for_each = \"/items/*/id\"\nthen = [\"list\"]",
+        ),
+        &[],
+    );
+    assert!(d.message.contains("comes back to itself"), "{}", d.message);
+
+    let d = diag(&CHAIN.replace("/item/{item}", "/item/{other}"), &[]);
+    assert_eq!(d.key, "op[1]");
+    assert!(
+        d.message
+            .contains("runs after `list` (its then) but reads `{other}`"),
+        "{}",
+        d.message
+    );
+
+    let d = diag(
+        &CHAIN.replace("path = \"/list\"", "path = \"/list\"\nmax_items = 3"),
+        &[],
+    );
+    assert_eq!(d.key, "op[0].max_items");
+}
+
+#[test]
+fn roles_take_seats_in_order_and_a_role_no_member_takes_is_located() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/seeds/chat.toml");
+    let src = std::fs::read_to_string(path).unwrap();
+    let s = Scenario::parse("chat.toml", &src, &[]).unwrap();
+    let g = s.group.as_ref().unwrap();
+    assert!(g.shared, "the reader's join shares group.inbox");
+    assert_eq!(g.role_of(0).unwrap().name, "sender");
+    assert_eq!(g.role_of(1).unwrap().name, "reader");
+    let third = "[[group.role]]\nname = \"lurker\"\nops = [\"read\"]\n\n[[op]]\nname = \"healthz\"";
+    let d = diag(&src.replacen("[[op]]\nname = \"healthz\"", third, 1), &[]);
+    assert_eq!(d.key, "group.role[2]");
+    let line = src
+        .lines()
+        .position(|l| l.starts_with("name = \"healthz\""))
+        .unwrap()
+        + 1;
+    assert_eq!((d.file.as_str(), d.line, d.column), ("s.toml", line - 1, 1));
+    assert!(
+        d.message.starts_with(
+            "no member takes role `lurker`: the roles before it fill seats 1–2, and a group has 2"
+        ),
+        "{}",
+        d.message
+    );
+    let d = diag(&src.replace("ops = [\"read\"]", "ops = [\"healthz\"]"), &[]);
+    assert_eq!(d.key, "group.role[1].ops");
+    assert!(d.message.contains("has no op to run"), "{}", d.message);
 }

@@ -26,6 +26,23 @@ pub fn lines(p: &PlayStats) -> String {
             count(g.abandoned)
         );
     }
+    // A failed check names what it was about: which blob of which image was damaged.
+    for c in p.check_failures.iter().take(5) {
+        let _ = writeln!(
+            out,
+            "  check failed: {} {}: {}",
+            c.op,
+            c.resource,
+            count(c.count)
+        );
+    }
+    if p.check_failures.len() > 5 {
+        let _ = writeln!(
+            out,
+            "  check failed on {} more resources",
+            count((p.check_failures.len() - 5) as u64)
+        );
+    }
     out
 }
 
@@ -98,10 +115,15 @@ mod tests {
                 failed: 1,
                 abandoned: 1,
             },
+            check_failures: vec![crate::report::CheckFailure {
+                op: "layer.get".into(),
+                resource: "/v2/app/blobs/sha256:ab".into(),
+                count: 3,
+            }],
         };
         assert_eq!(
             lines(&p),
-            "  stream sub (sse): 1 204 events (move 1 000, chat 204), first event p50 1.2ms p99 4.0ms, 4 opened, 2 reconnects, errors: ended 2\n  groups: 12 formed, 10 finished, 1 failed, 1 abandoned\n"
+            "  stream sub (sse): 1 204 events (move 1 000, chat 204), first event p50 1.2ms p99 4.0ms, 4 opened, 2 reconnects, errors: ended 2\n  groups: 12 formed, 10 finished, 1 failed, 1 abandoned\n  check failed: layer.get /v2/app/blobs/sha256:ab: 3\n"
         );
     }
 }

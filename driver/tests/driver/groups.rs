@@ -228,11 +228,17 @@ async fn group_keys_are_checked() {
             "captures nothing for the group",
         ),
         (
-            "[group]\nsize = 2\ncreate = \"c\"\njoin = \"j\"\n",
-            ops2.as_str(),
-            "only the group's create op captures group variables",
+            "[group]\nsize = 2\ncreate = \"c\"\njoin = \"j\"\n[[group.role]]\nname = \"a\"\nops = [\"p\"]\nseats = 2\n[[group.role]]\nname = \"b\"\nops = [\"p\"]\n",
+            ops,
+            "no member takes role `b`",
         ),
     ];
+    // Any op may capture a group variable: the members share it.
+    let src = format!(
+        "[target]\nurl = \"http://127.0.0.1:1\"\n[group]\nsize = 2\ncreate = \"c\"\njoin = \"j\"\n{ops2}[[step]]\nplayers = 1\nduration = \"1s\"\n"
+    );
+    let s = Scenario::parse("ok.toml", &src, &[]).unwrap_or_else(|e| panic!("{e}"));
+    assert!(s.group.unwrap().shared);
     for (group, ops, want) in bad {
         let src = format!(
             "[target]\nurl = \"http://127.0.0.1:1\"\n{group}{ops}[[step]]\nplayers = 1\nduration = \"1s\"\n"

@@ -4,6 +4,7 @@ mod support;
 mod support_stream;
 
 mod counts;
+mod flows;
 mod groups;
 mod h2_differential;
 mod hammer;

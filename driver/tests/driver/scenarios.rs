@@ -39,6 +39,17 @@ fn every_example_scenario_parses() {
     for f in &files {
         Scenario::load(f, &[]).unwrap_or_else(|e| panic!("{e}"));
     }
+    // The seeds' scenarios (examples/seeds/, run against real servers by herd/tests/seeds/).
+    let seeds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/seeds");
+    let mut n = 0;
+    for e in std::fs::read_dir(seeds).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "toml") {
+            Scenario::load(&p, &[]).unwrap_or_else(|e| panic!("{e}"));
+            n += 1;
+        }
+    }
+    assert!(n >= 1, "examples/seeds/ has its scenarios");
 }
 
 #[test]

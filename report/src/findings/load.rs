@@ -9,7 +9,7 @@ use herd_driver::units::latency;
 use super::{Finding, n};
 use crate::{
     RunData,
-    model::{Report, TimelinePoint},
+    model::{OpRow, Report, TimelinePoint},
 };
 
 /// A share of the phase's best req/s below which an interval has collapsed.
@@ -244,7 +244,7 @@ pub fn driver_saturated(r: &Report) -> Vec<Finding> {
 pub fn slo_breach_without_errors(r: &Report) -> Vec<Finding> {
     let mut out: Vec<Finding> = Vec::new();
     for row in r.slo.iter().filter(|s| !s.pass && s.error_share == 0.0) {
-        if row.objective.starts_with("errors") {
+        if row.objective.starts_with("errors") || warmed(r, row) {
             continue;
         }
         // One finding per objective, from the first phase that broke it.
@@ -342,6 +342,89 @@ pub fn warm_up(d: &RunData) -> Vec<Finding> {
                 .number("steady_p99_us", median as f64),
             );
         }
+    }
+    out
+}
+
+/// True when objective row `s` broke in its op's warm-up phase ([`warm_phase`]): cold, not
+/// degraded.
+pub(crate) fn warmed(r: &Report, s: &crate::model::SloRow) -> bool {
+    warm_phase(r, &s.op).is_some_and(|(first, _)| first.phase == s.phase)
+}
+
+/// The op's first phase and a later one that carried at least as many of its requests per
+/// second with a p99 at least 3× lower: latency that fell as the load rose is a cold pool or
+/// cache warming (seed 003's /healthz: p95 376 ms at 50 req/s, 125 ms from 100 req/s on),
+/// not degradation. The hammer's phase is left out (it is not the players' load).
+pub(crate) fn warm_phase<'a>(r: &'a Report, op: &str) -> Option<(&'a OpRow, &'a OpRow)> {
+    let rows: Vec<&OpRow> = r
+        .ops
+        .iter()
+        .filter(|o| o.op == op && o.kind != herd_driver::scenario::PhaseKind::Hammer && o.count > 0)
+        .collect();
+    let (first, rest) = rows.split_first()?;
+    let later = rest
+        .iter()
+        .filter(|o| o.rate >= first.rate)
+        .min_by_key(|o| o.latency.p99_us)?;
+    (first.latency.p99_us >= 1_000 && first.latency.p99_us >= 3 * later.latency.p99_us.max(1))
+        .then_some((*first, *later))
+}
+
+/// Warm-up across phases: an op slow in its first phase and much faster in a later, heavier
+/// one (see [`warm_phase`]); an objective broken only there is the warm-up's, and the
+/// degradation findings leave it out. Ops the in-phase [`warm_up`] named are not named again.
+pub fn warm_up_across_phases(r: &Report, named: &[Finding]) -> Vec<Finding> {
+    let ops: BTreeSet<&str> = r.ops.iter().map(|o| o.op.as_str()).collect();
+    let mut out = Vec::new();
+    for op in ops {
+        if named
+            .iter()
+            .any(|f| f.title.starts_with(&format!("{op}: ")))
+        {
+            continue;
+        }
+        let Some((first, later)) = warm_phase(r, op) else {
+            continue;
+        };
+        let evidence = r
+            .ops
+            .iter()
+            .filter(|o| {
+                o.op == op && o.kind != herd_driver::scenario::PhaseKind::Hammer && o.count > 0
+            })
+            .map(|o| {
+                format!(
+                    "{} / {op}: {:.0} req/s, p99 {}",
+                    o.phase,
+                    o.rate,
+                    latency(o.latency.p99_us)
+                )
+            })
+            .collect();
+        out.push(
+            Finding::new(
+                "warm_up",
+                format!(
+                    "{op}: p99 {} at {:.0} req/s in {}, {} at {:.0} req/s in {}: latency fell as \
+                     the load rose, warm-up, not degradation",
+                    latency(first.latency.p99_us),
+                    first.rate,
+                    first.phase,
+                    latency(later.latency.p99_us),
+                    later.rate,
+                    later.phase
+                ),
+                "The first phase met cold connection pools and caches; a later phase with more \
+                 load was much faster, so the system did not degrade. Leave the first phase out \
+                 of steady-state figures, or warm the target up before measuring; an objective \
+                 broken only there is not a capacity limit.",
+                evidence,
+            )
+            .in_phase(&first.phase)
+            .number("first_p99_us", first.latency.p99_us as f64)
+            .number("steady_p99_us", later.latency.p99_us as f64),
+        );
     }
     out
 }

@@ -4,9 +4,11 @@
 //! detector). When several findings line up in one phase — churn on a pair, its source at its
 //! CPU quota, latency up — a causal chain heads them, with the fix first.
 
+mod bound;
 mod chain;
 mod connects;
 mod cpu;
+mod integrity;
 mod load;
 mod sockets;
 
@@ -16,10 +18,15 @@ use serde::{Deserialize, Serialize};
 
 use super::{RunData, model::Report};
 
+pub use bound::latency_not_cpu;
 pub use chain::causal_chain;
 pub use connects::target_unreachable;
 pub use cpu::{cpu_saturated, throttling_bursts};
-pub use load::{driver_saturated, slo_breach_without_errors, throughput_collapse, warm_up};
+pub use integrity::integrity_failures;
+pub use load::{
+    driver_saturated, slo_breach_without_errors, throughput_collapse, warm_up,
+    warm_up_across_phases,
+};
 pub use sockets::{churn_cliff, pool_pinned, stream_storm};
 
 /// One finding.
@@ -27,7 +34,7 @@ pub use sockets::{churn_cliff, pool_pinned, stream_storm};
 pub struct Finding {
     /// Stable kind: `causal_chain`, `churn_cliff`, `cpu_saturated`, `throttling_bursts`,
     /// `throughput_collapse`, `pool_pinned`, `slo_breach_without_errors`, `driver_saturated`,
-    /// `warm_up`, `stream_storm`, `target_unreachable`.
+    /// `warm_up`, `stream_storm`, `target_unreachable`, `integrity_failures`, `latency_not_cpu`.
     pub kind: String,
     /// One line, with the numbers.
     pub title: String,
@@ -90,10 +97,14 @@ pub fn detect(r: &Report, d: &RunData) -> Vec<Finding> {
     out.extend(throttling_bursts(r));
     out.extend(throughput_collapse(r));
     out.extend(driver_saturated(r));
-    out.extend(warm_up(d));
+    let warm = warm_up(d);
+    out.extend(warm_up_across_phases(r, &warm));
+    out.extend(warm);
     out.extend(slo_breach_without_errors(r));
     out.extend(pool_pinned(r, d));
     out.extend(stream_storm(r, d));
+    out.extend(integrity_failures(r, d));
+    out.extend(latency_not_cpu(r));
     if let Some(c) = causal_chain(r, &out) {
         out.insert(0, c);
     }

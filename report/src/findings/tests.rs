@@ -442,12 +442,27 @@ fn every_finding_of_every_fixture_states_only_numbers_its_evidence_shows() {
             assert!(!f.evidence.is_empty(), "{name}: {} has no evidence", f.kind);
         }
     }
+    for r in [long_poll_bound(), cold_pool(true)] {
+        for f in detect(&r, &crate::model::tests::data()) {
+            kinds.insert(f.kind.clone());
+            numbers_stand_in_the_evidence(&f);
+        }
+    }
+    let r = long_poll_bound();
+    for f in detect(&r, &crate::model::tests::data()) {
+        kinds.insert(f.kind.clone());
+        numbers_stand_in_the_evidence(&f);
+    }
     let r = seeds_run();
     for f in detect(&r, &crate::model::tests::data()) {
         kinds.insert(f.kind.clone());
         numbers_stand_in_the_evidence(&f);
     }
-    for d in [connecting(0, 23, 21, 14_350), connecting(160, 40, 0, 0)] {
+    for d in [
+        connecting(0, 23, 21, 14_350),
+        connecting(160, 40, 0, 0),
+        corrupted(),
+    ] {
         for f in Report::build(&d).findings {
             kinds.insert(f.kind.clone());
             numbers_stand_in_the_evidence(&f);
@@ -463,6 +478,8 @@ fn every_finding_of_every_fixture_states_only_numbers_its_evidence_shows() {
         "driver_saturated",
         "stream_storm",
         "target_unreachable",
+        "integrity_failures",
+        "latency_not_cpu",
     ] {
         assert!(kinds.contains(k), "no fixture exercises {k}: {kinds:?}");
     }
@@ -534,4 +551,171 @@ fn a_target_never_reached_is_named_with_its_failed_connects_and_the_backoff() {
     assert!(target_unreachable(&connecting(200, 9, 0, 0)).is_none());
     assert!(target_unreachable(&connecting(1000, 40, 0, 0)).is_none());
     assert!(target_unreachable(&connecting(200, 0, 0, 0)).is_none());
+}
+
+/// A run of `data()` whose first op had 3 responses of one blob fail their sha256 check.
+fn corrupted() -> RunData {
+    let mut d = connecting(200, 0, 0, 0);
+    let op = &mut d.phases[0].ops[0];
+    op.count += 3;
+    op.outcomes.push(herd_driver::report::OutcomeStats {
+        outcome: herd_driver::Outcome::CheckFailed,
+        count: 3,
+        latency: Default::default(),
+        histogram: None,
+    });
+    let name = op.op.clone();
+    let fin = d.final_report.as_mut().expect("connecting() has one");
+    fin.phases = d.phases.clone();
+    fin.play.check_failures = vec![herd_driver::report::CheckFailure {
+        op: name,
+        resource: "/v2/seed/broken/blobs/sha256:ab12".into(),
+        count: 3,
+    }];
+    d
+}
+
+#[test]
+fn failed_checks_are_named_by_op_and_resource() {
+    let d = corrupted();
+    let r = Report::build(&d);
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.kind == "integrity_failures")
+        .unwrap_or_else(|| panic!("{:#?}", r.findings));
+    let op = &d.phases[0].ops[0].op;
+    assert_eq!(
+        f.title,
+        format!("3 responses failed their integrity check, on 1 distinct resources ({op} 3)")
+    );
+    assert!(
+        f.evidence
+            .contains(&format!("{op} /v2/seed/broken/blobs/sha256:ab12: 3 failed")),
+        "{:#?}",
+        f.evidence
+    );
+    assert_eq!(f.numbers["check_failed"], 3.0);
+    numbers_stand_in_the_evidence(f);
+    // A run whose checks all held names nothing.
+    assert!(
+        integrity_failures(
+            &Report::build(&connecting(200, 0, 0, 0)),
+            &connecting(200, 0, 0, 0)
+        )
+        .is_none()
+    );
+}
+
+/// Seed 003's soft ramp: `read`'s delivery p99 broke 500 ms in soak 3 while the chat
+/// container used 0.62 of its 2 cores.
+fn long_poll_bound() -> Report {
+    let mut r = Report::build(&crate::snapshot_tests::fixture(false));
+    let mut c = r
+        .containers
+        .first()
+        .cloned()
+        .expect("the fixture has containers");
+    c.phase = "soak 3".into();
+    c.container = "chat".into();
+    c.cpu_sustained = Cell::Value(0.62);
+    c.cpu_cap = Cell::Value(2.0);
+    r.containers = vec![c];
+    r.slo = vec![crate::model::SloRow {
+        phase: "soak 3".into(),
+        op: "read".into(),
+        objective: "p99 < 500ms".into(),
+        measured: 1_671_000.0,
+        limit: 500_000.0,
+        pass: false,
+        error_share: 0.0,
+    }];
+    r
+}
+
+#[test]
+fn a_latency_objective_broken_with_cpu_to_spare_says_cores_will_not_help() {
+    let r = long_poll_bound();
+    let f = latency_not_cpu(&r).expect("named");
+    assert_eq!(
+        f.title,
+        "read broke `p99 < 500ms` in soak 3 (measured 1.67s) while every container's CPU \
+         stayed at or under 31 % of its cap: adding cores will not help"
+    );
+    assert_eq!(f.numbers["measured_us"], 1_671_000.0);
+    numbers_stand_in_the_evidence(&f);
+    // At its cap, the CPU may well be why: nothing is said.
+    let mut hot = r.clone();
+    hot.containers[0].cpu_sustained = Cell::Value(1.9);
+    assert!(latency_not_cpu(&hot).is_none());
+    // Without container readings (no probe) nothing is claimed.
+    let mut blind = r.clone();
+    blind.containers.clear();
+    assert!(latency_not_cpu(&blind).is_none());
+}
+
+/// Seed 003's ladder on /healthz: p99 376 ms at 50 req/s, then about 125 ms at 100 and 200
+/// (`cold`), or the reverse order of latencies (degradation); `p99 < 250ms` broken where it
+/// was slow.
+fn cold_pool(cold: bool) -> Report {
+    let mut r = Report::build(&crate::snapshot_tests::fixture(false));
+    let base = r.ops.first().cloned().expect("the fixture has op rows");
+    let p99s = if cold {
+        [376_000, 125_000, 124_000]
+    } else {
+        [124_000, 125_000, 376_000]
+    };
+    r.ops = [50.0, 100.0, 200.0]
+        .iter()
+        .zip(p99s)
+        .enumerate()
+        .map(|(i, (rate, p99))| {
+            let mut o = base.clone();
+            o.phase = format!("rate {}", i + 1);
+            o.kind = herd_driver::scenario::PhaseKind::Rate;
+            o.op = "healthz".into();
+            o.rate = *rate;
+            o.count = (*rate * 5.0) as u64;
+            o.latency.p99_us = p99;
+            o
+        })
+        .collect();
+    r.slo = r
+        .ops
+        .iter()
+        .map(|o| crate::model::SloRow {
+            phase: o.phase.clone(),
+            op: "healthz".into(),
+            objective: "p99 < 250ms".into(),
+            measured: o.latency.p99_us as f64,
+            limit: 250_000.0,
+            pass: o.latency.p99_us < 250_000,
+            error_share: 0.0,
+        })
+        .collect();
+    r.containers.clear();
+    r
+}
+
+#[test]
+fn a_cold_pool_is_warm_up_and_not_an_objective_broken_by_load() {
+    let r = cold_pool(true);
+    let f = warm_up_across_phases(&r, &[]);
+    assert_eq!(f.len(), 1, "{f:#?}");
+    assert_eq!(
+        f[0].title,
+        "healthz: p99 376ms at 50 req/s in rate 1, 124ms at 200 req/s in rate 3: latency fell \
+         as the load rose, warm-up, not degradation"
+    );
+    numbers_stand_in_the_evidence(&f[0]);
+    assert!(
+        slo_breach_without_errors(&r).is_empty(),
+        "the breach is the warm-up's"
+    );
+    // Latency that rises with the load is degradation: no warm-up, the breach is named.
+    let r = cold_pool(false);
+    assert!(warm_up_across_phases(&r, &[]).is_empty());
+    let b = slo_breach_without_errors(&r);
+    assert_eq!(b.len(), 1);
+    assert_eq!(b[0].phase.as_deref(), Some("rate 3"));
 }
