@@ -211,7 +211,28 @@ fn play<'a>(ps: impl Iterator<Item = &'a PlayStats>) -> PlayStats {
             }
         })
         .collect();
-    PlayStats { streams, groups }
+    // Failed checks add up per op and resource; the order is the shards' sorted.
+    let mut checks: BTreeMap<(String, String), u64> = BTreeMap::new();
+    for c in ps.iter().flat_map(|p| &p.check_failures) {
+        *checks
+            .entry((c.op.clone(), c.resource.clone()))
+            .or_insert(0) += c.count;
+    }
+    let check_failures = checks
+        .into_iter()
+        .map(
+            |((op, resource), count)| crate::measure::play::CheckFailure {
+                op,
+                resource,
+                count,
+            },
+        )
+        .collect();
+    PlayStats {
+        streams,
+        groups,
+        check_failures,
+    }
 }
 
 /// Merges the timelines of several shards interval by interval (matched by index: the
