@@ -91,6 +91,7 @@ impl Session {
                     halt: self.halt.clone(),
                     retire: self.retire.clone(),
                     stop: stop_rx,
+                    cursor: Vec::new(),
                 }
                 .run(),
             );
@@ -131,6 +132,9 @@ struct Task {
     halt: watch::Receiver<bool>,
     retire: Option<watch::Receiver<bool>>,
     stop: watch::Receiver<bool>,
+    /// The last answer's `Last-Modified` and `Etag`, sent back as `If-Modified-Since` and
+    /// `If-None-Match` by a `conditional` long poll.
+    cursor: Vec<(http::HeaderName, http::HeaderValue)>,
 }
 
 /// How one opening ended.
@@ -192,10 +196,11 @@ impl Task {
     async fn run(mut self) {
         let shared = self.shared.clone();
         let op = &shared.scenario.ops[self.op];
-        let (reconnect, timeout) = match &op.kind {
-            OpKind::Stream { reconnect, .. } | OpKind::LongPoll { reconnect, .. } => {
-                (*reconnect, op.timeout)
-            }
+        let (reconnect, timeout, repoll) = match &op.kind {
+            OpKind::Stream { reconnect, .. } => (*reconnect, op.timeout, Duration::ZERO),
+            OpKind::LongPoll {
+                reconnect, pause, ..
+            } => (*reconnect, op.timeout, *pause),
             OpKind::Request => return,
         };
         let Backoff { min, max } = reconnect;
@@ -213,6 +218,12 @@ impl Task {
                 End::Again => {
                     after_failure = false;
                     pause = min;
+                    if !repoll.is_zero() {
+                        tokio::select! {
+                            _ = tokio::time::sleep(repoll) => {}
+                            _ = self.stopped() => return,
+                        }
+                    }
                 }
                 End::Failed { delivered } => {
                     after_failure = true;
@@ -236,10 +247,13 @@ impl Task {
         let op = &shared.scenario.ops[self.op];
         let sent = Instant::now();
         let stopped = self.stopped();
+        let mut req = self.req.clone();
+        for (k, v) in &self.cursor {
+            req.headers.insert(k.clone(), v.clone());
+        }
         let open = tokio::time::timeout(
             timeout,
-            self.conn
-                .open(&*shared.transport, &shared.counters, self.req.clone()),
+            self.conn.open(&*shared.transport, &shared.counters, req),
         );
         let head = tokio::select! {
             r = open => r,
@@ -342,6 +356,19 @@ impl Task {
             self.sample(Outcome::Ok, latency);
             self.answered("no_news", latency);
             return End::Again;
+        }
+        if let OpKind::LongPoll {
+            conditional: true, ..
+        } = &op.kind
+        {
+            use http::header::{ETAG, IF_MODIFIED_SINCE, IF_NONE_MATCH, LAST_MODIFIED};
+            let cursor: Vec<_> = [(LAST_MODIFIED, IF_MODIFIED_SINCE), (ETAG, IF_NONE_MATCH)]
+                .into_iter()
+                .filter_map(|(from, to)| Some((to, head.headers.get(from)?.clone())))
+                .collect();
+            if !cursor.is_empty() {
+                self.cursor = cursor;
+            }
         }
         let headers = head.headers.into();
         let (outcome, _) = classify(op, head.status, &headers, &body, &mut self.vars);

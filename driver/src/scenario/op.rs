@@ -219,6 +219,8 @@ pub(super) fn compile_op(
             event_type: o.event_type,
             reconnect: o.reconnect,
             delivery: o.delivery,
+            pause: o.pause.map(|d| d.0),
+            conditional: o.conditional,
         },
         &here,
     )?;

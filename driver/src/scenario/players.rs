@@ -35,6 +35,13 @@ pub enum OpKind {
         delivery: Option<String>,
         /// Pause before re-issuing after a failure.
         reconnect: Backoff,
+        /// Pause after an answer before the next poll (a client's re-poll delay); zero
+        /// re-issues at once.
+        pause: Duration,
+        /// Re-issue with `If-Modified-Since` / `If-None-Match` from the last answer's
+        /// `Last-Modified` / `Etag`, so the server answers with the message after the last
+        /// one seen (nchan's and HTTP long polling's cursor) instead of only new ones.
+        conditional: bool,
     },
 }
 
@@ -189,6 +196,8 @@ pub(super) struct RawOpKind {
     pub event_type: Option<String>,
     pub reconnect: Option<RawReconnect>,
     pub delivery: Option<String>,
+    pub pause: Option<Duration>,
+    pub conditional: Option<bool>,
 }
 
 const DEFAULT_BACKOFF: Backoff = Backoff {
@@ -231,6 +240,8 @@ pub(super) fn compile_kind(
         RawKind::Request => {
             for (set, k) in [
                 (raw.delivery.is_some(), "delivery"),
+                (raw.pause.is_some(), "pause"),
+                (raw.conditional.is_some(), "conditional"),
                 (raw.format.is_some(), "format"),
                 (event_type.is_some(), "event_type"),
                 (reconnect_set, "reconnect"),
@@ -250,6 +261,17 @@ pub(super) fn compile_kind(
                     &here("delivery"),
                     "delivery latency is measured on a long poll's answers: use kind = \"long_poll\"",
                 ));
+            }
+            for (set, k) in [
+                (raw.pause.is_some(), "pause"),
+                (raw.conditional.is_some(), "conditional"),
+            ] {
+                if set {
+                    return Err(at(
+                        &here(k),
+                        format!("`{k}` is how a long poll is re-issued: use kind = \"long_poll\""),
+                    ));
+                }
             }
             let format = raw.format.unwrap_or(StreamFormat::Sse);
             if format == StreamFormat::Chunks && event_type.is_some() {
@@ -278,6 +300,8 @@ pub(super) fn compile_kind(
                     .map(|p| pointer(&p, &here("delivery")))
                     .transpose()?,
                 reconnect,
+                pause: raw.pause.unwrap_or_default(),
+                conditional: raw.conditional.unwrap_or(false),
             })
         }
     }

@@ -133,6 +133,8 @@ pub(super) struct RawOp {
     pub(super) event_type: Option<String>,
     pub(super) reconnect: Option<players::RawReconnect>,
     pub(super) delivery: Option<String>,
+    pub(super) pause: Option<Dur>,
+    pub(super) conditional: Option<bool>,
     #[serde(default)]
     pub(super) then: Vec<String>,
     pub(super) for_each: Option<String>,
