@@ -12,14 +12,22 @@ const WELL_UNDER: f64 = 0.5;
 
 /// The first phase in which a latency objective broke while every container the probe saw
 /// with a CPU cap used at most half of it (its busiest 30 s): adding cores will not help.
-/// Needs containers with caps in that phase; without the probe it says nothing.
+/// Needs containers with caps in that phase; without the probe it says nothing. Uncapped
+/// rows (`host`, the root cgroup the probe always reads) have no cap to be under, so they
+/// neither count for it nor against it.
 pub fn latency_not_cpu(r: &Report) -> Option<Finding> {
+    let capped = |c: &&crate::model::ContainerRow| c.cpu_cap.value().is_some_and(|cap| cap > 0.0);
     let broken = r
         .slo
         .iter()
         .filter(|s| !s.pass && !s.objective.starts_with("errors") && !super::load::warmed(r, s))
         .find(|s| {
-            let rows: Vec<_> = r.containers.iter().filter(|c| c.phase == s.phase).collect();
+            let rows: Vec<_> = r
+                .containers
+                .iter()
+                .filter(|c| c.phase == s.phase)
+                .filter(capped)
+                .collect();
             !rows.is_empty()
                 && rows
                     .iter()

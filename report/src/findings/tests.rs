@@ -648,6 +648,15 @@ fn a_latency_objective_broken_with_cpu_to_spare_says_cores_will_not_help() {
     let mut hot = r.clone();
     hot.containers[0].cpu_sustained = Cell::Value(1.9);
     assert!(latency_not_cpu(&hot).is_none());
+    // The host (the root cgroup, uncapped) is read in every probed run: it has no cap to be
+    // under, so it does not keep the finding from a capped container well under its own.
+    let mut with_host = r.clone();
+    let mut host = r.containers[0].clone();
+    host.container = "host".into();
+    host.cpu_sustained = Cell::Value(1.5);
+    host.cpu_cap = Cell::Missing("unlimited: no CPU quota".into());
+    with_host.containers.push(host);
+    assert_eq!(latency_not_cpu(&with_host).map(|f| f.title), Some(f.title));
     // Without container readings (no probe) nothing is claimed.
     let mut blind = r.clone();
     blind.containers.clear();
