@@ -235,6 +235,14 @@ async fn stream_keys_are_checked() {
             "reconnect.max must be at least reconnect.min",
         ),
         (
+            "[[op]]\nname = \"s\"\npath = \"/s\"\nkind = \"stream\"\npause = \"1s\"\n",
+            "`pause` is how a long poll is re-issued",
+        ),
+        (
+            "[[op]]\nname = \"s\"\npath = \"/s\"\nconditional = true\n",
+            "`conditional` needs kind",
+        ),
+        (
             "[[op]]\nname = \"s\"\npath = \"/s\"\nkind = \"firehose\"\n",
             "`request`, `stream`, `long_poll`",
         ),

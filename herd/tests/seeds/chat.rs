@@ -1,6 +1,6 @@
 //! Seed 003 against nginx with the nchan pub/sub module (Debian's libnginx-mod-nchan): the
 //! test writes a temporary nginx.conf (a registration route, a publisher, a long-poll
-//! subscriber, /healthz), runs examples/seeds/chat.toml shortened, and checks herd's counts
+//! subscriber that buffers, /presence, /healthz), runs examples/seeds/chat.toml shortened, and checks herd's counts
 //! against nginx's access log, that the roles held (senders only send, readers only read,
 //! each reader on the inbox its join captured and shared with its sender), and that the
 //! read op's latency is the messages' delivery latency.
@@ -36,9 +36,11 @@ http {{
     location = /healthz {{ default_type application/json; return 200 '{{\"ok\":true}}'; }}
     # A registration: nginx's random request id stands for an account's inbox.
     location = /register {{ default_type application/json; return 200 '{{\"id\":\"$request_id\"}}'; }}
-    # No buffer: a message reaches the readers waiting when it is published.
-    location = /pub {{ nchan_publisher; nchan_channel_id $arg_id; nchan_message_buffer_length 0; }}
-    location = /sub {{ nchan_subscriber longpoll; nchan_channel_id $arg_id; nchan_subscriber_first_message newest; }}
+    location = /presence {{ return 204; }}
+    # A buffer: a message published while its reader is between two polls waits for the
+    # next one, which asks for the message after the last it got (Etag, Last-Modified).
+    location = /pub {{ nchan_publisher; nchan_channel_id $arg_id; nchan_message_buffer_length 64; }}
+    location = /sub {{ nchan_subscriber longpoll; nchan_channel_id $arg_id; nchan_subscriber_first_message oldest; }}
   }}
 }}
 "
@@ -86,9 +88,12 @@ fn chat_pairs_deliver_through_nchan_and_the_counts_match_nginxs_log() {
         format!("target.url=http://{addr}"),
         "soak.every=1s".into(),
         "soak.up_to=12".into(),
-        "soak.hold=1s".into(),
+        "soak.hold=3s".into(),
         "rate[0].rate=[50, 100, 200]".into(),
         "rate[0].duration=1s".into(),
+        // The file's `p99 < 500ms` breaks by design (the reader's 600 ms poll pause; the
+        // privileged seed_chat.rs checks that finding): here only the counts are checked.
+        "slo.read=p99 < 30s".into(),
     ]
     .into();
     let run = herd_run(&seed_file("chat.toml"), &sets, &out);
@@ -102,6 +107,7 @@ fn chat_pairs_deliver_through_nchan_and_the_counts_match_nginxs_log() {
         lines(&log, "POST /register", "200"),
         count(&r, "register.sender") + count(&r, "register.reader")
     );
+    assert_eq!(lines(&log, "GET /presence", "204"), count(&r, "presence"));
     let sent = lines(&log, "POST /pub", "201") + lines(&log, "POST /pub", "202");
     assert_eq!(sent, count(&r, "send"));
     assert_eq!(outcome(&r, "send", "ok"), sent);
@@ -115,15 +121,22 @@ fn chat_pairs_deliver_through_nchan_and_the_counts_match_nginxs_log() {
         count(&r, "send")
     );
     // Roles: 6 pairs at the top; readers received what their senders published to the
-    // inbox the readers' join captured (a message published while its reader was between
-    // two polls is not buffered, so a few are missed).
+    // inbox the readers' join captured. nchan buffers what a reader's poll pause would miss
+    // and the next poll asks for it by its cursor, so every message is read but those still
+    // buffered when the run stopped (at most a few per pair).
     assert!(
-        sent > 50 && read > sent / 2 && read <= sent,
+        sent >= 15 && read <= sent && read + 6 * 4 >= sent,
         "{sent} sent, {read} read"
     );
+    assert_eq!(
+        outcome(&r, "read", "ok"),
+        count(&r, "read"),
+        "no failed polls"
+    );
 
-    // The read op's latency is the delivery latency, from the message's send time: on
-    // loopback a few ms, not the poll's wait of up to the sender's think (100 ms).
+    // The read op's latency is the delivery latency, from the message's send time: set by
+    // the poll cycle (a message sent during the reader's 600 ms pause waits for the next
+    // poll), not by loopback (well under 1 ms) nor by nginx.
     let soak = r["ops"]
         .as_array()
         .unwrap()
@@ -131,8 +144,12 @@ fn chat_pairs_deliver_through_nchan_and_the_counts_match_nginxs_log() {
         .find(|o| o["op"] == "read" && o["phase"] == "soak hold")
         .unwrap_or_else(|| panic!("{:#}", r["ops"]));
     let p50 = soak["latency"]["p50_us"].as_u64().unwrap();
-    eprintln!("delivery latency p50 {p50} µs in soak hold");
-    assert!(p50 < 50_000, "delivery p50 {p50} µs");
+    let max = soak["latency"]["max_us"].as_u64().unwrap();
+    eprintln!("delivery latency p50 {p50} µs, max {max} µs in soak hold");
+    assert!(
+        p50 < 600_000 && max < 5_000_000,
+        "delivery p50 {p50} µs, max {max} µs"
+    );
     // The objective on it held, so herd exited 0 and the report says so.
     assert!(
         r["slo"]
