@@ -718,40 +718,7 @@ mod tests {
         vec![base, second, third]
     }
 
-    /// logfmt back into key → value: bare or `"quoted"` values, `\"` and `\\` escapes.
-    pub(crate) fn logfmt(line: &str) -> BTreeMap<String, String> {
-        let mut out = BTreeMap::new();
-        let mut chars = line.chars().peekable();
-        loop {
-            while chars.peek() == Some(&' ') {
-                chars.next();
-            }
-            if chars.peek().is_none() {
-                return out;
-            }
-            let key: String = chars.by_ref().take_while(|c| *c != '=').collect();
-            assert!(!key.is_empty() && !key.contains(' '), "a key in {line:?}");
-            let mut value = String::new();
-            if chars.peek() == Some(&'"') {
-                chars.next();
-                loop {
-                    match chars.next().expect("a closed quote") {
-                        '\\' => value.push(chars.next().unwrap()),
-                        '"' => break,
-                        c => value.push(c),
-                    }
-                }
-            } else {
-                while let Some(c) = chars.next_if(|c| *c != ' ') {
-                    value.push(c);
-                }
-            }
-            assert!(
-                out.insert(key.clone(), value).is_none(),
-                "{key} twice: {line}"
-            );
-        }
-    }
+    use herd_testkit::logfmt::parse as logfmt;
 
     #[test]
     fn plain_lines_are_logfmt_with_fixed_units_and_the_intervals_start() {

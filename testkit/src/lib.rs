@@ -4,6 +4,7 @@
 //! ([`TestCa`]). A dev-dependency only (and xtask's, for [`TempDir`] alone, without the
 //! `server` feature): nothing here ships in herd.
 
+pub mod logfmt;
 #[cfg(feature = "server")]
 pub mod prometheus;
 #[cfg(feature = "server")]
