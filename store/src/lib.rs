@@ -187,16 +187,9 @@ impl Rows {
 }
 
 /// A `--store` that names no store herd can open: bad input (exit 2).
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
 pub struct StoreUrlError(pub String);
-
-impl std::fmt::Display for StoreUrlError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for StoreUrlError {}
 
 /// The URL to connect with and the one to show for a `--store`: a SQLite file is created when
 /// missing (`mode=rwc` implied, as the documented `sqlite:PATH` promises, and never shown).

@@ -22,28 +22,14 @@ pub const START_LEAD: Duration = Duration::from_millis(1500);
 const POLL: Duration = Duration::from_millis(100);
 
 /// Bad usage of shards (exit 2): the shard's number, the run's count, the store.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
 pub struct ShardUsageError(pub String);
 
-impl std::fmt::Display for ShardUsageError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for ShardUsageError {}
-
 /// The shards of a run did not all register in time.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
 pub struct MissingShards(pub String);
-
-impl std::fmt::Display for MissingShards {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for MissingShards {}
 
 fn now_ms() -> i64 {
     SystemTime::now()
