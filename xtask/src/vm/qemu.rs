@@ -63,16 +63,7 @@ pub(super) fn spawn_qemu(
     accel: &str,
 ) -> Result<Boot> {
     let mut cmd = Command::new("qemu-system-x86_64");
-    // One host thread for both vCPUs under TCG: with a thread each, a guest kernel that
-    // patches its own code (a static key flipped as a tracepoint is attached, text_poke)
-    // while the other vCPU runs through it crashed once in four CI runs (6.12, RIP inside a
-    // `jmp` being patched); single-threaded TCG makes such writes visible to both at once.
-    let accel_arg = if accel == "tcg" {
-        "tcg,thread=single"
-    } else {
-        accel
-    };
-    cmd.args(["-accel", accel_arg, "-m", "2048", "-smp", "2"]);
+    cmd.args(["-accel", accel, "-m", "2048", "-smp", "2"]);
     cmd.arg("-kernel")
         .arg(kernel.dir.join("vmlinuz"))
         .arg("-initrd")
