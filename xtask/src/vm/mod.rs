@@ -321,7 +321,20 @@ pub fn run(args: &Args) -> Result<()> {
             fs::metadata(&initrd)?.len() >> 20,
             t.elapsed().as_secs_f64()
         );
-        reports.push(run_guest(&kernel, &initrd, &run.path, &suite, args.accel)?);
+        let mut report = run_guest(&kernel, &initrd, &run.path, &suite, args.accel)?;
+        // Under TCG a guest kernel has panicked while patching its own code (a static key
+        // flipped by a tracepoint attach, the RIP inside the jmp being rewritten: QEMU's
+        // multi-threaded TCG, about one run in ten). Once more, said loudly: a panic that
+        // herd's programs cause panics again and fails the stage.
+        if report.accel == "tcg" && report.problems.iter().any(|p| p.contains("Kernel panic")) {
+            eprintln!(
+                "xtask: vm {}: the guest kernel panicked under TCG ({} passed before it); \
+                 booting it once more",
+                kernel.release, report.passed
+            );
+            report = run_guest(&kernel, &initrd, &run.path, &suite, args.accel)?;
+        }
+        reports.push(report);
     }
     let mut failed = false;
     for r in &reports {
