@@ -322,27 +322,12 @@ impl Store {
 
     /// Starts a run and returns its header.
     pub async fn begin(&self, name: &str, scenario: &str, mono_start_ns: u64) -> Result<RunMeta> {
-        let started = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as i64)
-            .unwrap_or(0);
-        let next: i64 = sqlx::query("SELECT COALESCE(MAX(id), 0) + 1 AS n FROM herd_runs")
-            .fetch_one(&self.pool)
-            .await
-            .context("allocating a run id")?
-            .try_get("n")?;
-        sqlx::query(
-            "INSERT INTO herd_runs (id, name, scenario, started_unix_ms, mono_start_ns, status) \
-             VALUES ($1, $2, $3, $4, $5, 'running')",
-        )
-        .bind(next)
-        .bind(name)
-        .bind(scenario)
-        .bind(started)
-        .bind(mono_start_ns as i64)
-        .execute(&self.pool)
-        .await
-        .with_context(|| format!("recording run {next} in {}", redact(&self.url)))?;
+        let started = shards::now_ms();
+        let mut conn = self.pool.acquire().await?;
+        let next = self
+            .insert_run(&mut conn, name, scenario, started, mono_start_ns)
+            .await?;
+        drop(conn);
         self.put(next, Source::Owner, 0, 0, &Owner::me()).await?;
         Ok(RunMeta {
             id: next,
@@ -354,6 +339,36 @@ impl Store {
             status: "running".into(),
             shards: Vec::new(),
         })
+    }
+
+    /// Allocates the next run id and records the run's header as `running`, on `conn` (the
+    /// pool's, or a shard registration's transaction). Returns the id.
+    pub(crate) async fn insert_run(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        name: &str,
+        scenario: &str,
+        started_unix_ms: i64,
+        mono_start_ns: u64,
+    ) -> Result<i64> {
+        let next: i64 = sqlx::query("SELECT COALESCE(MAX(id), 0) + 1 AS n FROM herd_runs")
+            .fetch_one(&mut *conn)
+            .await
+            .context("allocating a run id")?
+            .try_get("n")?;
+        sqlx::query(
+            "INSERT INTO herd_runs (id, name, scenario, started_unix_ms, mono_start_ns, status) \
+             VALUES ($1, $2, $3, $4, $5, 'running')",
+        )
+        .bind(next)
+        .bind(name)
+        .bind(scenario)
+        .bind(started_unix_ms)
+        .bind(mono_start_ns as i64)
+        .execute(&mut *conn)
+        .await
+        .with_context(|| format!("recording run {next} in {}", redact(&self.url)))?;
+        Ok(next)
     }
 
     /// Appends one row (committed on return).

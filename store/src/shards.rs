@@ -31,7 +31,7 @@ pub struct ShardUsageError(pub String);
 #[error("{0}")]
 pub struct MissingShards(pub String);
 
-fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
@@ -159,23 +159,9 @@ impl Store {
                 run
             }
             None => {
-                let next: i64 = sqlx::query("SELECT COALESCE(MAX(id), 0) + 1 AS n FROM herd_runs")
-                    .fetch_one(&mut *tx)
-                    .await
-                    .context("allocating a run id")?
-                    .try_get("n")?;
-                sqlx::query(
-                    "INSERT INTO herd_runs (id, name, scenario, started_unix_ms, mono_start_ns, status) \
-                     VALUES ($1, $2, $3, $4, $5, 'running')",
-                )
-                .bind(next)
-                .bind(name)
-                .bind(scenario)
-                .bind(now_ms())
-                .bind(mono_start_ns as i64)
-                .execute(&mut *tx)
-                .await
-                .with_context(|| format!("recording run {next} in {}", redact(&self.url)))?;
+                let next = self
+                    .insert_run(&mut tx, name, scenario, now_ms(), mono_start_ns)
+                    .await?;
                 sqlx::query(
                     "INSERT INTO herd_run_keys (run_key, run_id, shards) VALUES ($1, $2, $3)",
                 )
