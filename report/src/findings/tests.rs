@@ -156,23 +156,15 @@ fn a_pool_flat_at_its_cap_while_latency_climbs_is_named() {
             at_ns: mono0 + i * 1_000_000_000 - 500_000_000,
             interval_ns: 1_000_000_000,
             containers: vec![],
-            pairs: vec![PairInterval {
-                container: "backend".into(),
+            pairs: vec![PairInterval::gauges_only(
+                "backend".into(),
                 remote,
-                remote_container: Some("postgres".into()),
-                connects: 0,
-                established: 0,
-                time_wait_entries: 0,
-                closed: 0,
-                connect_latency_us: Default::default(),
-                lifetime_ms: Default::default(),
-                connect_latency_buckets: Default::default(),
-                lifetime_buckets: Default::default(),
-                gauges: Some(PairGauges {
+                Some("postgres".into()),
+                PairGauges {
                     established: if i <= 2 { 10 } else { 25 },
                     ..PairGauges::default()
-                }),
-            }],
+                },
+            )],
             lost: 0,
             services: Vec::new(),
         })

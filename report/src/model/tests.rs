@@ -171,24 +171,16 @@ fn time_wait_left_by_an_earlier_run_is_not_this_runs_peak() {
             listen_drops: 0,
             inbound: Vec::new(),
         };
-        iv.pairs.push(herd_probe::sample::PairInterval {
-            container: "gateway".into(),
+        iv.pairs.push(herd_probe::sample::PairInterval::gauges_only(
+            "gateway".into(),
             remote,
-            remote_container: None,
-            connects: 0,
-            established: 0,
-            time_wait_entries: 0,
-            closed: 0,
-            connect_latency_us: Default::default(),
-            lifetime_ms: Default::default(),
-            connect_latency_buckets: Default::default(),
-            lifetime_buckets: Default::default(),
-            gauges: Some(herd_probe::sample::PairGauges {
+            None,
+            herd_probe::sample::PairGauges {
                 time_wait: 40 + own,
                 time_wait_baseline: 40,
                 ..Default::default()
-            }),
-        });
+            },
+        ));
     }
     let r = Report::build(&d);
     assert_eq!(r.containers[0].time_wait_peak, Cell::Value(5.0));
