@@ -20,6 +20,27 @@ fn spawn_drive(grace: &str, json: &std::path::Path, file: &std::path::Path) -> s
         .unwrap()
 }
 
+/// Sends `signal` to `child` and waits for it to exit: how long it took. Kills it and fails
+/// with `still WHAT 20 s after SIGNAME` when it does not exit within 20 s.
+fn signal_and_wait(
+    child: &mut std::process::Child,
+    signal: libc::c_int,
+    name: &str,
+    what: &str,
+) -> Duration {
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(child.id() as libc::pid_t, signal) };
+    let sent = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if sent.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            panic!("still {what} 20 s after {name}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    sent.elapsed()
+}
+
 /// Waits up to 20 s for `server` to have `n` connections; `what` says what failed otherwise.
 fn await_connections(server: &Server, n: u64, what: &str) {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -154,17 +175,7 @@ fn a_sigterm_during_seeding_stops_it_and_removes_its_rows() {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    let pid = child.id() as libc::pid_t;
-    // SAFETY: kill(2) on our own child.
-    unsafe { libc::kill(pid, libc::SIGTERM) };
-    let sent = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if sent.elapsed() > Duration::from_secs(20) {
-            let _ = child.kill();
-            panic!("still seeding 20 s after SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    signal_and_wait(&mut child, libc::SIGTERM, "SIGTERM", "seeding");
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -202,17 +213,7 @@ fn a_sigterm_while_reading_a_big_scenario_ends_herd_at_once() {
         .unwrap();
     // Past herd's start (the handlers are in place), well before the check of 25 000 ops ends.
     std::thread::sleep(Duration::from_millis(100));
-    // SAFETY: kill(2) on our own child.
-    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
-    let sent = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if sent.elapsed() > Duration::from_secs(20) {
-            let _ = child.kill();
-            panic!("still running 20 s after SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let took = sent.elapsed();
+    let took = signal_and_wait(&mut child, libc::SIGTERM, "SIGTERM", "running");
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(128 + libc::SIGTERM), "{err}");
@@ -243,17 +244,7 @@ fn a_sigint_during_the_ramp_up_of_a_big_step_stops_it_within_the_grace() {
     let json = dir.join("run.json");
     let mut child = spawn_drive("2s", &json, &file);
     await_connections(&server, 50, "the ramp never started");
-    // SAFETY: kill(2) on our own child.
-    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
-    let sent = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if sent.elapsed() > Duration::from_secs(20) {
-            let _ = child.kill();
-            panic!("still running 20 s after SIGINT");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let took = sent.elapsed();
+    let took = signal_and_wait(&mut child, libc::SIGINT, "SIGINT", "running");
     let out = child.wait_with_output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
