@@ -8,52 +8,19 @@
 
 use std::{
     io::{Read as _, Write as _},
-    net::{Ipv4Addr, TcpStream},
+    net::TcpStream,
     path::Path,
     process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
 use herd_testbed::Sandbox;
-use herd_testkit::TempDir;
+use herd_testkit::{TempDir, nchan};
 use integration_test::{herd_cmd, privileged};
 
-/// The nchan module as Debian installs it (`cargo xtask setup`: libnginx-mod-nchan).
-const NCHAN: &str = "/usr/lib/nginx/modules/ngx_nchan_module.so";
 const PORT: u16 = 8080;
 /// The container's CPU cap: one core (quota 100 ms per 100 ms period).
 const QUOTA: (u64, u64) = (100_000, 100_000);
-
-/// The README's nginx.conf, listening on the container's address. One process
-/// (`master_process off`), so the sandbox's SIGKILL on drop stops all of nginx.
-fn conf(dir: &Path, ip: Ipv4Addr) -> String {
-    let d = dir.display();
-    format!(
-        "load_module {NCHAN};
-daemon off;
-master_process off;
-pid {d}/nginx.pid;
-error_log {d}/error.log warn;
-events {{ worker_connections 4096; }}
-http {{
-  access_log {d}/access.log;
-  client_body_temp_path {d}/body;
-  proxy_temp_path {d}/proxy;
-  fastcgi_temp_path {d}/fastcgi;
-  uwsgi_temp_path {d}/uwsgi;
-  scgi_temp_path {d}/scgi;
-  server {{
-    listen {ip}:{PORT};
-    location = /healthz {{ default_type application/json; return 200 '{{\"ok\":true}}'; }}
-    location = /register {{ default_type application/json; return 200 '{{\"id\":\"$request_id\"}}'; }}
-    location = /presence {{ return 204; }}
-    location = /pub {{ nchan_publisher; nchan_channel_id $arg_id; nchan_message_buffer_length 64; }}
-    location = /sub {{ nchan_subscriber longpoll; nchan_channel_id $arg_id; nchan_subscriber_first_message oldest; }}
-  }}
-}}
-"
-    )
-}
 
 /// True once `GET /healthz` on `addr` answers 200.
 fn healthy(addr: &str) -> bool {
@@ -100,8 +67,9 @@ fn chat_delivery_breaks_its_objective_while_nginx_idles_under_its_cap() {
         return;
     }
     assert!(
-        Path::new(NCHAN).exists(),
-        "{NCHAN} is missing: `cargo xtask setup` installs libnginx-mod-nchan"
+        Path::new(nchan::MODULE).exists(),
+        "{} is missing: `cargo xtask setup` installs libnginx-mod-nchan",
+        nchan::MODULE
     );
     // Declared first, dropped last: the sandbox (nginx, cgroup, netns, veth) goes before
     // the directory nginx writes into.
@@ -110,7 +78,11 @@ fn chat_delivery_breaks_its_objective_while_nginx_idles_under_its_cap() {
     let nchan = sb.container("nchan", Some(QUOTA)).unwrap();
     let (_, ip) = sb.link_host(&nchan).unwrap();
     let addr = format!("{ip}:{PORT}");
-    let file = dir.write("nginx.conf", conf(dir.path(), ip));
+    let file = dir.write(
+        "nginx.conf",
+        // One process: the sandbox's SIGKILL on drop stops all of nginx.
+        nchan::conf(dir.path(), &format!("{ip}:{PORT}"), nchan::Processes::One),
+    );
     let mut cmd = Command::new("nginx");
     cmd.arg("-p")
         .arg(dir.path())

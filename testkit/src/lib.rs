@@ -5,6 +5,7 @@
 //! `server` feature): nothing here ships in herd.
 
 pub mod logfmt;
+pub mod nchan;
 #[cfg(feature = "server")]
 pub mod prometheus;
 #[cfg(feature = "server")]

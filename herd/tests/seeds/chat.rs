@@ -7,45 +7,9 @@
 
 use std::process::Command;
 
-use herd_testkit::TempDir;
+use herd_testkit::{TempDir, nchan};
 
 use super::support::{Proc, count, free_port, herd_run, outcome, report, say, seed_file};
-
-/// The nchan module as Debian installs it.
-const NCHAN: &str = "/usr/lib/nginx/modules/ngx_nchan_module.so";
-
-fn conf(dir: &std::path::Path, port: u16) -> String {
-    let d = dir.display();
-    format!(
-        "load_module {NCHAN};
-daemon off;
-master_process on;
-worker_processes 1;
-pid {d}/nginx.pid;
-error_log {d}/error.log warn;
-events {{ worker_connections 4096; }}
-http {{
-  access_log {d}/access.log;
-  client_body_temp_path {d}/body;
-  proxy_temp_path {d}/proxy;
-  fastcgi_temp_path {d}/fastcgi;
-  uwsgi_temp_path {d}/uwsgi;
-  scgi_temp_path {d}/scgi;
-  server {{
-    listen 127.0.0.1:{port};
-    location = /healthz {{ default_type application/json; return 200 '{{\"ok\":true}}'; }}
-    # A registration: nginx's random request id stands for an account's inbox.
-    location = /register {{ default_type application/json; return 200 '{{\"id\":\"$request_id\"}}'; }}
-    location = /presence {{ return 204; }}
-    # A buffer: a message published while its reader is between two polls waits for the
-    # next one, which asks for the message after the last it got (Etag, Last-Modified).
-    location = /pub {{ nchan_publisher; nchan_channel_id $arg_id; nchan_message_buffer_length 64; }}
-    location = /sub {{ nchan_subscriber longpoll; nchan_channel_id $arg_id; nchan_subscriber_first_message oldest; }}
-  }}
-}}
-"
-    )
-}
 
 fn lines(log: &std::path::Path, path: &str, status: &str) -> u64 {
     std::fs::read_to_string(log)
@@ -60,13 +24,21 @@ fn lines(log: &std::path::Path, path: &str, status: &str) -> u64 {
 #[test]
 fn chat_pairs_deliver_through_nchan_and_the_counts_match_nginxs_log() {
     assert!(
-        std::path::Path::new(NCHAN).exists(),
-        "{NCHAN} is missing: `cargo xtask setup` installs libnginx-mod-nchan"
+        std::path::Path::new(nchan::MODULE).exists(),
+        "{} is missing: `cargo xtask setup` installs libnginx-mod-nchan",
+        nchan::MODULE
     );
     let dir = TempDir::new("seed-chat");
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
-    let file = dir.write("nginx.conf", conf(dir.path(), port));
+    let file = dir.write(
+        "nginx.conf",
+        nchan::conf(
+            dir.path(),
+            &format!("127.0.0.1:{port}"),
+            nchan::Processes::MasterAndWorker,
+        ),
+    );
     let mut nginx = Proc::spawn(
         "nginx",
         Command::new("nginx")
