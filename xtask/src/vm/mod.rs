@@ -324,11 +324,12 @@ pub fn run(args: &Args) -> Result<()> {
         let mut report = run_guest(&kernel, &initrd, &run.path, &suite, args.accel)?;
         // Under TCG a guest kernel has panicked while patching its own code (a static key
         // flipped by a tracepoint attach, the RIP inside the jmp being rewritten: QEMU's
-        // multi-threaded TCG, about one run in ten). Once more, said loudly: a panic that
-        // herd's programs cause panics again and fails the stage.
-        if report.accel == "tcg" && report.problems.iter().any(|p| p.contains("Kernel panic")) {
+        // multi-threaded TCG, about one run in ten), and once both vCPUs locked up in the
+        // attaching test (soft lockups, RCU starved). Once more, said loudly: a fault that
+        // herd's programs cause recurs and fails the stage.
+        if let Some(fault) = emulation_fault(&report) {
             eprintln!(
-                "xtask: vm {}: the guest kernel panicked under TCG ({} passed before it); \
+                "xtask: vm {}: the guest kernel {fault} under TCG ({} passed before it); \
                  booting it once more",
                 kernel.release, report.passed
             );
@@ -364,6 +365,23 @@ pub fn run(args: &Args) -> Result<()> {
         bail!("the privileged tests failed in a guest kernel (see the `vm` lines above)");
     }
     Ok(())
+}
+
+/// What went wrong with a TCG guest's kernel itself, if its problems show it: a panic
+/// (`softlockup_panic=1` turns a lockup into one) or, should the watchdog not fire, a lockup
+/// or RCU stall on a console that hung to the run's timeout.
+fn emulation_fault(report: &GuestReport) -> Option<&'static str> {
+    if report.accel != "tcg" {
+        return None;
+    }
+    let seen = |what: &str| report.problems.iter().any(|p| p.contains(what));
+    if seen("Kernel panic") {
+        Some("panicked")
+    } else if seen("soft lockup") || seen("hard LOCKUP") || seen("detected stalls") {
+        Some("locked up")
+    } else {
+        None
+    }
 }
 
 /// The newest package of `line` that the configured apt sources offer.

@@ -45,12 +45,15 @@ pub(super) struct Boot {
 /// shared by the vCPUs, so the guest may use it as its clocksource (it picks the HPET
 /// otherwise, and then CLOCK_MONOTONIC and the scheduler's clock drift apart). Parameters the
 /// kernel does not know reach `/init` as environment variables: the emulation allowance of
-/// the CPU tests (`cpu_throttle.rs`, `tick_slack_ns`).
+/// the CPU tests (`cpu_throttle.rs`, `tick_slack_ns`). `softlockup_panic=1`: a guest whose
+/// vCPUs lock up (seen under TCG while the kernel patched its own code) panics after the
+/// watchdog's 20 s instead of hanging to the run's timeout, so the stage can boot it once more.
 pub(super) fn command_line(accel: &str) -> String {
     let mut line = String::from("console=ttyS0 quiet panic=-1 cgroup_no_v1=all");
     if accel == "tcg" {
         line.push_str(&format!(
-            " clocksource=tsc tsc=reliable HERD_TEST_EMULATION_SLACK_MS={TCG_SLACK_MS}"
+            " clocksource=tsc tsc=reliable softlockup_panic=1 \
+             HERD_TEST_EMULATION_SLACK_MS={TCG_SLACK_MS}"
         ));
     }
     line

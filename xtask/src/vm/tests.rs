@@ -88,3 +88,28 @@ fn cpio_entries_are_newc_and_aligned() {
     assert!(text.contains("TRAILER!!!"));
     assert_eq!(data.len() % 4, 0);
 }
+
+#[test]
+fn a_tcg_guest_that_panicked_or_locked_up_is_an_emulation_fault_and_a_failed_test_is_not() {
+    let report = |accel, problem: &str| GuestReport {
+        release: "6.1.0-57-cloud-amd64".into(),
+        accel,
+        boot: Duration::ZERO,
+        total: Duration::ZERO,
+        passed: 3,
+        failed: 0,
+        matrix: Vec::new(),
+        problems: vec![problem.to_owned()],
+    };
+    // The console tails of the two faults seen in CI.
+    let panic = "the guest stopped before it finished; qemu: ; its console:\n\
+                 [ 12.1] Kernel panic - not syncing: softlockup: hung tasks";
+    let lockup = "the guest did not finish in 240s and was killed while running lifecycle; \
+                  its console:\n[ 76.6] watchdog: BUG: soft lockup - CPU#0 stuck for 26s! \
+                  [programs_detach:1251]";
+    assert_eq!(emulation_fault(&report("tcg", panic)), Some("panicked"));
+    assert_eq!(emulation_fault(&report("tcg", lockup)), Some("locked up"));
+    assert_eq!(emulation_fault(&report("kvm", panic)), None);
+    let failed = "lifecycle failed (exit code 101); its output in the guest:\nassertion failed";
+    assert_eq!(emulation_fault(&report("tcg", failed)), None);
+}
