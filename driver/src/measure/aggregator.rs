@@ -467,7 +467,7 @@ impl Aggregator {
     fn tick(&mut self) {
         let now = Instant::now();
         let elapsed = now - self.last_tick;
-        self.last_tick = now;
+        let began = std::mem::replace(&mut self.last_tick, now);
         let secs = elapsed.as_secs_f64().max(1e-3);
         let n_ops = self.s.op_names.len();
         let mut ops = Vec::new();
@@ -505,7 +505,14 @@ impl Aggregator {
             self.s.live.late_starts.load(SeqCst),
             self.s.live.dropped_starts.load(SeqCst),
         ];
-        let step = self.s.step_gate.current();
+        // The interval in which the plan's last step ends is that step's tail, not a time
+        // after the plan: the gate is closed by the tick, so name the phase that closed in it.
+        let step = self.s.step_gate.current().or_else(|| {
+            (self.phases.iter().enumerate())
+                .filter(|(_, p)| p.closed.is_some_and(|c| c > began))
+                .max_by_key(|(_, p)| p.closed)
+                .map(|(k, _)| k)
+        });
         let report = IntervalReport {
             phase: step.and_then(|k| self.s.phases.get(k)).map(|p| p.0.clone()),
             late_starts: starts[0] - self.last_starts[0],

@@ -168,6 +168,17 @@ arrival = "burst"
         timeline, report.requests,
         "the timeline holds every op once"
     );
+    // Each interval with ops names its step; the one where the plan's last step ends is
+    // that step's tail, not a time after the plan.
+    for i in intervals.iter().filter(|i| !i.ops.is_empty()) {
+        assert!(
+            i.phase.is_some(),
+            "interval {} has ops and no step",
+            i.index
+        );
+    }
+    let last = intervals.iter().rfind(|i| !i.ops.is_empty()).unwrap();
+    assert_eq!(last.phase.as_deref(), Some("step 3"));
     assert!(
         intervals
             .iter()
