@@ -31,6 +31,12 @@ const SECOND: u64 = 2 * RATE;
 /// the delays at p50 and p99 (p50 53.6 ms for 50 ms, p99 253.1 ms for 250 ms), up to 21 ms
 /// for a phase's slowest request while two builds ran; the p50 check below is tighter.
 const OVERHEAD_US: u64 = 25_000;
+/// A p99 of 100 requests is their second slowest, so two requests the host stalled move it:
+/// 119 ms for rate 1's 50 ms once, while two release builds shared the 2 cores. The wrong
+/// answers this test is for are further off than this allowance: rate 2's 250 ms requests
+/// counted into rate 1 (200 ms above), or a whole-run p99 that is a mean of the phases'
+/// (150 ms, below the 250 ms floor).
+const P99_OVERHEAD_US: u64 = 90_000;
 
 /// The server: `/q` answers after the delay the test sets for the request's number on the
 /// path (`fast_ms` for the first [`FIRST`], then 250 ms for every 33rd, `fast_ms` for the
@@ -87,9 +93,18 @@ fn say(o: &Output) -> String {
 /// the top of its bucket, at most 0.1 % above) plus [`OVERHEAD_US`] of `measured`, never
 /// below it: the client cannot see a reply before the server sent it.
 fn assert_close(what: &str, measured: u64, truth: u64) {
+    assert_within(what, measured, truth, OVERHEAD_US);
+}
+
+/// [`assert_close`] for a p99, with [`P99_OVERHEAD_US`].
+fn assert_close_p99(what: &str, measured: u64, truth: u64) {
+    assert_within(what, measured, truth, P99_OVERHEAD_US);
+}
+
+fn assert_within(what: &str, measured: u64, truth: u64, overhead: u64) {
     eprintln!("{what}: report {measured} µs, server {truth} µs");
     assert!(
-        measured + truth / 1000 >= truth && measured <= truth + truth / 1000 + OVERHEAD_US,
+        measured + truth / 1000 >= truth && measured <= truth + truth / 1000 + overhead,
         "{what}: report {measured} µs, server's delays {truth} µs"
     );
 }
@@ -170,7 +185,7 @@ fn the_reports_percentiles_are_the_servers_delays_and_crossed_limits_exit_99() {
     let p50 = us(lat, "p50_us");
     assert!(p50 >= 50_000 - 250, "p50 {p50} µs");
     assert_close("whole-run p50", p50, quantile(&truth, 0.5));
-    assert_close("whole-run p99", us(lat, "p99_us"), quantile(&truth, 0.99));
+    assert_close_p99("whole-run p99", us(lat, "p99_us"), quantile(&truth, 0.99));
     // The max is the one request the host delayed most: only its floor is known.
     assert!(us(lat, "max_us") >= 250_000 - 250, "{lat}");
     for (phase, t) in [("rate 1", t1), ("rate 2", t2)] {
@@ -186,7 +201,7 @@ fn the_reports_percentiles_are_the_servers_delays_and_crossed_limits_exit_99() {
             us(&row["latency"], "p50_us"),
             quantile(t, 0.5),
         );
-        assert_close(
+        assert_close_p99(
             &format!("{phase} p99"),
             us(&row["latency"], "p99_us"),
             quantile(t, 0.99),
