@@ -203,6 +203,7 @@ fn play<'a>(ps: impl Iterator<Item = &'a PlayStats>) -> PlayStats {
                 kind: g[0].kind.clone(),
                 opened: g.iter().map(|s| s.opened).sum(),
                 reconnects: g.iter().map(|s| s.reconnects).sum(),
+                cut_by_stop: g.iter().map(|s| s.cut_by_stop).sum(),
                 events: g.iter().map(|s| s.events).sum(),
                 by_type: add(|s| &s.by_type),
                 errors: add(|s| &s.errors),

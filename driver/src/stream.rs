@@ -257,7 +257,7 @@ impl Task {
         );
         let head = tokio::select! {
             r = open => r,
-            _ = stopped => return End::Stopped,
+            _ = stopped => return self.cut(),
         };
         let head = match head {
             Err(_) => return self.failed(Outcome::Timeout, sent.elapsed()),
@@ -283,6 +283,13 @@ impl Task {
             }
             OpKind::Request => End::Stopped,
         }
+    }
+
+    /// The player stopped while this opening was in flight: the request went out, so it
+    /// is counted (not as an error, and not as an op sample: its phase may be over).
+    fn cut(&self) -> End {
+        self.play().cut_by_stop(self.op);
+        End::Stopped
     }
 
     fn failed(&self, outcome: Outcome, latency: Duration) -> End {
@@ -342,7 +349,7 @@ impl Task {
         let stopped = self.stopped();
         let body = tokio::select! {
             b = tokio::time::timeout(left, head.body.collect()) => b,
-            _ = stopped => return End::Stopped,
+            _ = stopped => return self.cut(),
         };
         let body = match body {
             Err(_) => return self.failed(Outcome::Timeout, sent.elapsed()),

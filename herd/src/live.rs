@@ -839,6 +839,7 @@ mod tests {
             kind: "ndjson".into(),
             opened: 50,
             reconnects: 2,
+            cut_by_stop: 0,
             events: 400,
             by_type: Default::default(),
             errors: [("ended".to_owned(), 2)].into_iter().collect(),

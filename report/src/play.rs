@@ -31,6 +31,8 @@ pub struct StreamRow {
     pub opened: u64,
     /// Openings after a player's first (long poll: re-issues after a failure).
     pub reconnects: u64,
+    /// Openings in flight when their player stopped (sent, unanswered; not errors).
+    pub cut_by_stop: u64,
     /// Failures per class (`ended`, `bad_event`, `transport_error.*`, `http_5xx`, …).
     pub errors: BTreeMap<String, u64>,
     /// Median time from the request to an opening's first event, µs.
@@ -110,6 +112,7 @@ pub fn rows(steps: &[PhaseReport]) -> (Vec<StreamRow>, Vec<GroupRow>, Vec<OpenRo
                 by_type: st.by_type.clone(),
                 opened: st.opened,
                 reconnects: st.reconnects,
+                cut_by_stop: st.cut_by_stop,
                 errors: st.errors.clone(),
                 first_event_p50_us: first(|l| l.p50_us),
                 first_event_p99_us: first(|l| l.p99_us),
@@ -222,6 +225,7 @@ mod tests {
                     kind: "sse".into(),
                     opened: 12,
                     reconnects: 2,
+                    cut_by_stop: 0,
                     events: 340,
                     by_type: BTreeMap::from([("move".into(), 300), ("chat".into(), 40)]),
                     errors: BTreeMap::from([("ended".into(), 2)]),
@@ -236,6 +240,7 @@ mod tests {
                     kind: "long_poll".into(),
                     opened: 0,
                     reconnects: 3,
+                    cut_by_stop: 0,
                     events: 0,
                     by_type: BTreeMap::new(),
                     errors: BTreeMap::from([("timeout".into(), 3)]),

@@ -693,7 +693,12 @@ fn streams(b: &mut Vec<Block>, r: &Report) {
             s.events.to_string().into(),
             format!("{:.1}", s.events_per_s).into(),
             counts(&s.by_type).into(),
-            s.opened.to_string().into(),
+            // The server saw the openings the stop cut short: said beside the opened ones.
+            if s.cut_by_stop > 0 {
+                format!("{} (+{} cut by the stop)", s.opened, s.cut_by_stop).into()
+            } else {
+                s.opened.to_string().into()
+            },
             s.reconnects.to_string().into(),
             counts(&s.errors).into(),
             latency_cell(&s.first_event_p50_us),

@@ -96,6 +96,7 @@ fn stream(op: &str, kind: &str, reconnects: u64, events: u64) -> StreamStats {
         kind: kind.into(),
         opened: 10 + reconnects,
         reconnects,
+        cut_by_stop: 0,
         events,
         by_type,
         errors,

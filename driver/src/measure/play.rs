@@ -57,6 +57,10 @@ impl PlayStats {
     }
 }
 
+fn none(n: &u64) -> bool {
+    *n == 0
+}
+
 /// One stream or long-poll op.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct StreamStats {
@@ -69,6 +73,11 @@ pub struct StreamStats {
     /// Openings after a player's first one: the stream broke or ended and was reopened
     /// (long poll: polls re-issued after a failure).
     pub reconnects: u64,
+    /// Openings the player's stop cut short: sent, and no answer came before it stopped (a
+    /// stream's head, a long poll's reply). The server saw them, so `opened` + this +
+    /// failed openings is what it counts; a long poll in flight at the end is one.
+    #[serde(default, skip_serializing_if = "none")]
+    pub cut_by_stop: u64,
     /// Events received, all types (long poll: answers, `no_news` included).
     pub events: u64,
     /// Events per type (the `event:` field, the `event_type` pointer, `chunk`, or for a
@@ -133,6 +142,7 @@ const MAX_TYPES: usize = 32;
 struct StreamAcc {
     opened: u64,
     reconnects: u64,
+    cut_by_stop: u64,
     events: u64,
     by_type: BTreeMap<Box<str>, u64>,
     errors: BTreeMap<String, u64>,
@@ -168,6 +178,7 @@ impl Acc {
                 kind: ops[i].1.to_owned(),
                 opened: s.opened,
                 reconnects: s.reconnects,
+                cut_by_stop: s.cut_by_stop,
                 events: s.events,
                 by_type: s.by_type.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
                 errors: s.errors.clone(),
@@ -247,6 +258,11 @@ impl PlayAcc {
     /// Op `op` opened (got a 2xx head).
     pub fn opened(&self, op: usize) {
         self.stream(op, |s| s.opened += 1);
+    }
+
+    /// An opening of op `op` was in flight when the player stopped.
+    pub fn cut_by_stop(&self, op: usize) {
+        self.stream(op, |s| s.cut_by_stop += 1);
     }
 
     /// Op `op` is being reopened (or, for a long poll, re-issued after a failure).

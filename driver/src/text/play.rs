@@ -76,6 +76,9 @@ fn stream_line(s: &StreamStats) -> String {
         count(s.opened),
         count(s.reconnects)
     );
+    if s.cut_by_stop > 0 {
+        let _ = write!(l, ", {} cut by the stop", count(s.cut_by_stop));
+    }
     if !s.errors.is_empty() {
         let errors: Vec<String> = s
             .errors
@@ -100,6 +103,7 @@ mod tests {
                 kind: "sse".into(),
                 opened: 4,
                 reconnects: 2,
+                cut_by_stop: 3,
                 events: 1_204,
                 by_type: [("chat".to_owned(), 204), ("move".to_owned(), 1_000)].into(),
                 errors: [("ended".to_owned(), 2)].into(),
@@ -123,7 +127,7 @@ mod tests {
         };
         assert_eq!(
             lines(&p),
-            "  stream sub (sse): 1 204 events (move 1 000, chat 204), first event p50 1.2ms p99 4.0ms, 4 opened, 2 reconnects, errors: ended 2\n  groups: 12 formed, 10 finished, 1 failed, 1 abandoned\n  check failed: layer.get /v2/app/blobs/sha256:ab: 3\n"
+            "  stream sub (sse): 1 204 events (move 1 000, chat 204), first event p50 1.2ms p99 4.0ms, 4 opened, 2 reconnects, 3 cut by the stop, errors: ended 2\n  groups: 12 formed, 10 finished, 1 failed, 1 abandoned\n  check failed: layer.get /v2/app/blobs/sha256:ab: 3\n"
         );
     }
 }

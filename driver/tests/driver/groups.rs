@@ -159,11 +159,16 @@ arrival = "burst"
     // The stream is per player: it opens once the player sits in a playing group (it
     // reads no group variable, so it stays open after the group finished). A member whose
     // group finished before its next turn never gets to open it, so the count is checked
-    // against the server's openings, at most one per player.
+    // against the server's openings, at most one per player; an opening still waiting for
+    // its head at the end is one the stop cut short (seen on a loaded host: 5 + 2).
     let s = r.play.stream("subscribe").expect("stream stats");
     let opens = server.stats.opens.lock().unwrap().clone();
     assert!(opens.values().all(|&n| n == 1), "{opens:?}");
-    assert_eq!(s.opened, opens.len() as u64, "{s:?} {opens:?}");
+    assert_eq!(
+        s.opened + s.cut_by_stop,
+        opens.len() as u64,
+        "{s:?} {opens:?}"
+    );
     assert!(s.opened >= 2, "{s:?}");
     assert_eq!(s.events, 3 * s.opened);
     assert_eq!(s.reconnects, 0);

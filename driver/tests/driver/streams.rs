@@ -193,10 +193,14 @@ timeout = "30s"
         *server.stats.polls.lock().unwrap(),
         (2 * PLAYERS, 2 * PLAYERS, 2 * PLAYERS)
     );
-    // Every answer is an `ok` op; the 7th poll, held by the server, is cut by the stop
-    // and not recorded.
+    // Every answer is an `ok` op; the 7th poll, held by the server, is cut by the stop:
+    // no op sample, counted as cut.
     assert_eq!(r.op_count("poll"), 6 * PLAYERS);
     assert_eq!(r.outcome_count("poll", "ok"), 6 * PLAYERS);
+    assert_eq!(s.cut_by_stop, PLAYERS);
+    for p in 0..PLAYERS {
+        assert_eq!(server.opens(&format!("poll/{p}")), 7, "player {p}");
+    }
     assert_eq!(r.requests + PLAYERS, server.requests());
     assert_phases_agree(&r, "poll");
 }
