@@ -354,9 +354,9 @@ fn wait_tasks(service: &str, want: usize, by_node: bool, deadline: Instant) -> R
     }
 }
 
-/// Removes a service on drop, then its tasks' containers: the running ones get up to 30 s to
-/// stop (a probe sidecar removes the probe it started), then every container of the service
-/// or of the run left is removed (the engine keeps a finished task's container a while).
+/// Removes a service on drop, then its tasks' containers: the running ones are stopped (a
+/// probe sidecar then removes the probe it started), then every container of the service or
+/// of what its tasks started is removed (the engine keeps a finished task's container).
 struct Service {
     made: Option<Made>,
     /// Besides the service's own task containers: `docker ps --filter`s (ANDed) of the
@@ -396,7 +396,15 @@ impl Drop for Service {
             ids.dedup();
             ids
         };
-        let deadline = Instant::now() + Duration::from_secs(30);
+        // Docker 20.10 leaves a removed job's running tasks running: stop them (SIGTERM; a
+        // shard records itself stopped, a sidecar removes its probe; SIGKILL after 15 s).
+        let running = containers(true);
+        if !running.is_empty() {
+            let mut args = vec!["stop", "-t", "15"];
+            args.extend(running.iter().map(String::as_str));
+            let _ = docker(&args);
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
         while !containers(true).is_empty() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(250));
         }

@@ -250,7 +250,7 @@ fn herd_run_fails_before_the_load_when_the_seed_database_is_unreachable() {
             listen: None,
             quick: Default::default(),
             shard: None,
-        shard_slot: None,
+            shard_slot: None,
             run_key: None,
             shard_timeout: Duration::from_secs(1),
         }
