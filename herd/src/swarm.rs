@@ -572,7 +572,10 @@ pub fn launch(l: &Launch) -> Result<i64> {
             t.err,
             task_logs(&t.id)
         );
-        failed.push(format!("{shard}/{}", run.shards));
+        failed.push(shard as u32);
+    }
+    if !failed.is_empty() {
+        close_dead_shards(&store, &run.name, &failed)?;
     }
     if let Some(p) = &probe {
         // The probes end by themselves once the run is over (their next interval sees it).
@@ -599,14 +602,43 @@ pub fn launch(l: &Launch) -> Result<i64> {
     drop(config);
     drop(image);
     if !failed.is_empty() {
+        let names: Vec<String> = failed
+            .iter()
+            .map(|i| format!("{i}/{}", run.shards))
+            .collect();
         bail!(
             "{WHO}: shard {} of run {} failed (its error and logs above); the report holds what \
              the others recorded",
-            failed.join(", "),
+            names.join(", "),
             run.name
         );
     }
     Ok(id)
+}
+
+/// Marks the shards whose task failed `interrupted` when they are still `running` in the
+/// store (killed before they could close their rows): a shard in a container is pid 1 of its
+/// own PID namespace, which the store cannot check from here, but the engine saw it die. The
+/// run then closes, the node probes stop, and the report names the shards missing.
+fn close_dead_shards(store: &str, key: &str, dead: &[u32]) -> Result<()> {
+    let rt = crate::cmd::store_runtime("swarm launch's store")?;
+    rt.block_on(async {
+        let st = herd_store::Store::open_existing(store).await?;
+        let Ok(id) = st.wait_for_key(key, Duration::from_secs(1)).await else {
+            // No shard registered: nothing to close.
+            return Ok(());
+        };
+        let meta = st.meta(Some(id)).await?;
+        for s in meta
+            .shards
+            .iter()
+            .filter(|s| dead.contains(&s.index) && s.status == "running")
+        {
+            st.finish_shard(id, s.index, "interrupted").await?;
+        }
+        st.close().await;
+        anyhow::Ok(())
+    })
 }
 
 /// Waits (up to 60 s) until every node's probe sidecar has started its probe container, so

@@ -547,3 +547,89 @@ fn docker_swarm_interrupted_launch_removes_what_it_made() {
     rt.block_on(pool.close());
     drop(swarm);
 }
+
+#[test]
+fn docker_swarm_a_killed_shard_is_reported_missing_and_the_launch_fails() {
+    let test = "docker_swarm_a_killed_shard_is_reported_missing_and_the_launch_fails";
+    if !privileged(test) || !engine(test) {
+        return;
+    }
+    let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+    let swarm = Swarm::init();
+    let pg = Postgres::start().unwrap();
+    let nginx = Nginx::start();
+    let dir = TempDir::new("it-swarm-kill");
+    let scenario = dir.write(
+        "kill.toml",
+        format!(
+            "[target]\nurl = \"http://127.0.0.1:{}\"\n[player]\nthink = \"50ms\"\n\
+             [[op]]\nname = \"ok\"\npath = \"/\"\n[[step]]\nplayers = 6\nduration = \"8s\"\n",
+            nginx.port
+        ),
+    );
+    let name = format!("it-swarm-kill-{}", std::process::id());
+    let child = launch(&scenario, &pg.url, &name, &dir.join("out"))
+        .arg("--no-probe")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Slot 1's container (NAME.1.TASK) is shard 1: SIGKILLed once the shards send.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while nginx.logged() == 0 {
+        assert!(Instant::now() < deadline, "the shards never sent a request");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let victim = docker(&[
+        "ps",
+        "-q",
+        "--filter",
+        &format!("name={name}.1."),
+        "--filter",
+        "status=running",
+    ]);
+    assert_eq!(victim.lines().count(), 1, "slot 1's container: {victim:?}");
+    docker(&["kill", victim.trim()]);
+    let out = child.wait_with_output().unwrap();
+    let (stdout, stderr) = text(&out);
+    eprintln!(
+        "launch with a killed shard ({:?}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a failed shard fails the launch"
+    );
+    assert!(
+        stderr.contains("shard 1/3 (task ") && stderr.contains("failed"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("shard 1/3 of run"), "{stderr}");
+    // The report is still printed, the killed shard named missing with what it recorded.
+    assert!(stdout.contains("interrupted, "), "{stdout}");
+    assert!(
+        stdout.contains("Shard 1/3 (") && stdout.contains("is missing: it is `interrupted`"),
+        "{stdout}"
+    );
+    nothing_left_of(&name);
+    let rt = rt();
+    let pool = rt.block_on(sqlx::PgPool::connect(&pg.url)).unwrap();
+    let statuses: Vec<String> = rt
+        .block_on(
+            sqlx::query(
+                "SELECT s.status FROM herd_shards s JOIN herd_run_keys k ON k.run_id = s.run_id \
+                 WHERE k.run_key = $1 ORDER BY s.shard",
+            )
+            .bind(&name)
+            .fetch_all(&pool),
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.try_get("status").unwrap())
+        .collect();
+    assert_eq!(statuses, ["finished", "interrupted", "finished"]);
+    rt.block_on(pool.close());
+    drop(swarm);
+}
