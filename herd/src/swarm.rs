@@ -5,10 +5,10 @@
 //!
 //! Swarm services can be neither privileged nor in the host's PID namespace, which the probe
 //! needs (it reads the host's cgroups' pids and their /proc/PID/ns/net). So the probe
-//! service's task is a sidecar: `herd probe --via-engine IMAGE` asks its node's engine, over
-//! the Docker socket mounted into it, to run the real probe in a privileged container with
-//! the host's PID and network namespaces ([`probe_via_engine`]), and removes it when the task
-//! is stopped or the probe exits.
+//! service's task is a sidecar: `herd probe --via-engine` asks its node's engine, over the
+//! Docker socket mounted into it, to run the real probe in a container with the host's PID,
+//! network and cgroup namespaces and the capabilities eBPF needs ([`probe_via_engine`]), and
+//! removes it when the task is stopped or the probe exits.
 //!
 //! The engine is reached through the `docker` CLI as `herd demo --docker` does, so
 //! `DOCKER_HOST` means what it means to the CLI; the sidecar speaks the Engine API on the
@@ -140,7 +140,7 @@ impl SwarmRun {
     }
 
     /// `docker service create` arguments of the probe service: one task per node, the
-    /// engine's socket mounted, running the sidecar that starts the privileged probe.
+    /// engine's socket mounted, running the sidecar that starts the probe on the host's namespaces.
     pub fn probe_args(&self) -> Vec<String> {
         let mut a: Vec<String> = [
             "service",
@@ -713,7 +713,7 @@ fn report(store: &str, run: &SwarmRun, out: &Path) -> Result<i64> {
 }
 
 /// `herd probe --via-engine`: the probe service's task. Starts the real probe in a container
-/// of `image` on this node's engine — privileged, the host's PID, network and cgroup
+/// of `image` on this node's engine — eBPF's capabilities, the host's PID, network and cgroup
 /// namespaces, cgroupfs and BTF mounted, the store URL copied in as a file — waits for it,
 /// relays its output, and removes it when it exits or this task is stopped (SIGTERM).
 pub fn probe_via_engine(args: &crate::cmd::probe::ProbeArgs) -> Result<()> {
@@ -1049,7 +1049,7 @@ mod tests {
     }
 
     #[test]
-    fn the_probe_service_is_a_sidecar_per_node_whose_probe_is_privileged_on_the_host() {
+    fn the_probe_service_is_a_sidecar_per_node_whose_probe_runs_on_the_host_namespaces() {
         let r = run();
         let a = r.probe_args();
         assert_eq!(values(&a, "--mode"), ["global"]);

@@ -37,8 +37,8 @@ pub enum Engine {
 #[command(after_help = "\
 Examples:
   docker swarm init --advertise-addr 127.0.0.1 --default-addr-pool 198.19.48.0/20  # once
-  sudo herd launch swarm game.toml --shards 3 --store postgres://herd:PASSWORD@db:5432/herd
-  sudo herd launch swarm game.toml --shards 6 --store \"$HERD_STORE\" --image herd:1 --no-probe
+  herd launch swarm game.toml --shards 3 --store postgres://herd:PASSWORD@db:5432/herd
+  herd launch swarm game.toml --shards 6 --store \"$HERD_STORE\" --image herd:1 --no-probe
 
 It builds herd's image from this binary (FROM scratch, no registry) unless --image names one
 every node has, puts the scenario in a Docker config and the store URL in a Docker secret,
