@@ -225,6 +225,20 @@ fn stop_point() -> Result<()> {
 /// not what a sharded run on a swarm needs.
 fn check(l: &Launch) -> Result<String> {
     herd_driver::Shard::new(0, l.shards)?;
+    // It names services, a config, a secret and an image tag: the strictest of their rules.
+    let n = &l.name;
+    let ok = !n.is_empty()
+        && n.len() <= 48
+        && n.bytes().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_' || b == b'.'
+        })
+        && n.as_bytes()[0].is_ascii_alphanumeric();
+    if !ok {
+        return Err(crate::environment(anyhow!(
+            "{WHO}: --name {n:?} cannot name Docker services and an image tag: use at most 48 \
+             lowercase letters, digits, `-`, `_` and `.`, starting with a letter or digit"
+        )));
+    }
     let store = l.store.clone().ok_or_else(|| {
         crate::environment(anyhow!(
             "{WHO}: --store URL is missing: the shards need one PostgreSQL run store they all \
@@ -641,8 +655,8 @@ fn close_dead_shards(store: &str, key: &str, dead: &[u32]) -> Result<()> {
     })
 }
 
-/// Waits (up to 60 s) until every node's probe sidecar has started its probe container, so
-/// the probes count from the shards' first connection.
+/// Waits (up to 60 s) until every node's probe sidecar runs and this node's has started its
+/// probe container, so the probes count from the shards' first connection.
 fn wait_probe_started(run: &SwarmRun) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
@@ -656,7 +670,16 @@ fn wait_probe_started(run: &SwarmRun) -> Result<()> {
                 task_logs(&bad.id)
             );
         }
-        let running = docker(&[
+        // Every node that takes tasks runs its sidecar; this node's probe container is the
+        // one `docker ps` can see (another node's are on its own engine).
+        let nodes = docker(&["node", "ls", "--format", "{{.Status}} {{.Availability}}"])?
+            .lines()
+            .filter(|l| *l == "Ready Active")
+            .count();
+        let here = docker(&["info", "--format", "{{.Swarm.NodeID}}"])?;
+        let sidecars = t.iter().filter(|t| t.state == "running").count();
+        let here_runs = t.iter().any(|t| t.node == here && t.state == "running");
+        let local_probe = docker(&[
             "ps",
             "-q",
             "--filter",
@@ -666,8 +689,7 @@ fn wait_probe_started(run: &SwarmRun) -> Result<()> {
             "--filter",
             "status=running",
         ])?;
-        let nodes = docker(&["node", "ls", "-q"])?.lines().count().max(1);
-        if running.lines().count() >= nodes {
+        if sidecars >= nodes.max(1) && (!here_runs || !local_probe.is_empty()) {
             return Ok(());
         }
         stop_point()?;

@@ -445,6 +445,19 @@ fn docker_swarm_bad_input_and_no_swarm_exit_2_creating_nothing() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("is not PostgreSQL"), "{err}");
 
+    // A name that cannot name a service and an image tag.
+    let out = launch(
+        &ok,
+        "postgres://h@127.0.0.1:1/db",
+        "Bad Name",
+        &dir.join("out"),
+    )
+    .output()
+    .unwrap();
+    let (_, err) = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--name \"Bad Name\""), "{err}");
+
     // A scenario that does not parse: its line, before anything is created.
     let broken = dir.write("broken.toml", "[target]\nurl = \n");
     let out = launch(

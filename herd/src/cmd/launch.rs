@@ -125,9 +125,21 @@ pub fn run(args: &LaunchArgs) -> Result<()> {
 /// The run's name unless given: the scenario's file stem and the time, so every launch is a
 /// new run.
 fn default_name(scenario: &std::path::Path) -> String {
-    let stem = scenario
+    // Lowercase letters, digits and `-`: what Kubernetes objects, Docker services and image
+    // tags all accept.
+    let stem: String = scenario
         .file_stem()
-        .map_or_else(|| "run".into(), |s| s.to_string_lossy().to_lowercase());
+        .map_or_else(|| "run".into(), |s| s.to_string_lossy().to_lowercase())
+        .chars()
+        .map(|c| {
+            if c.is_ascii_lowercase() || c.is_ascii_digit() {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(24)
+        .collect();
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
