@@ -1139,6 +1139,37 @@ mod tests {
     }
 
     #[test]
+    fn each_slot_or_node_is_judged_by_its_first_task() {
+        let t = |id: &str, slot: u64, node: &str, at: i64, state: &str| Task {
+            id: id.into(),
+            slot,
+            node: node.into(),
+            created_ns: at,
+            state: state.into(),
+            err: String::new(),
+        };
+        // Oldest first, as `tasks` sorts them: slot 1 failed and Docker 20.10 started it
+        // again; the retry (still pending, on no node yet) is not the shard.
+        let job = vec![
+            t("a", 0, "n1", 1, "complete"),
+            t("b", 1, "n1", 2, "failed"),
+            t("c", 2, "n1", 3, "complete"),
+            t("d", 1, "", 4, "pending"),
+        ];
+        let firsts_ids = |v: Vec<Task>| v.into_iter().map(|t| t.id).collect::<Vec<_>>();
+        assert_eq!(firsts_ids(firsts(job.clone(), false)), ["a", "b", "c"]);
+        assert!(firsts(job, false).iter().all(|t| finished(&t.state)));
+        // A global service's tasks all have slot 0: one per node, unassigned ones skipped.
+        let global = vec![
+            t("p", 0, "n1", 1, "running"),
+            t("q", 0, "n2", 2, "running"),
+            t("r", 0, "", 3, "pending"),
+            t("s", 0, "n1", 4, "running"),
+        ];
+        assert_eq!(firsts_ids(firsts(global, true)), ["p", "q"]);
+    }
+
+    #[test]
     fn the_store_url_archive_is_a_tar_of_one_file() {
         let t = tar_one("herd-store", b"postgres://u:p@h/db");
         assert_eq!(t.len(), 512 + 512 + 1024);
