@@ -371,6 +371,8 @@ fn docker_swarm_three_shards_and_a_probe_per_node_match_nginx_and_leave_nothing(
         assert!(stdout.contains(&format!("shard {i}/3 on ")), "{stdout}");
     }
     assert!(stdout.contains("Merged from 3 of 3 shards"), "{stdout}");
+    // The shards ran --no-probe because the node's probe probes for them.
+    assert!(!stdout.contains("started with --no-probe"), "{stdout}");
     let report: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(dir.join("out").join(format!("run-{run}.json"))).unwrap(),
     )

@@ -566,6 +566,9 @@ impl Store {
             if !node_probe.is_empty() {
                 d.probe.extend(node_probe.iter().cloned());
                 d.probe.sort_by_key(|iv| iv.at_ns);
+                // The shards ran --no-probe because the node probes probe for them: the
+                // report must not say the run had no probe.
+                d.probe_missing = None;
             }
             d
         };
