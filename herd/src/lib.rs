@@ -8,6 +8,7 @@ mod attach;
 pub mod cmd;
 #[cfg(feature = "demo")]
 pub mod demo;
+pub mod docker;
 pub mod k8s;
 pub mod live;
 pub mod log;
@@ -16,6 +17,7 @@ pub mod quick;
 pub mod run_metrics;
 pub mod session;
 pub mod signals;
+pub mod swarm;
 pub mod usage;
 
 use std::process::ExitCode;

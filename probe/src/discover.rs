@@ -192,20 +192,12 @@ impl DockerNames {
 
     /// One Engine API GET, `None` on any failure (500 ms per read and write).
     fn get(&self, path: &str) -> Option<serde_json::Value> {
-        let mut s = std::os::unix::net::UnixStream::connect(&self.socket).ok()?;
-        s.set_read_timeout(Some(Duration::from_millis(500))).ok()?;
-        s.set_write_timeout(Some(Duration::from_millis(500))).ok()?;
-        // HTTP/1.0: the daemon closes after the response, so reading to EOF is the framing.
-        // One write: an engine (or a test's fake) may read the request in one go.
-        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: docker\r\n\r\n").as_bytes())
-            .ok()?;
-        let mut body = String::new();
-        s.read_to_string(&mut body).ok()?;
-        let (head, json) = body.split_once("\r\n\r\n")?;
-        if !head.starts_with("HTTP/1.") || !head.split_whitespace().nth(1)?.starts_with('2') {
+        let (status, body) =
+            engine_request(&self.socket, "GET", path, None, Duration::from_millis(500)).ok()?;
+        if !(200..300).contains(&status) {
             return None;
         }
-        serde_json::from_str(json).ok()
+        serde_json::from_slice(&body).ok()
     }
 
     /// How the running containers among `names` (Docker id → report name) are reached: their
@@ -301,6 +293,49 @@ pub fn services_of(list: &serde_json::Value, names: &HashMap<String, String>) ->
     }
     out.sort_by(|a, b| a.container.cmp(&b.container));
     out
+}
+
+/// One Engine API request on the unix socket `socket`: `method path` with an optional body
+/// (its content type and bytes); the status and the body of the answer. `timeout` bounds
+/// each read and write (a `POST /containers/ID/stop?t=10` needs more than 10 s).
+pub fn engine_request(
+    socket: &Path,
+    method: &str,
+    path: &str,
+    body: Option<(&str, &[u8])>,
+    timeout: Duration,
+) -> std::io::Result<(u16, Vec<u8>)> {
+    let mut s = std::os::unix::net::UnixStream::connect(socket)?;
+    s.set_read_timeout(Some(timeout))?;
+    s.set_write_timeout(Some(timeout))?;
+    // HTTP/1.0: the daemon closes after the response, so reading to EOF is the framing.
+    // One write: an engine (or a test's fake) may read the request in one go.
+    let mut req = format!("{method} {path} HTTP/1.0\r\nHost: docker\r\n").into_bytes();
+    if let Some((kind, data)) = body {
+        req.extend_from_slice(
+            format!("Content-Type: {kind}\r\nContent-Length: {}\r\n", data.len()).as_bytes(),
+        );
+        req.extend_from_slice(b"\r\n");
+        req.extend_from_slice(data);
+    } else {
+        req.extend_from_slice(b"\r\n");
+    }
+    s.write_all(&req)?;
+    let mut answer = Vec::new();
+    s.read_to_end(&mut answer)?;
+    let end = answer
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| {
+            std::io::Error::other(format!("{method} {path}: no HTTP head in the answer"))
+        })?;
+    let head = String::from_utf8_lossy(&answer[..end]);
+    let status = head
+        .starts_with("HTTP/1.")
+        .then(|| head.split_whitespace().nth(1)?.parse::<u16>().ok())
+        .flatten()
+        .ok_or_else(|| std::io::Error::other(format!("{method} {path}: answered {head:?}")))?;
+    Ok((status, answer[end + 4..].to_vec()))
 }
 
 /// The socket a `DOCKER_HOST` value names. Only unix sockets are spoken; any other value

@@ -566,6 +566,9 @@ impl Store {
             if !node_probe.is_empty() {
                 d.probe.extend(node_probe.iter().cloned());
                 d.probe.sort_by_key(|iv| iv.at_ns);
+                // The shards ran --no-probe because the node probes probe for them: the
+                // report must not say the run had no probe.
+                d.probe_missing = None;
             }
             d
         };
@@ -765,6 +768,11 @@ pub struct Owner {
     pub boot_id: String,
     /// The process's start time in clock ticks since boot (a pid is reused).
     pub start_ticks: u64,
+    /// Its PID namespace (the inode of /proc/self/ns/pid; 0 when unknown or written before
+    /// herd recorded it): a shard in a container with the host's network has the host's
+    /// name, but its pid means nothing in another PID namespace.
+    #[serde(default)]
+    pub pid_ns: u64,
 }
 
 impl Owner {
@@ -776,14 +784,22 @@ impl Owner {
             host: read_trim("/proc/sys/kernel/hostname"),
             boot_id: read_trim("/proc/sys/kernel/random/boot_id"),
             start_ticks: start_ticks(pid).unwrap_or(0),
+            pid_ns: std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| {
+                use std::os::unix::fs::MetadataExt as _;
+                m.ino()
+            }),
         }
     }
 
     /// True when this is the host it ran on and the process is certainly gone. On another
-    /// host nothing can be told, so the run is left `running`.
+    /// host, or from another PID namespace (a shard in a container), nothing can be told,
+    /// so the run is left `running`.
     pub fn gone(&self) -> bool {
         let me = Owner::me();
         if self.host != me.host || self.host.is_empty() {
+            return false;
+        }
+        if self.pid_ns != me.pid_ns && self.pid_ns != 0 && me.pid_ns != 0 {
             return false;
         }
         self.boot_id != me.boot_id || start_ticks(self.pid) != Some(self.start_ticks)
@@ -943,6 +959,25 @@ mod tests {
             .unwrap();
         assert_eq!(s.meta(None).await.unwrap().status, "interrupted");
         assert_eq!(s.list().await.unwrap()[0].status, "interrupted");
+        // The same pid seen from another PID namespace (a shard in a container with the
+        // host's name): nothing can be told, and an owner row written before herd recorded
+        // namespaces (no `pid_ns`) still reads as before.
+        let me = Owner::me();
+        assert!(me.pid_ns != 0);
+        assert!(
+            !Owner {
+                pid,
+                pid_ns: me.pid_ns + 1,
+                ..Owner::me()
+            }
+            .gone()
+        );
+        let old: Owner = serde_json::from_str(&format!(
+            r#"{{"pid":{pid},"host":"{}","boot_id":"{}","start_ticks":1}}"#,
+            me.host, me.boot_id
+        ))
+        .unwrap();
+        assert!(old.gone());
         // A finished run is what it says, whatever became of its process.
         s.finish(run.id, "stopped").await.unwrap();
         assert_eq!(s.meta(None).await.unwrap().status, "stopped");

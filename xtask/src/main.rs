@@ -68,6 +68,9 @@ enum IntegrationTest {
     /// Only the Docker tests (integration-test/tests/docker.rs), on the engine `cargo xtask
     /// ci` would use (a private dockerd under target/docker when none answers), as root.
     Docker,
+    /// Only `herd launch swarm`'s tests (integration-test/tests/swarm.rs) on that engine,
+    /// which they make a one-node swarm and leave again.
+    Swarm,
 }
 
 /// Debian packages the project needs at test or run time, with why.
@@ -450,9 +453,9 @@ fn privileged_tests() -> Result<()> {
     Ok(())
 }
 
-/// The Docker tests alone, against the engine [`docker::ensure`] picks (stopped after, when
-/// xtask started it).
-fn docker_tests() -> Result<()> {
+/// The Docker tests of integration-test/tests/`file`.rs alone, against the engine
+/// [`docker::ensure`] picks (stopped after, when xtask started it).
+fn docker_tests(file: &str) -> Result<()> {
     let engine = docker::ensure(&root(), is_root())?;
     let mut cmd = cargo();
     cmd.args([
@@ -460,7 +463,7 @@ fn docker_tests() -> Result<()> {
         "--package",
         "integration-test",
         "--test",
-        "docker",
+        file,
         "--",
         "--nocapture",
     ]);
@@ -495,7 +498,8 @@ fn main() -> Result<()> {
             match which {
                 IntegrationTest::Local => privileged_tests(),
                 IntegrationTest::Vm(args) => vm::run(&args),
-                IntegrationTest::Docker => docker_tests(),
+                IntegrationTest::Docker => docker_tests("docker"),
+                IntegrationTest::Swarm => docker_tests("swarm"),
             }
         }
         Task::BenchDriver(args) => {

@@ -1,5 +1,6 @@
 //! `herd launch`: start a sharded run on an engine users already run. `k8s` writes the
-//! Kubernetes manifests ([`crate::k8s`]) for `kubectl apply`.
+//! Kubernetes manifests ([`crate::k8s`]) for `kubectl apply`; `swarm` runs the shards and the
+//! probes on a Docker Swarm, waits and prints the merged report ([`crate::swarm`]).
 
 use std::path::PathBuf;
 
@@ -11,8 +12,9 @@ use anyhow::{Context as _, Result};
 Examples:
   herd launch k8s game.toml --shards 3 --store-secret herd-store --image registry.local/herd:1
   kubectl apply -f herd-out/game-<time>.yaml  # what it wrote: ConfigMap, Indexed Job, DaemonSet
+  herd launch swarm game.toml --shards 3 --store postgres://herd:PASSWORD@db:5432/herd
 
-docs/scale-out.md walks through it; Docker Swarm is not a launcher yet.")]
+docs/scale-out.md walks through both.")]
 pub struct LaunchArgs {
     /// The engine.
     #[command(subcommand)]
@@ -25,6 +27,56 @@ pub enum Engine {
     /// Write the manifests of a sharded run on Kubernetes: an Indexed Job of driver shards,
     /// a DaemonSet of probes, the scenario as a ConfigMap, the store URL from a Secret.
     K8s(K8sArgs),
+    /// Run a sharded run on the Docker Swarm this engine manages: a replicated job of driver
+    /// shards and a global probe service, waited for, reported, and removed.
+    Swarm(SwarmArgs),
+}
+
+/// Options of `herd launch swarm`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Examples:
+  docker swarm init --advertise-addr 127.0.0.1 --default-addr-pool 198.19.48.0/20  # once
+  herd launch swarm game.toml --shards 3 --store postgres://herd:PASSWORD@db:5432/herd
+  herd launch swarm game.toml --shards 6 --store \"$HERD_STORE\" --image herd:1 --no-probe
+
+It builds herd's image from this binary (FROM scratch, no registry) unless --image names one
+every node has, puts the scenario in a Docker config and the store URL in a Docker secret,
+runs `herd run --shard-slot {{.Task.Slot}}/N` as a replicated job and a probe per node as a
+global service, waits, prints the merged report (also written into --out) and removes all of
+it, also on an error or Ctrl-C. Exit codes: 0 done, 1 failed (a shard failed: the report is
+still written), 2 bad input or no swarm.")]
+pub struct SwarmArgs {
+    /// The scenario: a TOML file (docs/scenario.md), checked here before anything is created.
+    #[arg(value_name = "SCENARIO")]
+    pub scenario: PathBuf,
+    /// Driver shards: the job's tasks, one `herd run --shard I/N` each.
+    #[arg(long)]
+    pub shards: u32,
+    /// The PostgreSQL run store every node reaches (postgres://USER:PASSWORD@HOST/DB); it goes
+    /// to the tasks as a Docker secret.
+    #[arg(long, value_name = "URL", env = "HERD_STORE")]
+    pub store: Option<String>,
+    /// herd's image, present on every node (default: build one from this binary, removed
+    /// at the end unless --keep-image).
+    #[arg(long, value_name = "TAG")]
+    pub image: Option<String>,
+    /// Keep the image herd built.
+    #[arg(long)]
+    pub keep_image: bool,
+    /// The run's name: the services', config's and secret's name prefix and the shards'
+    /// --run-key (default: herd-<scenario's file stem>-<time>).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// No probe service (nodes where eBPF cannot be loaded).
+    #[arg(long)]
+    pub no_probe: bool,
+    /// How long the shards may take in all before herd gives up and removes them.
+    #[arg(long, default_value = "1h", value_parser = herd_driver::units::parse_duration)]
+    pub timeout: std::time::Duration,
+    /// Directory the merged report's files are written into.
+    #[arg(long, default_value = "herd-out")]
+    pub out: PathBuf,
 }
 
 /// Options of `herd launch k8s`.
@@ -66,7 +118,47 @@ pub struct K8sArgs {
 pub fn run(args: &LaunchArgs) -> Result<()> {
     match &args.engine {
         Engine::K8s(a) => k8s(a),
+        Engine::Swarm(a) => swarm(a),
     }
+}
+
+/// The run's name unless given: the scenario's file stem and the time, so every launch is a
+/// new run.
+fn default_name(scenario: &std::path::Path) -> String {
+    // Lowercase letters, digits and `-`: what Kubernetes objects, Docker services and image
+    // tags all accept.
+    let stem: String = scenario
+        .file_stem()
+        .map_or_else(|| "run".into(), |s| s.to_string_lossy().to_lowercase())
+        .chars()
+        .map(|c| {
+            if c.is_ascii_lowercase() || c.is_ascii_digit() {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(24)
+        .collect();
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    format!("herd-{stem}-{secs}")
+}
+
+fn swarm(a: &SwarmArgs) -> Result<()> {
+    crate::swarm::launch(&crate::swarm::Launch {
+        scenario: a.scenario.clone(),
+        shards: a.shards,
+        store: a.store.clone(),
+        image: a.image.clone(),
+        name: a.name.clone().unwrap_or_else(|| default_name(&a.scenario)),
+        no_probe: a.no_probe,
+        timeout: a.timeout,
+        keep_image: a.keep_image,
+        out: a.out.clone(),
+    })
+    .map(|_| ())
 }
 
 fn k8s(a: &K8sArgs) -> Result<()> {
@@ -75,16 +167,7 @@ fn k8s(a: &K8sArgs) -> Result<()> {
     herd_driver::Scenario::load(&a.scenario, &[])?;
     let text = std::fs::read_to_string(&a.scenario)
         .with_context(|| format!("reading {}", a.scenario.display()))?;
-    let stem = a
-        .scenario
-        .file_stem()
-        .map_or_else(|| "run".into(), |s| s.to_string_lossy().to_lowercase());
-    let name = a.name.clone().unwrap_or_else(|| {
-        let secs = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        format!("herd-{stem}-{secs}")
-    });
+    let name = a.name.clone().unwrap_or_else(|| default_name(&a.scenario));
     let run = crate::k8s::K8sRun {
         scenario_name: a.scenario.file_name().map_or_else(
             || "scenario.toml".into(),

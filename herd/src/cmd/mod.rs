@@ -18,6 +18,28 @@ pub(crate) fn store_url(store: &Option<String>, out: &std::path::Path) -> String
         .unwrap_or_else(|| herd_store::default_url(out))
 }
 
+/// The store URL of `--store URL` or `--store-file PATH` (a file holding the URL, as a
+/// Docker or Kubernetes secret is mounted: /run/secrets/NAME), surrounding whitespace
+/// trimmed.
+pub(crate) fn store_or_file(
+    store: &Option<String>,
+    file: &Option<std::path::PathBuf>,
+) -> anyhow::Result<Option<String>> {
+    use anyhow::Context as _;
+    let Some(path) = file else {
+        return Ok(store.clone());
+    };
+    let url = std::fs::read_to_string(path)
+        .with_context(|| {
+            format!(
+                "reading the run store's URL from {} (--store-file)",
+                path.display()
+            )
+        })
+        .map_err(crate::environment)?;
+    Ok(Some(url.trim().to_owned()))
+}
+
 /// A single-threaded runtime for a command that only talks to the store; `what` names the
 /// command in the error.
 pub(crate) fn store_runtime(what: &str) -> anyhow::Result<tokio::runtime::Runtime> {

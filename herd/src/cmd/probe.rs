@@ -57,23 +57,45 @@ pub struct ProbeArgs {
     pub no_discover: bool,
     /// Write every interval into the run store at URL as a probe of run --run (a probe per
     /// node beside the shards of a sharded run, docs/scale-out.md); stops when the run ends.
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", group = "store_source")]
     pub store: Option<String>,
+    /// Read the run store URL from FILE instead (a mounted secret: /run/secrets/NAME).
+    #[arg(long, value_name = "FILE", group = "store_source")]
+    pub store_file: Option<PathBuf>,
     /// The run whose probe this is (with --store).
     #[arg(
         long,
         value_name = "ID",
-        requires = "store",
+        requires = "store_source",
         conflicts_with = "run_key"
     )]
     pub run: Option<i64>,
     /// The run by its shards' --run-key (with --store): waits up to 10 minutes for its
     /// first shard to create it.
-    #[arg(long, value_name = "KEY", requires = "store")]
+    #[arg(long, value_name = "KEY", requires = "store_source")]
     pub run_key: Option<String>,
-    /// This node's name in the report (default: the host's name).
-    #[arg(long, value_name = "NAME")]
+    /// This node's name in the report (default: the host's name; `herd launch swarm` sets
+    /// HERD_NODE to the Swarm node's hostname).
+    #[arg(long, value_name = "NAME", env = "HERD_NODE")]
     pub node: Option<String>,
+    /// Run the probe in a container this engine starts beside this one (privileged, the
+    /// host's PID and network namespaces), through the Docker socket mounted at
+    /// /var/run/docker.sock: how a Swarm service, which can be neither, probes its node
+    /// (`herd launch swarm`). Waits for it and removes it on SIGTERM or when it exits.
+    #[arg(long, hide = true, requires_all = ["engine_image", "run_key"])]
+    pub via_engine: bool,
+    /// With --via-engine: the image the probe container runs (herd at its entrypoint).
+    #[arg(long, hide = true, value_name = "IMAGE")]
+    pub engine_image: Option<String>,
+    /// With --via-engine: the engine's socket on the node, bind-mounted into the probe
+    /// container so that it names containers.
+    #[arg(
+        long,
+        hide = true,
+        value_name = "PATH",
+        default_value = "/var/run/docker.sock"
+    )]
+    pub engine_socket: String,
 }
 
 /// Where `herd probe --store URL --run ID` writes, and the run's clock it writes on.
@@ -303,6 +325,9 @@ pub fn print_totals(totals: &[(String, herd_probe::Counts)]) {
 
 /// Runs `herd probe`.
 pub fn run(args: &ProbeArgs) -> Result<()> {
+    if args.via_engine {
+        return crate::swarm::probe_via_engine(args);
+    }
     let layout = CgroupLayout::detect().map_err(crate::environment)?;
     let mut set = ContainerSet::from_args(&layout, &args.containers)?;
     if !args.no_discover {
@@ -314,7 +339,8 @@ pub fn run(args: &ProbeArgs) -> Result<()> {
         )),
         None => None,
     };
-    let mut sink = match (&args.store, args.run) {
+    let store = super::store_or_file(&args.store, &args.store_file)?;
+    let mut sink = match (&store, args.run) {
         (Some(url), run) => {
             let node = args.node.clone().unwrap_or_else(|| {
                 std::fs::read_to_string("/proc/sys/kernel/hostname")

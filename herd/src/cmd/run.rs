@@ -41,6 +41,10 @@ pub struct RunArgs {
     /// URL; never printed). Default: sqlite:<out>/runs.db.
     #[arg(long, value_name = "URL", env = "HERD_STORE")]
     pub store: Option<String>,
+    /// Read the run store URL from FILE (a mounted secret: /run/secrets/NAME), so that it
+    /// is in no command line or environment.
+    #[arg(long, value_name = "FILE", conflicts_with = "store")]
+    pub store_file: Option<PathBuf>,
     /// Name a container for the probe: NAME=CGROUP_PATH (repeatable); Docker, Kubernetes,
     /// systemd and herd's own containers are discovered anyway.
     #[arg(long = "container", value_name = "NAME=CGROUP_PATH")]
@@ -83,6 +87,19 @@ pub struct RunArgs {
     /// Needs --run-key and a PostgreSQL --store shared by the shards (docs/scale-out.md).
     #[arg(long, value_name = "I/N")]
     pub shard: Option<herd_driver::Shard>,
+    /// A Docker Swarm task's slot as the shard: `--shard-slot S/N` runs shard S mod N.
+    /// Docker 20.10 numbers a replicated job's tasks 0…N-1 and renders slot 0 as the
+    /// node's id, which counts as 0; an engine counting 1…N gives the same N shards.
+    /// `herd launch swarm` sets it as HERD_SHARD_SLOT={{.Task.Slot}}/N (Swarm expands
+    /// templates in environment values, not in a task's arguments).
+    #[arg(
+        long,
+        value_name = "S/N",
+        env = "HERD_SHARD_SLOT",
+        conflicts_with = "shard",
+        value_parser = parse_slot
+    )]
+    pub shard_slot: Option<herd_driver::Shard>,
     /// The name the shards of one run share: the first to start creates the run, the others
     /// join it, and all start together once the N have registered.
     #[arg(long, value_name = "KEY")]
@@ -92,7 +109,41 @@ pub struct RunArgs {
     pub shard_timeout: Duration,
 }
 
+/// A Swarm task's slot `S/N` as shard `S mod N`; a node id (25 lowercase letters and
+/// digits: how Docker 20.10 renders a job's slot 0) is slot 0.
+fn parse_slot(s: &str) -> std::result::Result<herd_driver::Shard, String> {
+    let bad = |why: &str| {
+        format!(
+            "--shard-slot {s}: {why}; give S/N, S a Swarm task's slot ({{{{.Task.Slot}}}}), e.g. 1/3"
+        )
+    };
+    let (slot, n) = s
+        .trim()
+        .rsplit_once('/')
+        .ok_or_else(|| bad("it has no `/`"))?;
+    let n: u32 = n.trim().parse().map_err(|_| bad("N is not a number"))?;
+    let slot = slot.trim();
+    let node_id = slot.len() == 25
+        && slot
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+    let slot: u64 = match slot.parse() {
+        Ok(k) => k,
+        Err(_) if node_id => 0,
+        Err(_) => return Err(bad("S is neither a number nor a node id")),
+    };
+    if n == 0 {
+        return Err(bad("a run has at least one shard"));
+    }
+    herd_driver::Shard::new((slot % u64::from(n)) as u32, n).map_err(|e| bad(&e.to_string()))
+}
+
 impl RunArgs {
+    /// The shard this process runs, from --shard or --shard-slot.
+    pub fn shard(&self) -> Option<herd_driver::Shard> {
+        self.shard.or(self.shard_slot)
+    }
+
     /// The run these options describe: the scenario loaded with its `--set`s.
     pub fn config(&self) -> Result<RunConfig> {
         let quick = crate::quick::scenario_text(&self.scenario, &self.quick, "run")?;
@@ -100,7 +151,7 @@ impl RunArgs {
             Some(text) => Scenario::parse(crate::quick::FILE, text, &self.set),
             None => Scenario::load(&self.scenario, &self.set),
         })?;
-        herd_driver::limits::check_host(&scenario, self.shard.unwrap_or_default())?;
+        herd_driver::limits::check_host(&scenario, self.shard().unwrap_or_default())?;
         if self.insecure && !scenario.target.accept_any_certificate() {
             tracing::warn!("--insecure does nothing for an http:// target");
         }
@@ -111,8 +162,8 @@ impl RunArgs {
         if let Some(name) = &self.name {
             c.name.clone_from(name);
         }
-        if let Some(url) = &self.store {
-            c.store.clone_from(url);
+        if let Some(url) = super::store_or_file(&self.store, &self.store_file)? {
+            c.store = url;
         }
         c.containers.clone_from(&self.containers);
         c.probe = !self.no_probe;
@@ -121,7 +172,7 @@ impl RunArgs {
         c.live = !self.quiet;
         c.keep_seed = self.keep_seed;
         c.listen = self.listen;
-        match (self.shard, &self.run_key) {
+        match (self.shard(), &self.run_key) {
             (Some(shard), Some(key)) => {
                 c.shard = shard;
                 c.run_key = Some(key.clone());

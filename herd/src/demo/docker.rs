@@ -17,7 +17,7 @@
 use std::{
     net::Ipv4Addr,
     os::unix::process::CommandExt as _,
-    path::{Path, PathBuf},
+    path::PathBuf,
     process::{Command, Stdio},
     time::{Duration, Instant},
 };
@@ -25,101 +25,18 @@ use std::{
 use anyhow::{Context as _, Result, anyhow, bail};
 
 use super::{DemoConfig, fresh_db, record};
-use crate::signals;
+use crate::{
+    docker::{Kind, Made, build_image, docker, engine_answers},
+    signals,
+};
+
+/// Names the demo in the guards' warnings and the build's messages.
+const WHO: &str = "herd demo --docker";
 
 /// The containers' names (as the report shows them) and the network's.
 const GATEWAY: &str = "herd-demo-gateway";
 const BACKEND: &str = "herd-demo-backend";
 const NETWORK: &str = "herd-demo";
-
-/// `docker ARGS`, its stdout trimmed. Its own process group: a Ctrl-C meant for herd must not
-/// kill a `docker rm` that herd's cleanup runs.
-fn docker(args: &[&str]) -> Result<String> {
-    let out = Command::new("docker")
-        .args(args)
-        .stdin(Stdio::null())
-        .process_group(0)
-        .output()
-        .with_context(|| {
-            format!(
-                "running `docker {}` (the docker CLI: Debian package docker.io)",
-                args.join(" ")
-            )
-        })?;
-    if !out.status.success() {
-        bail!(
-            "`docker {}` failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
-}
-
-/// Whether an engine answers `docker version` within 10 s; the CLI's complaint when not.
-fn engine_answers() -> std::result::Result<(), String> {
-    let mut child = Command::new("docker")
-        .args(["version", "--format", "{{.Server.Version}}"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .spawn()
-        .map_err(|e| format!("the docker CLI does not run ({e}; Debian package docker.io)"))?;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        match child.try_wait() {
-            Ok(Some(status)) if status.success() => return Ok(()),
-            Ok(Some(_)) => {
-                let mut err = String::new();
-                if let Some(mut e) = child.stderr.take() {
-                    let _ = std::io::Read::read_to_string(&mut e, &mut err);
-                }
-                return Err(err.trim().lines().last().unwrap_or("").to_owned());
-            }
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err("no answer within 10 s".into());
-            }
-        }
-    }
-}
-
-/// Removes one thing herd made (`docker rm -f`, `network rm`, `rmi`) on drop.
-struct Made {
-    what: &'static str,
-    name: String,
-}
-
-impl Drop for Made {
-    fn drop(&mut self) {
-        let args: &[&str] = match self.what {
-            "container" => &["rm", "-f", "-v"],
-            "network" => &["network", "rm"],
-            _ => &["rmi", "-f"],
-        };
-        let mut all = args.to_vec();
-        all.push(&self.name);
-        if let Err(e) = docker(&all) {
-            tracing::warn!(
-                "herd demo --docker: could not remove the {} {}: {e:#}; remove it by hand",
-                self.what,
-                self.name
-            );
-        }
-    }
-}
-
-/// A directory removed on drop.
-struct TempDir(PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// The demo's image and network, made once for both runs.
 pub(super) struct Demo {
@@ -162,7 +79,7 @@ impl Demo {
             )));
         }
         let tag = format!("herd-demo:{}", std::process::id());
-        let image = build_image(&tag)?;
+        let image = build_image(&tag, WHO)?;
         stop_point()?;
         let (network, subnet) = create_network()?;
         stop_point()?;
@@ -290,86 +207,6 @@ fn gateway_args(ip: &str, backend: &str, max_idle: &str) -> Vec<String> {
     .to_vec()
 }
 
-/// The files `ldd` says `exe` loads (absolute paths).
-fn libraries(exe: &Path) -> Result<Vec<PathBuf>> {
-    let out = Command::new("ldd")
-        .arg(exe)
-        .output()
-        .with_context(|| format!("running ldd {} (Debian package libc-bin)", exe.display()))?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    if !out.status.success() {
-        // A static binary needs nothing beside it.
-        if text.contains("not a dynamic executable") || out.stderr.starts_with(b"\tnot a dynamic") {
-            return Ok(Vec::new());
-        }
-        bail!(
-            "ldd {} failed: {}",
-            exe.display(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(text
-        .lines()
-        .filter_map(|line| {
-            // "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x…)" or "/lib64/ld-linux-x86-64.so.2 (0x…)"
-            match line.split_once("=>") {
-                Some((_, rhs)) => rhs.split_whitespace().next(),
-                None => line.split_whitespace().next(),
-            }
-            .filter(|p| p.starts_with('/'))
-            .map(PathBuf::from)
-        })
-        .collect())
-}
-
-/// Builds `tag` FROM scratch: herd's own binary (debug info stripped when `strip` is there,
-/// to keep the build context small) as the entrypoint, and its libraries.
-fn build_image(tag: &str) -> Result<Made> {
-    let exe = std::env::current_exe().context("locating the herd binary (/proc/self/exe)")?;
-    let ctx = TempDir(std::env::temp_dir().join(format!("herd-demo-image-{}", std::process::id())));
-    let root = ctx.0.join("rootfs");
-    std::fs::create_dir_all(&root)
-        .with_context(|| format!("creating the image's build context {}", root.display()))?;
-    let stripped = Command::new("strip")
-        .arg("--strip-debug")
-        .arg("-o")
-        .arg(root.join("herd"))
-        .arg(&exe)
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !stripped {
-        std::fs::copy(&exe, root.join("herd"))
-            .with_context(|| format!("copying {} into the image", exe.display()))?;
-    }
-    for lib in libraries(&exe)? {
-        let dest = root.join(lib.strip_prefix("/").unwrap_or(&lib));
-        if let Some(dir) = dest.parent() {
-            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        }
-        // Follows symlinks: the image gets the file itself under the name the loader asks for.
-        std::fs::copy(&lib, &dest)
-            .with_context(|| format!("copying {} into the image", lib.display()))?;
-    }
-    std::fs::write(ctx.0.join("Dockerfile"), DOCKERFILE)
-        .with_context(|| format!("writing the Dockerfile in {}", ctx.0.display()))?;
-    tracing::info!(
-        "herd demo --docker: building the image {tag} from {}",
-        exe.display()
-    );
-    // Guarded before the build: an interrupted build may still have tagged it.
-    let made = Made {
-        what: "image",
-        name: tag.to_owned(),
-    };
-    let ctx_path = ctx.0.to_string_lossy().into_owned();
-    docker(&["build", "-q", "-t", tag, &ctx_path])
-        .context("building the demo's image (FROM scratch, nothing pulled)")?;
-    Ok(made)
-}
-
-const DOCKERFILE: &str = "FROM scratch\nCOPY rootfs/ /\nENTRYPOINT [\"/herd\"]\n";
-
 /// The IPv4 routes of the host as (network, prefix length), from /proc/net/route.
 fn host_routes() -> Vec<(u32, u32)> {
     let Ok(table) = std::fs::read_to_string("/proc/net/route") else {
@@ -428,10 +265,7 @@ fn create_network() -> Result<(Made, Subnet)> {
             NETWORK,
         ]) {
             Ok(_) => {
-                let made = Made {
-                    what: "network",
-                    name: NETWORK.to_owned(),
-                };
+                let made = Made::new(Kind::Network, NETWORK, WHO);
                 let has = docker(&[
                     "network",
                     "inspect",
@@ -474,10 +308,7 @@ fn run_container(name: &str, image: &str, opts: &[&str], args: &[String]) -> Res
             "starting the container {name}; if a demo that was killed left one, `docker rm -f {name}`"
         )
     })?;
-    let made = Made {
-        what: "container",
-        name: name.to_owned(),
-    };
+    let made = Made::new(Kind::Container, name, WHO);
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let logs = Command::new("docker")

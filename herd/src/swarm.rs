@@ -1,0 +1,1193 @@
+//! `herd launch swarm`: a sharded run on a Docker Swarm, started, waited for, reported and
+//! removed by herd — a replicated job of N driver shards (`{{.Task.Slot}}` → shard), a global
+//! probe service (one per node), the scenario as a Docker config, the run store's URL as a
+//! Docker secret, herd's image built from this binary (docs/scale-out.md).
+//!
+//! Swarm services can be neither privileged nor in the host's PID namespace, which the probe
+//! needs (it reads the host's cgroups' pids and their /proc/PID/ns/net). So the probe
+//! service's task is a sidecar: `herd probe --via-engine` asks its node's engine, over the
+//! Docker socket mounted into it, to run the real probe in a container with the host's PID,
+//! network and cgroup namespaces and the capabilities eBPF needs ([`probe_via_engine`]), and
+//! removes it when the task is stopped or the probe exits.
+//!
+//! The engine is reached through the `docker` CLI as `herd demo --docker` does, so
+//! `DOCKER_HOST` means what it means to the CLI; the sidecar speaks the Engine API on the
+//! socket (it runs in an image that holds herd alone).
+
+use std::{
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, anyhow, bail};
+use serde_json::{Value, json};
+
+use crate::{
+    docker::{Kind, Made, build_image, docker, docker_input, engine_answers, engine_host},
+    signals,
+};
+
+/// Names the launcher in messages.
+const WHO: &str = "herd launch swarm";
+
+/// Where the tasks find the scenario (a Docker config) and the store URL (a Docker secret).
+const SCENARIO_DIR: &str = "/etc/herd";
+const SECRET: &str = "herd-store";
+
+/// How to make this engine a one-node swarm, as the tests do.
+pub const SETUP: &str = "docker swarm init --advertise-addr 127.0.0.1 --default-addr-pool \
+                         198.19.48.0/20";
+
+/// A sharded run as the swarm's objects describe it.
+#[derive(Debug, Clone)]
+pub struct SwarmRun {
+    /// The scenario file's name in the tasks (`/etc/herd/NAME`).
+    pub scenario_name: String,
+    /// The run's name: the objects' name prefix and the shards' `--run-key`.
+    pub name: String,
+    /// Driver shards.
+    pub shards: u32,
+    /// herd's image on the nodes.
+    pub image: String,
+    /// The engine's socket on the nodes (bind-mounted into the probe sidecar).
+    pub socket: String,
+}
+
+impl SwarmRun {
+    /// The Docker config holding the scenario.
+    pub fn config(&self) -> String {
+        format!("{}-scenario", self.name)
+    }
+
+    /// The Docker secret holding the store URL.
+    pub fn secret(&self) -> String {
+        format!("{}-store", self.name)
+    }
+
+    /// The probe service's name.
+    pub fn probe(&self) -> String {
+        format!("{}-probe", self.name)
+    }
+
+    fn labels(&self, role: &str) -> Vec<String> {
+        vec![
+            "--label".into(),
+            format!("herd.run={}", self.name),
+            "--label".into(),
+            format!("herd.role={role}"),
+            "--container-label".into(),
+            format!("herd.run={}", self.name),
+        ]
+    }
+
+    /// `docker service create` arguments of the driver job: N tasks at once, none restarted
+    /// (a shard started again would find its index taken), each `herd run --shard-slot
+    /// {{.Task.Slot}}/N`.
+    pub fn job_args(&self) -> Vec<String> {
+        let mut a: Vec<String> = [
+            "service",
+            "create",
+            "--detach",
+            "--no-resolve-image",
+            "--name",
+            &self.name,
+            "--mode",
+            "replicated-job",
+            "--replicas",
+            &self.shards.to_string(),
+            "--max-concurrent",
+            &self.shards.to_string(),
+            "--restart-condition",
+            "none",
+            // The private engine runs with iptables off, so overlay and ingress meshes do not
+            // route; a load driver wants the host's network anyway.
+            "--network",
+            "host",
+            "--config",
+            &format!(
+                "source={},target={SCENARIO_DIR}/{}",
+                self.config(),
+                self.scenario_name
+            ),
+            "--secret",
+            &format!("source={},target={SECRET},mode=0400", self.secret()),
+            // Swarm expands templates in --env, not in a task's arguments; slots count from 1.
+            "--env",
+            &format!("HERD_SHARD_SLOT={{{{.Task.Slot}}}}/{}", self.shards),
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        a.extend(self.labels("driver"));
+        a.push(self.image.clone());
+        a.extend(
+            [
+                "run",
+                &format!("{SCENARIO_DIR}/{}", self.scenario_name),
+                "--run-key",
+                &self.name,
+                "--store-file",
+                &format!("/run/secrets/{SECRET}"),
+                // The probe service probes each node once; a probe per shard would count a
+                // node's containers once per shard on it.
+                "--no-probe",
+                "--quiet",
+                "--out",
+                "/tmp/herd-out",
+            ]
+            .map(str::to_owned),
+        );
+        a
+    }
+
+    /// `docker service create` arguments of the probe service: one task per node, the
+    /// engine's socket mounted, running the sidecar that starts the probe on the host's namespaces.
+    pub fn probe_args(&self) -> Vec<String> {
+        let mut a: Vec<String> = [
+            "service",
+            "create",
+            "--detach",
+            "--no-resolve-image",
+            "--name",
+            &self.probe(),
+            "--mode",
+            "global",
+            "--restart-condition",
+            "none",
+            "--network",
+            "host",
+            "--secret",
+            &format!("source={},target={SECRET},mode=0400", self.secret()),
+            "--mount",
+            &format!(
+                "type=bind,source={},target=/var/run/docker.sock",
+                self.socket
+            ),
+            "--env",
+            "HERD_NODE={{.Node.Hostname}}",
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        a.extend(self.labels("probe"));
+        a.push(self.image.clone());
+        a.extend(
+            [
+                "probe",
+                "--via-engine",
+                "--engine-image",
+                &self.image,
+                "--engine-socket",
+                &self.socket,
+                "--store-file",
+                &format!("/run/secrets/{SECRET}"),
+                "--run-key",
+                &self.name,
+                "--duration",
+                "24h",
+            ]
+            .map(str::to_owned),
+        );
+        a
+    }
+}
+
+/// Options of `herd launch swarm`, as [`launch`] needs them.
+#[derive(Debug, Clone)]
+pub struct Launch {
+    /// The scenario file.
+    pub scenario: PathBuf,
+    /// Driver shards.
+    pub shards: u32,
+    /// The PostgreSQL run store's URL.
+    pub store: Option<String>,
+    /// An image to use instead of building one.
+    pub image: Option<String>,
+    /// The run's name.
+    pub name: String,
+    /// No probe service.
+    pub no_probe: bool,
+    /// How long the shards may take in all.
+    pub timeout: Duration,
+    /// Keep the image herd built.
+    pub keep_image: bool,
+    /// Where the merged report's files go.
+    pub out: PathBuf,
+}
+
+/// Errors out when a stop was requested, so the guards clean up between steps.
+fn stop_point() -> Result<()> {
+    if signals::stop_requested() {
+        bail!("{WHO}: interrupted; removing what it created");
+    }
+    Ok(())
+}
+
+/// Checks the store, the scenario and the engine; exit 2 (an environment to fix) when any is
+/// not what a sharded run on a swarm needs.
+fn check(l: &Launch) -> Result<String> {
+    herd_driver::Shard::new(0, l.shards)?;
+    // It names services, a config, a secret and an image tag: the strictest of their rules.
+    let n = &l.name;
+    let ok = !n.is_empty()
+        && n.len() <= 48
+        && n.bytes().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_' || b == b'.'
+        })
+        && n.as_bytes()[0].is_ascii_alphanumeric();
+    if !ok {
+        return Err(crate::environment(anyhow!(
+            "{WHO}: --name {n:?} cannot name Docker services and an image tag: use at most 48 \
+             lowercase letters, digits, `-`, `_` and `.`, starting with a letter or digit"
+        )));
+    }
+    let store = l.store.clone().ok_or_else(|| {
+        crate::environment(anyhow!(
+            "{WHO}: --store URL is missing: the shards need one PostgreSQL run store they all \
+             reach (postgres://USER:PASSWORD@HOST:5432/DB)"
+        ))
+    })?;
+    if !(store.starts_with("postgres://") || store.starts_with("postgresql://")) {
+        return Err(crate::environment(anyhow!(
+            "{WHO}: --store {} is not PostgreSQL: shards on several nodes need one shared \
+             store, and a SQLite file lives on one host; give postgres://USER:PASSWORD@HOST/DB",
+            herd_store::redact(&store)
+        )));
+    }
+    // Checked here, where the error points at the file's line, not in N tasks.
+    signals::at_once(|| herd_driver::Scenario::load(&l.scenario, &[]))?;
+    if let Err(why) = engine_answers() {
+        return Err(crate::environment(anyhow!(
+            "{WHO}: no Docker engine answers at {} ({why}); start one (`sudo systemctl start \
+             docker`) and make it a swarm manager: `{SETUP}`",
+            engine_host()
+        )));
+    }
+    let info = docker(&[
+        "info",
+        "--format",
+        "{{.Swarm.LocalNodeState}} {{.Swarm.ControlAvailable}}",
+    ])?;
+    if info != "active true" {
+        return Err(crate::environment(anyhow!(
+            "{WHO}: the engine at {} is not a swarm manager (swarm state: {info}); make it one: \
+             `{SETUP}` (or run herd on a manager node of your swarm)",
+            engine_host()
+        )));
+    }
+    Ok(store)
+}
+
+/// One task of a service, as `docker inspect` of a task reads.
+#[derive(Debug, Clone)]
+struct Task {
+    id: String,
+    slot: u64,
+    node: String,
+    created_ns: i64,
+    state: String,
+    err: String,
+}
+
+/// The tasks of `service`, oldest first.
+fn tasks(service: &str) -> Result<Vec<Task>> {
+    let ids = docker(&["service", "ps", "-q", "--no-trunc", service])?;
+    let ids: Vec<&str> = ids.split_whitespace().collect();
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut args = vec![
+        "inspect",
+        "--type",
+        "task",
+        "--format",
+        "{{.ID}}\t{{.Slot}}\t{{.NodeID}}\t{{.CreatedAt.UnixNano}}\t{{.Status.State}}\t{{.Status.Err}}",
+    ];
+    args.extend(ids);
+    let mut out: Vec<Task> = docker(&args)?
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.splitn(6, '\t');
+            Some(Task {
+                id: f.next()?.to_owned(),
+                slot: f.next()?.parse().unwrap_or(0),
+                node: f.next()?.to_owned(),
+                created_ns: f.next()?.parse().unwrap_or(0),
+                state: f.next()?.to_owned(),
+                err: f.next().unwrap_or("").to_owned(),
+            })
+        })
+        .collect();
+    out.sort_by_key(|t| t.created_ns);
+    Ok(out)
+}
+
+fn finished(state: &str) -> bool {
+    matches!(
+        state,
+        "complete" | "failed" | "rejected" | "shutdown" | "orphaned" | "remove"
+    )
+}
+
+/// The first task of each slot (a job) or node (a global service). Docker 20.10 starts a
+/// failed job task again whatever `--restart-condition` says; the first attempt is the
+/// shard's (a second one finds its index taken in the store).
+fn firsts(all: Vec<Task>, by_node: bool) -> Vec<Task> {
+    let mut seen = std::collections::HashSet::new();
+    all.into_iter()
+        .filter(|t| !(by_node && t.node.is_empty()))
+        .filter(|t| {
+            seen.insert(if by_node {
+                t.node.clone()
+            } else {
+                t.slot.to_string()
+            })
+        })
+        .collect()
+}
+
+/// Waits until `service` has `want` slots (or nodes, `by_node`) whose first task has
+/// finished (or `deadline`, or a stop).
+fn wait_tasks(service: &str, want: usize, by_node: bool, deadline: Instant) -> Result<Vec<Task>> {
+    loop {
+        let t = firsts(tasks(service)?, by_node);
+        if t.len() >= want && t.iter().all(|t| finished(&t.state)) {
+            return Ok(t);
+        }
+        stop_point()?;
+        if Instant::now() >= deadline {
+            let states: Vec<String> = t
+                .iter()
+                .map(|t| format!("slot {} {}", t.slot, t.state))
+                .collect();
+            bail!(
+                "{WHO}: the service {service} did not finish in time ({}); `docker service ps \
+                 {service}` shows its tasks",
+                states.join(", ")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// Removes a service on drop, then its tasks' containers: the running ones are stopped (a
+/// probe sidecar then removes the probe it started), then every container of the service or
+/// of what its tasks started is removed (the engine keeps a finished task's container).
+struct Service {
+    made: Option<Made>,
+    /// Besides the service's own task containers: `docker ps --filter`s (ANDed) of the
+    /// containers its tasks start (the probes of a sidecar).
+    started: Vec<String>,
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let name = self
+            .made
+            .as_ref()
+            .map(|m| m.name.clone())
+            .unwrap_or_default();
+        drop(self.made.take());
+        let own = vec![format!("label=com.docker.swarm.service.name={name}")];
+        let containers = |running: bool| {
+            let mut ids = Vec::new();
+            for set in [&own, &self.started] {
+                if set.is_empty() {
+                    continue;
+                }
+                let mut args = vec!["ps", "-q", "--no-trunc"];
+                for f in set {
+                    args.extend(["--filter", f.as_str()]);
+                }
+                if running {
+                    args.extend(["--filter", "status=running"]);
+                } else {
+                    args.push("-a");
+                }
+                if let Ok(out) = docker(&args) {
+                    ids.extend(out.split_whitespace().map(str::to_owned));
+                }
+            }
+            ids.sort();
+            ids.dedup();
+            ids
+        };
+        // Docker 20.10 leaves a removed job's running tasks running: stop them (SIGTERM; a
+        // shard records itself stopped, a sidecar removes its probe; SIGKILL after 15 s).
+        let running = containers(true);
+        if !running.is_empty() {
+            let mut args = vec!["stop", "-t", "15"];
+            args.extend(running.iter().map(String::as_str));
+            let _ = docker(&args);
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !containers(true).is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        let left = containers(false);
+        if !left.is_empty() {
+            let mut args = vec!["rm", "-f", "-v"];
+            args.extend(left.iter().map(String::as_str));
+            if let Err(e) = docker(&args) {
+                tracing::warn!(
+                    "{WHO}: could not remove the containers of {name}: {e:#}; `docker rm -f {}`",
+                    left.join(" ")
+                );
+            }
+        }
+    }
+}
+
+fn create_service(args: &[String], name: &str, started: Vec<String>) -> Result<Service> {
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    // Guarded before: a create that failed halfway may still have left the service.
+    let guard = Service {
+        made: Some(Made::new(Kind::Service, name, WHO)),
+        started,
+    };
+    docker(&a).with_context(|| {
+        format!("{WHO}: creating the service {name}; if a launch that was killed left it, `docker service rm {name}`")
+    })?;
+    Ok(guard)
+}
+
+/// The logs of one task (`docker service logs`: the task's stdout on stdout, its stderr on
+/// stderr), for a failure message.
+fn task_logs(id: &str) -> String {
+    use std::os::unix::process::CommandExt as _;
+    let out = std::process::Command::new("docker")
+        .args(["service", "logs", "--raw", "--no-trunc", id])
+        .stdin(std::process::Stdio::null())
+        .process_group(0)
+        .output();
+    match out {
+        Ok(o) => {
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            );
+            if text.trim().is_empty() {
+                "(no output)".into()
+            } else {
+                text.trim_end().to_owned()
+            }
+        }
+        Err(e) => format!("(could not read its logs: {e})"),
+    }
+}
+
+/// Runs the launch: checks, builds, creates, waits, reports, removes. Returns the run's id.
+pub fn launch(l: &Launch) -> Result<i64> {
+    let store = check(l)?;
+    let run = SwarmRun {
+        scenario_name: l.scenario.file_name().map_or_else(
+            || "scenario.toml".into(),
+            |s| s.to_string_lossy().into_owned(),
+        ),
+        name: l.name.clone(),
+        shards: l.shards,
+        image: l
+            .image
+            .clone()
+            .unwrap_or_else(|| format!("herd-swarm:{}", l.name)),
+        socket: herd_probe::discover::socket_from(std::env::var("DOCKER_HOST").ok().as_deref())
+            .display()
+            .to_string(),
+    };
+    // Dropped in reverse order below: services, then the secret and the config, then the
+    // image (no container may use it any more).
+    let image = match (&l.image, l.keep_image) {
+        (Some(_), _) => None,
+        (None, keep) => {
+            let made = build_image(&run.image, WHO)?;
+            if keep {
+                // --keep-image: the guard must not remove it.
+                std::mem::forget(made);
+                None
+            } else {
+                Some(made)
+            }
+        }
+    };
+    stop_point()?;
+    let config = Made::new(Kind::Config, run.config(), WHO);
+    docker(&[
+        "config",
+        "create",
+        "--label",
+        &format!("herd.run={}", run.name),
+        &run.config(),
+        &l.scenario.to_string_lossy(),
+    ])
+    .with_context(|| {
+        format!(
+            "{WHO}: creating the config {} from {}",
+            run.config(),
+            l.scenario.display()
+        )
+    })?;
+    let secret = Made::new(Kind::Secret, run.secret(), WHO);
+    docker_input(
+        &[
+            "secret",
+            "create",
+            "--label",
+            &format!("herd.run={}", run.name),
+            &run.secret(),
+            "-",
+        ],
+        Some(store.as_bytes()),
+    )
+    .with_context(|| {
+        format!(
+            "{WHO}: creating the secret {} (the store URL)",
+            run.secret()
+        )
+    })?;
+    stop_point()?;
+    let probe = if l.no_probe {
+        None
+    } else {
+        let s = create_service(
+            &run.probe_args(),
+            &run.probe(),
+            vec![
+                format!("label=herd.run={}", run.name),
+                "label=herd.role=probe".into(),
+            ],
+        )?;
+        wait_probe_started(&run)?;
+        Some(s)
+    };
+    stop_point()?;
+    let job = create_service(&run.job_args(), &run.name, Vec::new())?;
+    println!(
+        "{WHO}: run {} as {} shards ({}), image {}{}",
+        run.name,
+        run.shards,
+        l.scenario.display(),
+        run.image,
+        if l.no_probe {
+            String::new()
+        } else {
+            format!(", a probe per node ({})", run.probe())
+        }
+    );
+    let deadline = Instant::now() + l.timeout;
+    let done = wait_tasks(&run.name, run.shards as usize, false, deadline)?;
+    let mut failed = Vec::new();
+    for t in done.iter().filter(|t| t.state != "complete") {
+        let shard = t.slot % u64::from(run.shards);
+        eprintln!(
+            "{WHO}: shard {shard}/{} (task {} of slot {}) {}: {}\n{}",
+            run.shards,
+            t.id,
+            t.slot,
+            t.state,
+            t.err,
+            task_logs(&t.id)
+        );
+        failed.push(shard as u32);
+    }
+    if !failed.is_empty() {
+        close_dead_shards(&store, &run.name, &failed)?;
+    }
+    if let Some(p) = &probe {
+        // The probes end by themselves once the run is over (their next interval sees it).
+        let name = p.made.as_ref().map(|m| m.name.clone()).unwrap_or_default();
+        match wait_tasks(&name, 1, true, Instant::now() + Duration::from_secs(30)) {
+            Ok(ts) => {
+                for t in ts.iter().filter(|t| t.state != "complete") {
+                    eprintln!(
+                        "{WHO}: the probe task {} {}: {}\n{}",
+                        t.id,
+                        t.state,
+                        t.err,
+                        task_logs(&t.id)
+                    );
+                }
+            }
+            Err(e) => tracing::warn!("{e:#}; stopping it"),
+        }
+    }
+    drop(job);
+    drop(probe);
+    let id = report(&store, &run, &l.out)?;
+    drop(secret);
+    drop(config);
+    drop(image);
+    if !failed.is_empty() {
+        let names: Vec<String> = failed
+            .iter()
+            .map(|i| format!("{i}/{}", run.shards))
+            .collect();
+        bail!(
+            "{WHO}: shard {} of run {} failed (its error and logs above); the report holds what \
+             the others recorded",
+            names.join(", "),
+            run.name
+        );
+    }
+    Ok(id)
+}
+
+/// Marks the shards whose task failed `interrupted` when they are still `running` in the
+/// store (killed before they could close their rows): a shard in a container is pid 1 of its
+/// own PID namespace, which the store cannot check from here, but the engine saw it die. The
+/// run then closes, the node probes stop, and the report names the shards missing.
+fn close_dead_shards(store: &str, key: &str, dead: &[u32]) -> Result<()> {
+    let rt = crate::cmd::store_runtime("swarm launch's store")?;
+    rt.block_on(async {
+        let st = herd_store::Store::open_existing(store).await?;
+        let Ok(id) = st.wait_for_key(key, Duration::from_secs(1)).await else {
+            // No shard registered: nothing to close.
+            return Ok(());
+        };
+        let meta = st.meta(Some(id)).await?;
+        for s in meta
+            .shards
+            .iter()
+            .filter(|s| dead.contains(&s.index) && s.status == "running")
+        {
+            st.finish_shard(id, s.index, "interrupted").await?;
+        }
+        st.close().await;
+        anyhow::Ok(())
+    })
+}
+
+/// Waits (up to 60 s) until every node's probe sidecar runs and this node's has started its
+/// probe container, so the probes count from the shards' first connection.
+fn wait_probe_started(run: &SwarmRun) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let t = firsts(tasks(&run.probe())?, true);
+        if let Some(bad) = t.iter().find(|t| finished(&t.state)) {
+            bail!(
+                "{WHO}: the probe task {} ended before the run ({}: {})\n{}",
+                bad.id,
+                bad.state,
+                bad.err,
+                task_logs(&bad.id)
+            );
+        }
+        // Every node that takes tasks runs its sidecar; this node's probe container is the
+        // one `docker ps` can see (another node's are on its own engine).
+        let nodes = docker(&["node", "ls", "--format", "{{.Status}} {{.Availability}}"])?
+            .lines()
+            .filter(|l| *l == "Ready Active")
+            .count();
+        let here = docker(&["info", "--format", "{{.Swarm.NodeID}}"])?;
+        let sidecars = t.iter().filter(|t| t.state == "running").count();
+        let here_runs = t.iter().any(|t| t.node == here && t.state == "running");
+        let local_probe = docker(&[
+            "ps",
+            "-q",
+            "--filter",
+            &format!("label=herd.run={}", run.name),
+            "--filter",
+            "label=herd.role=probe",
+            "--filter",
+            "status=running",
+        ])?;
+        if sidecars >= nodes.max(1) && (!here_runs || !local_probe.is_empty()) {
+            return Ok(());
+        }
+        stop_point()?;
+        if Instant::now() >= deadline {
+            bail!(
+                "{WHO}: the probe service {} did not start a probe on every node within 60 s; \
+                 `docker service ps {0}` and `docker service logs {0}` show why",
+                run.probe()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// Builds the merged report of run key `run.name` into `out` and prints it in short.
+fn report(store: &str, run: &SwarmRun, out: &Path) -> Result<i64> {
+    let rt = crate::cmd::store_runtime("swarm launch's report")?;
+    rt.block_on(async {
+        let st = herd_store::Store::open_existing(store).await?;
+        let id = st.wait_for_key(&run.name, Duration::from_secs(1)).await?;
+        let data = st.load_run(Some(id)).await?;
+        let report = herd_report::Report::build(&data);
+        let written = herd_report::write_report(&report, out)?;
+        println!(
+            "run {id} ({}): {}, {} requests",
+            data.meta.name, data.meta.status, report.run.requests
+        );
+        for s in &data.meta.shards {
+            println!(
+                "  shard {}/{} on {} (pid {}): {}, {} intervals",
+                s.index, s.count, s.host, s.pid, s.status, s.intervals
+            );
+        }
+        for n in &report.notes {
+            println!("  {n}");
+        }
+        for f in written.files {
+            println!("wrote {}", f.display());
+        }
+        st.close().await;
+        Ok(id)
+    })
+}
+
+/// `herd probe --via-engine`: the probe service's task. Starts the real probe in a container
+/// of `image` on this node's engine — eBPF's capabilities, the host's PID, network and cgroup
+/// namespaces, cgroupfs and BTF mounted, the store URL copied in as a file — waits for it,
+/// relays its output, and removes it when it exits or this task is stopped (SIGTERM).
+pub fn probe_via_engine(args: &crate::cmd::probe::ProbeArgs) -> Result<()> {
+    let image = args
+        .engine_image
+        .clone()
+        .context("--via-engine needs --engine-image IMAGE, the image the probe runs in")?;
+    let store = crate::cmd::store_or_file(&args.store, &args.store_file)?
+        .context("--via-engine needs --store-file or --store")?;
+    let key = args
+        .run_key
+        .clone()
+        .context("--via-engine needs --run-key KEY")?;
+    let node = args.node.clone().unwrap_or_else(|| "node".into());
+    let sock = Path::new("/var/run/docker.sock");
+    let spec = probe_container(&image, &key, &node, &args.engine_socket, args.duration);
+    let name = format!("{key}-probe-{node}");
+    let (status, body) = api(
+        sock,
+        "POST",
+        &format!("/containers/create?name={name}"),
+        Some(("application/json", spec.to_string().as_bytes())),
+    )?;
+    if status != 201 {
+        return Err(crate::environment(anyhow!(
+            "herd probe --via-engine: the engine refused to create the probe container {name} \
+             ({status}: {})",
+            String::from_utf8_lossy(&body).trim()
+        )));
+    }
+    let id = serde_json::from_slice::<Value>(&body)
+        .ok()
+        .and_then(|v| v["Id"].as_str().map(str::to_owned))
+        .context("the engine's answer to create names no container id")?;
+    let guard = Child {
+        sock: sock.to_owned(),
+        id: id.clone(),
+    };
+    // The URL goes in as a file of the container's own layer: not in its command line or
+    // environment, which `docker inspect` shows.
+    let tar = tar_one("herd-store", store.as_bytes());
+    expect_2xx(
+        api(
+            sock,
+            "PUT",
+            &format!("/containers/{id}/archive?path=/"),
+            Some(("application/x-tar", &tar)),
+        )?,
+        "copying the store URL into the probe container",
+    )?;
+    expect_2xx(
+        api(sock, "POST", &format!("/containers/{id}/start"), None)?,
+        "starting the probe container",
+    )?;
+    eprintln!(
+        "herd probe --via-engine: probe container {name} ({}) started",
+        &id[..12.min(id.len())]
+    );
+    let code = loop {
+        let (st, body) = api(sock, "GET", &format!("/containers/{id}/json"), None)?;
+        if st == 200 {
+            let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            if v["State"]["Status"].as_str() == Some("exited") {
+                break v["State"]["ExitCode"].as_i64().unwrap_or(1);
+            }
+        } else {
+            bail!("herd probe --via-engine: the probe container {name} is gone ({st})");
+        }
+        if signals::stop_requested() {
+            // The probe ends its interval and closes its store rows on SIGTERM.
+            let _ = engine(
+                sock,
+                "POST",
+                &format!("/containers/{id}/stop?t=10"),
+                None,
+                20,
+            );
+            break -1;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    eprint!("{}", logs(sock, &id));
+    drop(guard);
+    match code {
+        0 | -1 => Ok(()),
+        c => bail!("herd probe --via-engine: the probe container {name} exited with {c}"),
+    }
+}
+
+/// The Engine API body that creates the probe's container.
+pub fn probe_container(
+    image: &str,
+    key: &str,
+    node: &str,
+    socket: &str,
+    duration: Duration,
+) -> Value {
+    json!({
+        "Image": image,
+        "Cmd": [
+            "probe", "--store-file", "/herd-store", "--run-key", key, "--node", node,
+            "--duration", humantime::format_duration(duration).to_string(),
+        ],
+        "Labels": {"herd.run": key, "herd.role": "probe"},
+        "HostConfig": {
+            // Loading eBPF programs and reading every process's namespaces and cgroups:
+            // CAP_SYS_ADMIN (bpf(2) and perf_event_open(2), which the kernel still accepts
+            // it for in place of CAP_BPF + CAP_PERFMON — names Docker 20.10 does not know;
+            // setns into a container's network namespace; mounting tracefs), CAP_NET_ADMIN
+            // (sock_diag), CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH (/proc/PID/ns/net of other
+            // processes). Named, not `Privileged`: that asks for every capability, and an
+            // engine whose own bounding set lacks one (CAP_SYS_RESOURCE on the hosts herd is
+            // developed on) then fails to start the container ("unable to apply caps").
+            "CapAdd": ["SYS_ADMIN", "NET_ADMIN", "SYS_PTRACE", "DAC_READ_SEARCH"],
+            // The default seccomp profile refuses bpf(2) and perf_event_open(2) to a
+            // container without CAP_SYS_ADMIN in 20.10; the default AppArmor profile refuses
+            // mount(2) (tracefs). Masked /proc paths would hide what the probe reads.
+            "SecurityOpt": ["seccomp=unconfined", "apparmor=unconfined"],
+            "MaskedPaths": [],
+            "ReadonlyPaths": [],
+            "PidMode": "host",
+            "NetworkMode": "host",
+            "CgroupnsMode": "host",
+            "Binds": [
+                "/sys/fs/cgroup:/sys/fs/cgroup:ro",
+                "/sys/kernel/btf:/sys/kernel/btf:ro",
+                // Container names from the engine.
+                format!("{socket}:/var/run/docker.sock"),
+            ],
+        },
+    })
+}
+
+/// Removes the probe container on drop (also when the sidecar fails or is interrupted).
+struct Child {
+    sock: PathBuf,
+    id: String,
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        if let Err(e) = engine(
+            &self.sock,
+            "DELETE",
+            &format!("/containers/{}?force=true&v=true", self.id),
+            None,
+            20,
+        ) {
+            eprintln!(
+                "herd probe --via-engine: could not remove the probe container {}: {e}; \
+                 `docker rm -f {0}`",
+                self.id
+            );
+        }
+    }
+}
+
+fn engine(
+    sock: &Path,
+    method: &str,
+    path: &str,
+    body: Option<(&str, &[u8])>,
+    secs: u64,
+) -> std::io::Result<(u16, Vec<u8>)> {
+    herd_probe::discover::engine_request(sock, method, path, body, Duration::from_secs(secs))
+}
+
+fn api(
+    sock: &Path,
+    method: &str,
+    path: &str,
+    body: Option<(&str, &[u8])>,
+) -> Result<(u16, Vec<u8>)> {
+    engine(sock, method, path, body, 10).with_context(|| {
+        format!(
+            "herd probe --via-engine: {method} {path} on the engine's socket {} (mount the \
+             node's Docker socket there)",
+            sock.display()
+        )
+    })
+}
+
+fn expect_2xx((status, body): (u16, Vec<u8>), what: &str) -> Result<()> {
+    if !(200..300).contains(&status) {
+        bail!(
+            "herd probe --via-engine: {what}: the engine answered {status}: {}",
+            String::from_utf8_lossy(&body).trim()
+        );
+    }
+    Ok(())
+}
+
+/// The probe's output, from the engine's multiplexed log stream (8-byte frame headers).
+fn logs(sock: &Path, id: &str) -> String {
+    let Ok((200, body)) = engine(
+        sock,
+        "GET",
+        &format!("/containers/{id}/logs?stdout=1&stderr=1"),
+        None,
+        10,
+    ) else {
+        return String::new();
+    };
+    let mut out = String::new();
+    let mut rest = &body[..];
+    while rest.len() >= 8 {
+        let n = u32::from_be_bytes([rest[4], rest[5], rest[6], rest[7]]) as usize;
+        let end = (8 + n).min(rest.len());
+        out.push_str(&String::from_utf8_lossy(&rest[8..end]));
+        rest = &rest[end..];
+    }
+    out
+}
+
+/// A tar archive of one file `name` (mode 0400, root's) holding `data`.
+fn tar_one(name: &str, data: &[u8]) -> Vec<u8> {
+    let mut h = [0u8; 512];
+    h[..name.len()].copy_from_slice(name.as_bytes());
+    let octal = |h: &mut [u8; 512], at: usize, len: usize, v: u64| {
+        let s = format!("{v:0w$o}\0", w = len - 1);
+        h[at..at + len].copy_from_slice(s.as_bytes());
+    };
+    octal(&mut h, 100, 8, 0o400);
+    octal(&mut h, 108, 8, 0);
+    octal(&mut h, 116, 8, 0);
+    octal(&mut h, 124, 12, data.len() as u64);
+    octal(&mut h, 136, 12, 0);
+    h[156] = b'0';
+    h[257..263].copy_from_slice(b"ustar\0");
+    h[263..265].copy_from_slice(b"00");
+    // The checksum is the header's byte sum with its own field as spaces.
+    h[148..156].copy_from_slice(b"        ");
+    let sum: u32 = h.iter().map(|&b| u32::from(b)).sum();
+    let s = format!("{sum:06o}\0 ");
+    h[148..156].copy_from_slice(s.as_bytes());
+    let mut out = h.to_vec();
+    out.extend_from_slice(data);
+    out.resize(out.len().div_ceil(512) * 512, 0);
+    out.extend_from_slice(&[0u8; 1024]);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::*;
+
+    fn run() -> SwarmRun {
+        SwarmRun {
+            scenario_name: "game.toml".into(),
+            name: "game-1".into(),
+            shards: 3,
+            image: "herd-swarm:game-1".into(),
+            socket: "/var/run/docker.sock".into(),
+        }
+    }
+
+    /// The value after `flag` in `args`, each time it appears.
+    fn values<'a>(args: &'a [String], flag: &str) -> Vec<&'a str> {
+        args.windows(2)
+            .filter(|w| w[0] == flag)
+            .map(|w| w[1].as_str())
+            .collect()
+    }
+
+    /// herd's command line of a service: what follows the image (its first mention).
+    fn herd_args(args: &[String], image: &str) -> Vec<String> {
+        let at = args.iter().position(|a| a == image).unwrap();
+        args[at + 1..].to_vec()
+    }
+
+    #[test]
+    fn the_job_runs_each_slot_as_its_shard_with_the_scenario_and_the_secret() {
+        let r = run();
+        let a = r.job_args();
+        assert_eq!(values(&a, "--mode"), ["replicated-job"]);
+        assert_eq!(values(&a, "--replicas"), ["3"]);
+        assert_eq!(values(&a, "--max-concurrent"), ["3"]);
+        assert_eq!(values(&a, "--restart-condition"), ["none"]);
+        assert_eq!(values(&a, "--network"), ["host"]);
+        assert_eq!(
+            values(&a, "--config"),
+            ["source=game-1-scenario,target=/etc/herd/game.toml"]
+        );
+        assert_eq!(
+            values(&a, "--secret"),
+            ["source=game-1-store,target=herd-store,mode=0400"]
+        );
+        let env = values(&a, "--env");
+        assert_eq!(env, ["HERD_SHARD_SLOT={{.Task.Slot}}/3"]);
+        // The slots Docker 20.10 hands a replicated job's tasks (0 rendered as the node's id,
+        // 1, 2), and 1…3 as an engine counting from 1 would: each set is shards 0, 1 and 2.
+        for (slot, shard) in [
+            ("w41lusmj75u5s181vjfs2jo6w", 0),
+            ("1", 1),
+            ("2", 2),
+            ("3", 0),
+        ] {
+            let line = std::iter::once("herd".to_owned()).chain(herd_args(&a, &r.image));
+            let slot_env = env[0].replace("{{.Task.Slot}}", slot);
+            let slot_value = slot_env.split_once('=').unwrap().1.to_owned();
+            let line: Vec<String> = line
+                .chain(["--shard-slot".to_owned(), slot_value])
+                .collect();
+            let cli = crate::Cli::try_parse_from(line).unwrap();
+            let crate::Command::Run(a) = cli.command else {
+                panic!("not herd run")
+            };
+            assert_eq!(a.shard(), Some(herd_driver::Shard::new(shard, 3).unwrap()));
+            assert_eq!(a.run_key.as_deref(), Some("game-1"));
+            assert_eq!(
+                a.store_file.as_deref(),
+                Some(Path::new("/run/secrets/herd-store"))
+            );
+            assert!(a.no_probe);
+            assert_eq!(a.scenario, Path::new("/etc/herd/game.toml"));
+        }
+    }
+
+    #[test]
+    fn a_slot_that_is_neither_a_number_nor_a_node_id_is_refused() {
+        for (bad, says) in [
+            ("abc/3", "neither a number nor a node id"),
+            ("1/0", "at least one shard"),
+            ("1", "no `/`"),
+        ] {
+            let e = crate::Cli::try_parse_from(["herd", "run", "x.toml", "--shard-slot", bad])
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_probe_service_is_a_sidecar_per_node_whose_probe_runs_on_the_host_namespaces() {
+        let r = run();
+        let a = r.probe_args();
+        assert_eq!(values(&a, "--mode"), ["global"]);
+        assert_eq!(
+            values(&a, "--mount"),
+            ["type=bind,source=/var/run/docker.sock,target=/var/run/docker.sock"]
+        );
+        assert_eq!(values(&a, "--env"), ["HERD_NODE={{.Node.Hostname}}"]);
+        let line = std::iter::once("herd".to_owned())
+            .chain(herd_args(&a, &r.image))
+            .chain(["--node".to_owned(), "node-a".to_owned()]);
+        let cli = crate::Cli::try_parse_from(line).unwrap();
+        let crate::Command::Probe(p) = cli.command else {
+            panic!("not herd probe")
+        };
+        assert!(p.via_engine);
+        assert_eq!(p.engine_image.as_deref(), Some("herd-swarm:game-1"));
+        assert_eq!(p.run_key.as_deref(), Some("game-1"));
+
+        let c = probe_container(&r.image, "game-1", "node-a", &r.socket, p.duration);
+        let h = &c["HostConfig"];
+        let caps: Vec<&str> = h["CapAdd"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c.as_str().unwrap())
+            .collect();
+        for cap in ["SYS_ADMIN", "NET_ADMIN", "SYS_PTRACE"] {
+            assert!(caps.contains(&cap), "{cap} in {caps:?}");
+        }
+        assert_eq!(h["PidMode"], "host");
+        assert_eq!(h["NetworkMode"], "host");
+        let binds: Vec<&str> = h["Binds"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b.as_str().unwrap())
+            .collect();
+        assert_eq!(
+            binds,
+            [
+                "/sys/fs/cgroup:/sys/fs/cgroup:ro",
+                "/sys/kernel/btf:/sys/kernel/btf:ro",
+                "/var/run/docker.sock:/var/run/docker.sock"
+            ]
+        );
+        // The probe's own command line, as herd parses it.
+        let cmd = c["Cmd"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap().to_owned());
+        let cli =
+            crate::Cli::try_parse_from(std::iter::once("herd".to_owned()).chain(cmd)).unwrap();
+        let crate::Command::Probe(p) = cli.command else {
+            panic!("not herd probe")
+        };
+        assert!(!p.via_engine);
+        assert_eq!(
+            (p.run_key.as_deref(), p.node.as_deref()),
+            (Some("game-1"), Some("node-a"))
+        );
+        assert_eq!(p.store_file.as_deref(), Some(Path::new("/herd-store")));
+        assert_eq!(c["Labels"]["herd.run"], "game-1");
+    }
+
+    #[test]
+    fn each_slot_or_node_is_judged_by_its_first_task() {
+        let t = |id: &str, slot: u64, node: &str, at: i64, state: &str| Task {
+            id: id.into(),
+            slot,
+            node: node.into(),
+            created_ns: at,
+            state: state.into(),
+            err: String::new(),
+        };
+        // Oldest first, as `tasks` sorts them: slot 1 failed and Docker 20.10 started it
+        // again; the retry (still pending, on no node yet) is not the shard.
+        let job = vec![
+            t("a", 0, "n1", 1, "complete"),
+            t("b", 1, "n1", 2, "failed"),
+            t("c", 2, "n1", 3, "complete"),
+            t("d", 1, "", 4, "pending"),
+        ];
+        let firsts_ids = |v: Vec<Task>| v.into_iter().map(|t| t.id).collect::<Vec<_>>();
+        assert_eq!(firsts_ids(firsts(job.clone(), false)), ["a", "b", "c"]);
+        assert!(firsts(job, false).iter().all(|t| finished(&t.state)));
+        // A global service's tasks all have slot 0: one per node, unassigned ones skipped.
+        let global = vec![
+            t("p", 0, "n1", 1, "running"),
+            t("q", 0, "n2", 2, "running"),
+            t("r", 0, "", 3, "pending"),
+            t("s", 0, "n1", 4, "running"),
+        ];
+        assert_eq!(firsts_ids(firsts(global, true)), ["p", "q"]);
+    }
+
+    #[test]
+    fn the_store_url_archive_is_a_tar_of_one_file() {
+        let t = tar_one("herd-store", b"postgres://u:p@h/db");
+        assert_eq!(t.len(), 512 + 512 + 1024);
+        assert_eq!(&t[..10], b"herd-store");
+        assert_eq!(&t[257..262], b"ustar");
+        let sum: u32 = t[..512]
+            .iter()
+            .enumerate()
+            .map(|(i, &b)| {
+                if (148..156).contains(&i) {
+                    32
+                } else {
+                    u32::from(b)
+                }
+            })
+            .sum();
+        let field = std::str::from_utf8(&t[148..154]).unwrap();
+        assert_eq!(u32::from_str_radix(field, 8).unwrap(), sum);
+        assert_eq!(&t[512..531], b"postgres://u:p@h/db");
+    }
+}
