@@ -325,6 +325,113 @@ impl Drop for Postgres {
     }
 }
 
+/// `docker ARGS`, its stdout trimmed; panics with its stderr on failure.
+pub fn docker(args: &[&str]) -> String {
+    let out = Command::new("docker")
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("running docker {args:?}: {e} (Debian package docker.io; `cargo xtask setup`)")
+        });
+    assert!(
+        out.status.success(),
+        "docker {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// True when a Docker engine answers; under CI=true its absence fails the test.
+pub fn docker_engine(test: &str) -> bool {
+    let ok = Command::new("docker")
+        .args(["version", "--format", "{{.Server.Version}}"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if ok {
+        return true;
+    }
+    let why = format!(
+        "{test}: no Docker engine answers at DOCKER_HOST={:?} (or /var/run/docker.sock); \
+         `cargo xtask integration-test docker` (or `swarm`) starts a private one",
+        std::env::var("DOCKER_HOST").ok()
+    );
+    if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") {
+        panic!("{why}; CI must run the Docker tests");
+    }
+    eprintln!("SKIPPED {why}");
+    false
+}
+
+/// nginx with a config of our own on a free loopback port, every request in its access log;
+/// stopped (SIGQUIT to the master, which waits for its workers) and waited for on drop.
+pub struct Nginx {
+    child: std::process::Child,
+    /// Its loopback port.
+    pub port: u16,
+    dir: herd_testkit::TempDir,
+}
+
+impl Nginx {
+    /// Starts it; `purpose` names its temporary directory.
+    pub fn start(purpose: &str) -> Nginx {
+        let dir = herd_testkit::TempDir::new(purpose);
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let d = dir.path().display();
+        let conf = dir.write(
+            "nginx.conf",
+            format!(
+                "daemon off;\nmaster_process on;\nworker_processes 1;\npid {d}/nginx.pid;\n\
+                 error_log {d}/error.log warn;\nevents {{ worker_connections 4096; }}\n\
+                 http {{\n  access_log {d}/access.log;\n  client_body_temp_path {d}/body;\n  \
+                 proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fastcgi;\n  \
+                 uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n  \
+                 server {{\n    listen 127.0.0.1:{port};\n    \
+                 location / {{ default_type text/plain; return 200 \"ok\"; }}\n  }}\n}}\n"
+            ),
+        );
+        let child = Command::new("nginx")
+            .arg("-c")
+            .arg(&conf)
+            .arg("-p")
+            .arg(dir.path())
+            .arg("-e")
+            .arg(dir.join("error.log"))
+            .stdin(std::process::Stdio::null())
+            .spawn()
+            .expect("starting nginx (`cargo xtask setup` installs it)");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "nginx did not listen on {port}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        // The readiness connect above is no request: nginx logs none for it.
+        Nginx { child, port, dir }
+    }
+
+    /// Requests nginx has logged so far.
+    pub fn logged(&self) -> u64 {
+        std::fs::read_to_string(self.dir.join("access.log"))
+            .unwrap_or_default()
+            .lines()
+            .count() as u64
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGQUIT) };
+        let _ = self.child.wait();
+    }
+}
+
 /// A tmpfs of `size` (e.g. `256k`) mounted on a fresh directory, unmounted and removed on drop:
 /// a real filesystem that fills up.
 pub struct Tmpfs {

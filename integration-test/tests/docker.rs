@@ -22,47 +22,10 @@ use herd_probe::{
     sample::{CpuCell, Interval, SocketCell},
     sampler::Sampler,
 };
-use integration_test::{load_probe, privileged};
+use integration_test::{docker, docker_engine, load_probe, privileged};
 use probe_common::Counter;
 
 static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-/// `docker ARGS`, its stdout trimmed; panics with its stderr on failure.
-fn docker(args: &[&str]) -> String {
-    let out = Command::new("docker")
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| {
-            panic!("running docker {args:?}: {e} (Debian package docker.io; `cargo xtask setup`)")
-        });
-    assert!(
-        out.status.success(),
-        "docker {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
-/// True when an engine answers; under CI=true its absence fails the test.
-fn engine(test: &str) -> bool {
-    let ok = Command::new("docker")
-        .args(["version", "--format", "{{.Server.Version}}"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if ok {
-        return true;
-    }
-    let why = format!(
-        "{test}: no Docker engine answers at DOCKER_HOST={:?} (or /var/run/docker.sock); \
-         `cargo xtask integration-test local` starts a private one",
-        std::env::var("DOCKER_HOST").ok()
-    );
-    if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") {
-        panic!("{why}; CI must run the Docker tests");
-    }
-    eprintln!("SKIPPED {why}");
-    false
-}
 
 /// Removes what it names on drop: `docker rm -f`, `docker network rm`, `docker rmi -f`.
 struct Removed(&'static str, String);
@@ -279,7 +242,7 @@ fn row<'a>(iv: &'a Interval, name: &str) -> Option<&'a herd_probe::sample::Conta
 #[test]
 fn docker_contour_is_discovered_named_paired_and_its_time_wait_and_throttling_match_the_kernel() {
     const TEST: &str = "docker_contour_is_discovered";
-    if !privileged(TEST) || !engine(TEST) {
+    if !privileged(TEST) || !docker_engine(TEST) {
         return;
     }
     // One contour at a time: on 2 cores the other's load changes the churn and throttling
@@ -751,7 +714,7 @@ fn demo_reports(out: &Path) -> Vec<herd_report::Report> {
 #[test]
 fn docker_demo_runs_the_contour_as_containers_reports_both_runs_and_removes_everything() {
     const TEST: &str = "docker_demo_runs_the_contour_as_containers";
-    if !privileged(TEST) || !engine(TEST) {
+    if !privileged(TEST) || !docker_engine(TEST) {
         return;
     }
     // One contour at a time: on 2 cores the other's load changes the churn and throttling
@@ -1040,7 +1003,7 @@ fn docker_discovery_without_an_engine_says_containers_are_named_by_id() {
 #[test]
 fn docker_demo_interrupted_mid_run_removes_its_containers_network_and_image() {
     const TEST: &str = "docker_demo_interrupted_mid_run";
-    if !privileged(TEST) || !engine(TEST) {
+    if !privileged(TEST) || !docker_engine(TEST) {
         return;
     }
     let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());

@@ -11,73 +11,8 @@ use std::{
 
 use herd_store::Store;
 use herd_testkit::TempDir;
-use integration_test::{Postgres, herd_cmd, privileged};
+use integration_test::{Nginx, Postgres, herd_cmd, privileged};
 use sqlx::Row as _;
-
-/// nginx with a config of our own on a free loopback port, every request in its access log;
-/// stopped (SIGQUIT to the master, which waits for its workers) and waited for on drop.
-struct Nginx {
-    child: Child,
-    port: u16,
-    dir: TempDir,
-}
-
-impl Nginx {
-    fn start() -> Nginx {
-        let dir = TempDir::new("it-shards-nginx");
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let d = dir.path().display();
-        let conf = dir.write(
-            "nginx.conf",
-            format!(
-                "daemon off;\nmaster_process on;\nworker_processes 1;\npid {d}/nginx.pid;\n\
-                 error_log {d}/error.log warn;\nevents {{ worker_connections 4096; }}\n\
-                 http {{\n  access_log {d}/access.log;\n  client_body_temp_path {d}/body;\n  \
-                 proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fastcgi;\n  \
-                 uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n  \
-                 server {{\n    listen 127.0.0.1:{port};\n    \
-                 location / {{ default_type text/plain; return 200 \"ok\"; }}\n  }}\n}}\n"
-            ),
-        );
-        let child = Command::new("nginx")
-            .arg("-c")
-            .arg(&conf)
-            .arg("-p")
-            .arg(dir.path())
-            .arg("-e")
-            .arg(dir.join("error.log"))
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("starting nginx (`cargo xtask setup` installs it)");
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "nginx did not listen on {port}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        // The readiness connect above is no request: nginx logs none for it.
-        Nginx { child, port, dir }
-    }
-
-    /// Requests nginx has logged so far.
-    fn logged(&self) -> u64 {
-        std::fs::read_to_string(self.dir.join("access.log"))
-            .unwrap_or_default()
-            .lines()
-            .count() as u64
-    }
-}
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        // SAFETY: kill(2) on our own child's pid.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGQUIT) };
-        let _ = self.child.wait();
-    }
-}
 
 /// Every phase with an exact count: a catalog route (301 requests at 6), 30 players ramping
 /// in with 20 ops each then a step down to 12, an open-model rate step (400/s × 1 s).
@@ -200,7 +135,7 @@ fn three_shards_merge_to_nginx_access_log_and_to_one_process() {
         return;
     }
     let pg = Postgres::start().unwrap();
-    let nginx = Nginx::start();
+    let nginx = Nginx::start("it-shards-nginx");
     let dir = TempDir::new("it-shards");
     let scenario = plan(&dir, nginx.port, "plan.toml");
 
@@ -357,7 +292,7 @@ fn a_killed_shard_shows_missing_with_what_it_recorded() {
         return;
     }
     let pg = Postgres::start().unwrap();
-    let nginx = Nginx::start();
+    let nginx = Nginx::start("it-shards-nginx");
     let dir = TempDir::new("it-shards-kill");
     let scenario = dir.write(
         "long.toml",
@@ -522,7 +457,7 @@ fn a_probe_per_node_writes_into_the_run_and_the_report_sums_the_nodes() {
         return;
     }
     let pg = Postgres::start().unwrap();
-    let nginx = Nginx::start();
+    let nginx = Nginx::start("it-shards-nginx");
     let dir = TempDir::new("it-shards-nodes");
     let scenario = dir.write(
         "nodes.toml",

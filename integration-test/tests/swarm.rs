@@ -9,53 +9,18 @@
 
 use std::{
     path::Path,
-    process::{Child, Command, Output, Stdio},
+    process::{Command, Output, Stdio},
     sync::Mutex,
     time::{Duration, Instant},
 };
 
 use herd_testkit::TempDir;
-use integration_test::{Postgres, herd_cmd, privileged};
+use integration_test::{Nginx, Postgres, docker, docker_engine, herd_cmd, privileged};
 use probe_common::Counter;
 use sqlx::Row as _;
 
 /// One swarm at a time: the tests init and leave it.
 static ONE: Mutex<()> = Mutex::new(());
-
-/// `docker ARGS`, its stdout trimmed; panics with its stderr on failure.
-fn docker(args: &[&str]) -> String {
-    let out = Command::new("docker")
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("running docker {args:?}: {e} (Debian package docker.io)"));
-    assert!(
-        out.status.success(),
-        "docker {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
-/// True when an engine answers; under CI=true its absence fails the test.
-fn engine(test: &str) -> bool {
-    let ok = Command::new("docker")
-        .args(["version", "--format", "{{.Server.Version}}"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if ok {
-        return true;
-    }
-    let why = format!(
-        "{test}: no Docker engine answers at DOCKER_HOST={:?} (or /var/run/docker.sock); \
-         `cargo xtask integration-test swarm` starts a private one",
-        std::env::var("DOCKER_HOST").ok()
-    );
-    if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") {
-        panic!("{why}; CI must run the Docker tests");
-    }
-    eprintln!("SKIPPED {why}");
-    false
-}
 
 fn swarm_state() -> String {
     docker(&["info", "--format", "{{.Swarm.LocalNodeState}}"])
@@ -149,69 +114,6 @@ impl Drop for Swarm {
     }
 }
 
-/// nginx with a config of our own on a free loopback port, every request in its access log;
-/// stopped (SIGQUIT to the master) and waited for on drop.
-struct Nginx {
-    child: Child,
-    port: u16,
-    dir: TempDir,
-}
-
-impl Nginx {
-    fn start() -> Nginx {
-        let dir = TempDir::new("it-swarm-nginx");
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let d = dir.path().display();
-        let conf = dir.write(
-            "nginx.conf",
-            format!(
-                "daemon off;\nmaster_process on;\nworker_processes 1;\npid {d}/nginx.pid;\n\
-                 error_log {d}/error.log warn;\nevents {{ worker_connections 4096; }}\n\
-                 http {{\n  access_log {d}/access.log;\n  client_body_temp_path {d}/body;\n  \
-                 proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fastcgi;\n  \
-                 uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n  \
-                 server {{\n    listen 127.0.0.1:{port};\n    \
-                 location / {{ default_type text/plain; return 200 \"ok\"; }}\n  }}\n}}\n"
-            ),
-        );
-        let child = Command::new("nginx")
-            .arg("-c")
-            .arg(&conf)
-            .arg("-p")
-            .arg(dir.path())
-            .arg("-e")
-            .arg(dir.join("error.log"))
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("starting nginx (`cargo xtask setup` installs it)");
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "nginx did not listen on {port}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Nginx { child, port, dir }
-    }
-
-    fn logged(&self) -> u64 {
-        std::fs::read_to_string(self.dir.join("access.log"))
-            .unwrap_or_default()
-            .lines()
-            .count() as u64
-    }
-}
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        // SAFETY: kill(2) on our own child's pid.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGQUIT) };
-        let _ = self.child.wait();
-    }
-}
-
 /// Every phase with an exact count: a catalog route (301 requests at 6), 30 players with 20
 /// ops each, an open-model rate step (400/s × 1 s).
 fn plan(dir: &TempDir, port: u16) -> std::path::PathBuf {
@@ -297,13 +199,13 @@ fn rt() -> tokio::runtime::Runtime {
 #[test]
 fn docker_swarm_three_shards_and_a_probe_per_node_match_nginx_and_leave_nothing() {
     let test = "docker_swarm_three_shards_and_a_probe_per_node_match_nginx_and_leave_nothing";
-    if !privileged(test) || !engine(test) {
+    if !privileged(test) || !docker_engine(test) {
         return;
     }
     let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
     let swarm = Swarm::init();
     let pg = Postgres::start().unwrap();
-    let nginx = Nginx::start();
+    let nginx = Nginx::start("it-swarm-nginx");
     let dir = TempDir::new("it-swarm");
     let scenario = plan(&dir, nginx.port);
     let name = format!("it-swarm-{}", std::process::id());
@@ -427,7 +329,7 @@ fn docker_swarm_three_shards_and_a_probe_per_node_match_nginx_and_leave_nothing(
 #[test]
 fn docker_swarm_bad_input_and_no_swarm_exit_2_creating_nothing() {
     let test = "docker_swarm_bad_input_and_no_swarm_exit_2_creating_nothing";
-    if !privileged(test) || !engine(test) {
+    if !privileged(test) || !docker_engine(test) {
         return;
     }
     let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
@@ -499,13 +401,13 @@ fn docker_swarm_bad_input_and_no_swarm_exit_2_creating_nothing() {
 #[test]
 fn docker_swarm_interrupted_launch_removes_what_it_made() {
     let test = "docker_swarm_interrupted_launch_removes_what_it_made";
-    if !privileged(test) || !engine(test) {
+    if !privileged(test) || !docker_engine(test) {
         return;
     }
     let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
     let swarm = Swarm::init();
     let pg = Postgres::start().unwrap();
-    let nginx = Nginx::start();
+    let nginx = Nginx::start("it-swarm-nginx");
     let dir = TempDir::new("it-swarm-int");
     let scenario = dir.write(
         "long.toml",
@@ -566,13 +468,13 @@ fn docker_swarm_interrupted_launch_removes_what_it_made() {
 #[test]
 fn docker_swarm_a_killed_shard_is_reported_missing_and_the_launch_fails() {
     let test = "docker_swarm_a_killed_shard_is_reported_missing_and_the_launch_fails";
-    if !privileged(test) || !engine(test) {
+    if !privileged(test) || !docker_engine(test) {
         return;
     }
     let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
     let swarm = Swarm::init();
     let pg = Postgres::start().unwrap();
-    let nginx = Nginx::start();
+    let nginx = Nginx::start("it-swarm-nginx");
     let dir = TempDir::new("it-swarm-kill");
     let scenario = dir.write(
         "kill.toml",
