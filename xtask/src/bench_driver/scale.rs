@@ -13,13 +13,42 @@ use super::{
     tools::ops,
 };
 
-/// The scale run: every player on its own h2c connection, a call every 5 s; with shards,
-/// each shard's connections come from its own loopback source address, so no source/
-/// destination pair needs more than the ≈ 28 000 ephemeral ports.
-fn scale_scenario(players: usize, hold: u64, shards: u32) -> String {
+/// Connections from one source address to nginx's one port, at most: a third of the
+/// ephemeral range. connect() tries the even half of the range first (odd ports are left to
+/// bind()), so past half the range from one address every connect scans all the even ports
+/// in the kernel (`__inet_hash_connect`, `__inet_check_established`) before it finds an odd
+/// one: at 16 667 a source address that took 79 % of a shard's CPU and blocked its event
+/// loop for seconds per burst of connects. A third leaves room for reconnects and TIME_WAIT.
+fn per_source(ports: u64) -> u64 {
+    (ports / 3).max(1)
+}
+
+/// The ephemeral ports (`net.ipv4.ip_local_port_range`), Linux's default range if unreadable.
+fn ephemeral_ports() -> u64 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| {
+            let mut it = r.split_whitespace().map(|v| v.parse::<u64>().ok());
+            Some(it.next()??..=it.next()??)
+        })
+        .map_or(28_232, |r| r.end().saturating_sub(*r.start()) + 1)
+}
+
+/// Loopback source addresses for `players` connections: one a shard at least, and enough
+/// that none carries more than [`per_source`].
+fn sources_for(players: usize, shards: u32) -> u32 {
+    let need = (players as u64).div_ceil(per_source(ephemeral_ports()));
+    // 127.0.0.2 up to 127.0.0.254.
+    (need as u32).max(shards).clamp(1, 253)
+}
+
+/// The scale run: every player on its own h2c connection, a call every 5 s; with shards or
+/// more players than one source address carries well ([`per_source`]), the connections
+/// come from loopback source addresses in turn.
+fn scale_scenario(players: usize, hold: u64, sources: u32) -> String {
     let ops = ops();
-    let sources = if shards > 1 {
-        let list: Vec<String> = (0..shards)
+    let sources = if sources > 1 {
+        let list: Vec<String> = (0..sources)
             .map(|i| format!("\"127.0.0.{}\"", i + 2))
             .collect();
         format!("source_addrs = [{}]\n", list.join(", "))
@@ -76,7 +105,8 @@ pub fn bench_scale(root: &Path, args: &Args) -> Result<String> {
         },
     )?;
     let scenario = dir.join("scale.toml");
-    std::fs::write(&scenario, scale_scenario(args.players, args.hold, shards))?;
+    let sources = sources_for(args.players, shards);
+    std::fs::write(&scenario, scale_scenario(args.players, args.hold, sources))?;
     let server_pids = nginx.workers();
     let server_before: f64 = server_pids.iter().map(|&p| proc_cpu(p)).sum();
     let runs: Vec<_> = (0..shards)
@@ -198,8 +228,8 @@ pub fn bench_scale(root: &Path, args: &Args) -> Result<String> {
     writeln!(
         t,
         "| driver processes | {shards} (`herd drive --shard I/{shards}`, merged by `herd merge`){} |",
-        if shards > 1 {
-            format!(", source addresses 127.0.0.2–127.0.0.{}", shards + 1)
+        if sources > 1 {
+            format!(", source addresses 127.0.0.2–127.0.0.{}", sources + 1)
         } else {
             String::new()
         }
