@@ -99,7 +99,13 @@ pub fn bench_scale(root: &Path, args: &Args) -> Result<String> {
     let nginx = Nginx::start(
         &dir,
         &Setup {
-            worker_connections: args.players / workers + 1024,
+            // Twice a worker's share: nginx starts closing idle connections (a fresh h2
+            // connection before its first request is one) once fewer than 1/16 of its
+            // worker_connections are free (ngx_drain_connections: "worker_connections are
+            // not enough, reusing connections"), and a share plus 1 024 left 6 % free at
+            // 50 000 players, so it reset thousands of them during the arrival. A slot is
+            // memory, not a descriptor.
+            worker_connections: 2 * args.players.div_ceil(workers) + 1024,
             workers,
             access_log: true,
         },
