@@ -7,7 +7,7 @@ use anyhow::{Context as _, Result, bail};
 
 use super::{
     Args,
-    harness::{CLIENT_CORE, SERVER_CORE, nofile, prepare, proc_cpu, run_client},
+    harness::{CLIENT_CORE, SERVER_CORE, cores, nofile, prepare, proc_cpu, run_client_on},
     nginx::{H2C_PORT, Nginx, Setup},
     table::{herd_commit, thousands},
     tools::ops,
@@ -80,6 +80,29 @@ duration = \"{hold}s\"
     )
 }
 
+/// The core shard `i` of `shards` runs on: one shard on the client core as every client;
+/// several take the cores in turn from the client core on, each single-threaded on its own
+/// core. Three shards on the one client core were half a 2-core host for the driver while
+/// nginx used about half of the other: the goal is the players a 2-core host holds, and a
+/// shard beside nginx takes what nginx leaves.
+fn shard_core(i: u32, shards: u32) -> usize {
+    if shards <= 1 {
+        return CLIENT_CORE;
+    }
+    (CLIENT_CORE + i as usize) % cores()
+}
+
+/// Where the shards ran, for the table's last line.
+fn placement(shards: u32) -> String {
+    if shards <= 1 {
+        return format!("herd on core {CLIENT_CORE}");
+    }
+    let cores: Vec<String> = (0..shards)
+        .map(|i| format!("shard {i} on core {}", shard_core(i, shards)))
+        .collect();
+    cores.join(", ")
+}
+
 /// The scale run; returns a markdown table.
 pub fn bench_scale(root: &Path, args: &Args) -> Result<String> {
     let (herd, dir) = prepare(root)?;
@@ -132,7 +155,11 @@ pub fn bench_scale(root: &Path, args: &Args) -> Result<String> {
                     if shards > 1 {
                         cmd.arg("--shard").arg(format!("{i}/{shards}"));
                     }
-                    let exit = run_client(&mut cmd, &dir.join(format!("scale-{i}.out")))?;
+                    let exit = run_client_on(
+                        &mut cmd,
+                        &dir.join(format!("scale-{i}.out")),
+                        shard_core(i, shards),
+                    )?;
                     Ok((json, exit))
                 },
             )
@@ -176,6 +203,7 @@ pub fn bench_scale(root: &Path, args: &Args) -> Result<String> {
         // The shards' peaks, summed: they hold their players at the same time.
         peak_rss_kib: exits.iter().map(|(_, e)| e.peak_rss_kib).sum(),
         wall_s: exits.iter().map(|(_, e)| e.wall_s).fold(0.0, f64::max),
+        run_delay_s: exits.iter().map(|(_, e)| e.run_delay_s).sum(),
     };
     let report: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&json)?).context("reading herd's JSON report")?;
@@ -260,6 +288,11 @@ pub fn bench_scale(root: &Path, args: &Args) -> Result<String> {
     )?;
     writeln!(
         t,
+        "| driver waiting for a CPU (runnable, not running; schedstat, all shards) | {:.2} s |",
+        exit.run_delay_s
+    )?;
+    writeln!(
+        t,
         "| driver CPU while held (herd's samples, mean) | {cpu_held:.1} % |"
     )?;
     writeln!(
@@ -318,8 +351,9 @@ pub fn bench_scale(root: &Path, args: &Args) -> Result<String> {
     writeln!(t, "| nginx CPU over the run | {:.2} CPU-s |", server_cpu_s)?;
     writeln!(
         t,
-        "\nherd commit {}; nginx on core {SERVER_CORE}, herd on core {CLIENT_CORE}.",
-        herd_commit(root)
+        "\nherd commit {}; nginx on core {SERVER_CORE}, {}.",
+        herd_commit(root),
+        placement(shards)
     )?;
     Ok(t)
 }
