@@ -7,7 +7,13 @@
 //! events, stream errors, reconnects and time to first event go to [`PlayAcc`].
 
 use std::{
-    sync::Arc,
+    future::Future,
+    pin::Pin,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering::SeqCst},
+    },
+    task::{Context, Poll, Wake, Waker},
     time::{Duration, Instant},
 };
 
@@ -307,8 +313,7 @@ impl Task {
     ) -> End {
         let mut parser = Parser::new(format, event_type);
         let mut delivered = false;
-        let stopped = self.stopped();
-        tokio::pin!(stopped);
+        let mut stopped = Gated::new(self.stopped());
         loop {
             let frame = tokio::select! {
                 f = head.body.chunk() => f,
@@ -453,6 +458,80 @@ fn json_type(data: &[u8], ptr: &str) -> Option<String> {
     }
 }
 
+/// `F`, polled again only after one of its own wakers fired. Beside a stream's reads,
+/// `select!` would poll the stop signal at every chunk: three watch receivers, each a lock
+/// on its waiter list and a waker compared, for a signal that fires once.
+struct Gated<F> {
+    inner: Pin<Box<F>>,
+    flag: Arc<Flag>,
+    /// Handed to `inner`: sets [`Flag::woken`], then wakes the task.
+    waker: Waker,
+    polled: bool,
+}
+
+#[derive(Default)]
+struct Flag {
+    woken: AtomicBool,
+    task: Mutex<Option<Waker>>,
+}
+
+impl Wake for Flag {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, SeqCst);
+        let task = self
+            .task
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(w) = task {
+            w.wake();
+        }
+    }
+}
+
+impl<F: Future> Gated<F> {
+    fn new(inner: F) -> Self {
+        let flag = Arc::new(Flag::default());
+        Self {
+            inner: Box::pin(inner),
+            waker: Waker::from(flag.clone()),
+            flag,
+            polled: false,
+        }
+    }
+}
+
+impl<F: Future> Future for Gated<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = &mut *self;
+        // The task's waker first, then the flag: a wake in between finds the waker.
+        {
+            let mut task = this
+                .flag
+                .task
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            match &mut *task {
+                Some(w) if w.will_wake(cx.waker()) => {}
+                t => *t = Some(cx.waker().clone()),
+            }
+        }
+        if this.polled && !this.flag.woken.swap(false, SeqCst) {
+            return Poll::Pending;
+        }
+        this.polled = true;
+        this.inner
+            .as_mut()
+            .poll(&mut Context::from_waker(&this.waker))
+    }
+}
+
 /// Resolves when `rx` holds true; never, if its sender is gone without saying so.
 async fn until_true(rx: &mut watch::Receiver<bool>) {
     if rx.wait_for(|v| *v).await.is_err() {
@@ -591,6 +670,50 @@ impl<'a> Parser<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Counts its polls; ready once `ready` is set, after which it is woken by hand.
+    struct Counted {
+        polls: Arc<std::sync::atomic::AtomicUsize>,
+        ready: Arc<AtomicBool>,
+        waker: Arc<Mutex<Option<Waker>>>,
+    }
+
+    impl Future for Counted {
+        type Output = ();
+
+        fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+            self.polls.fetch_add(1, SeqCst);
+            if self.ready.load(SeqCst) {
+                return Poll::Ready(());
+            }
+            *self.waker.lock().unwrap() = Some(cx.waker().clone());
+            Poll::Pending
+        }
+    }
+
+    #[test]
+    fn gated_polls_again_only_after_its_own_wake() {
+        let polls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let ready = Arc::new(AtomicBool::new(false));
+        let inner_waker = Arc::new(Mutex::new(None::<Waker>));
+        let mut gated = Gated::new(Counted {
+            polls: polls.clone(),
+            ready: ready.clone(),
+            waker: inner_waker.clone(),
+        });
+        let task = Arc::new(Flag::default());
+        let task_waker = Waker::from(task.clone());
+        let mut cx = Context::from_waker(&task_waker);
+        for _ in 0..5 {
+            assert!(Pin::new(&mut gated).poll(&mut cx).is_pending());
+        }
+        assert_eq!(polls.load(SeqCst), 1, "re-polled without a wake");
+        ready.store(true, SeqCst);
+        inner_waker.lock().unwrap().take().unwrap().wake();
+        assert!(task.woken.load(SeqCst), "the task was not woken");
+        assert!(Pin::new(&mut gated).poll(&mut cx).is_ready());
+        assert_eq!(polls.load(SeqCst), 2);
+    }
 
     fn parse(format: StreamFormat, ptr: Option<&str>, chunks: &[&str]) -> Vec<String> {
         let mut p = Parser::new(format, ptr);

@@ -54,6 +54,9 @@ pub struct Target {
     pub connect_timeout: Duration,
     /// Local addresses connections are opened from, in turn (empty: the kernel's choice).
     /// One source address gives ≈ 28 000 ephemeral ports toward one destination; N give N×.
+    /// Keep each under half of that: connect() takes even ports first, and past the even
+    /// half every connect from that address scans them all in the kernel first (at 16 667
+    /// connections an address, 79 % of a shard's CPU; docs/benchmarks.md, scale-out).
     pub source_addrs: Vec<std::net::IpAddr>,
 }
 

@@ -97,13 +97,28 @@ pub(super) struct Exit {
     pub(super) user_s: f64,
     pub(super) peak_rss_kib: u64,
     pub(super) wall_s: f64,
+    /// Time it was runnable but waited for a CPU (`/proc/PID/schedstat`, the last reading
+    /// before it exited): the share other processes on its core took.
+    pub(super) run_delay_s: f64,
+}
+
+/// Seconds `pid` has waited on a run queue, from `/proc/PID/schedstat`.
+fn run_delay(pid: libc::pid_t) -> Option<f64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/schedstat")).ok()?;
+    let ns: u64 = s.split_whitespace().nth(1)?.parse().ok()?;
+    Some(ns as f64 / 1e9)
 }
 
 /// Runs `cmd` on the client core and reaps it with `wait4`, which hands back its rusage.
 pub(super) fn run_client(cmd: &mut Command, out: &Path) -> Result<Exit> {
+    run_client_on(cmd, out, CLIENT_CORE)
+}
+
+/// [`run_client`] on core `core`.
+pub(super) fn run_client_on(cmd: &mut Command, out: &Path, core: usize) -> Result<Exit> {
     let file = std::fs::File::create(out)?;
     cmd.stdout(file).stderr(Stdio::piped()).stdin(Stdio::null());
-    confine(cmd, CLIENT_CORE, false);
+    confine(cmd, core, false);
     let started = Instant::now();
     let mut child = cmd
         .spawn()
@@ -118,11 +133,18 @@ pub(super) fn run_client(cmd: &mut Command, out: &Path) -> Result<Exit> {
     let mut status = 0;
     // SAFETY: zeroed rusage is a valid out-parameter.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let mut delay = 0.0;
     loop {
+        // Not blocking: the child's run queue wait can only be read while it exists.
         // SAFETY: waiting for our own child; status and usage are valid out-parameters.
-        let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+        let r = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
         if r == pid {
             break;
+        }
+        if r == 0 {
+            delay = run_delay(pid).unwrap_or(delay);
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            continue;
         }
         let e = std::io::Error::last_os_error();
         if e.kind() != std::io::ErrorKind::Interrupted {
@@ -145,10 +167,11 @@ pub(super) fn run_client(cmd: &mut Command, out: &Path) -> Result<Exit> {
         user_s: secs(usage.ru_utime),
         peak_rss_kib: usage.ru_maxrss as u64,
         wall_s,
+        run_delay_s: delay,
     })
 }
 
-fn cores() -> usize {
+pub(super) fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 

@@ -14,7 +14,8 @@
 //!
 //! `--scale`: 10 000 herd players, each on its own h2c connection, one call every 5 s,
 //! arriving over 10 s and then held 60 s; reported: the driver's peak RSS, CPU, ops by outcome
-//! and connects.
+//! and connects. With `--shards N` the shards take the cores in turn from core 1 on (so one
+//! runs beside nginx on a 2-core host), each alone on its core.
 //!
 //! nginx and the temporary directory are removed at the end, on error and on Ctrl-C.
 //!

@@ -7,19 +7,48 @@ use anyhow::{Context as _, Result, bail};
 
 use super::{
     Args,
-    harness::{CLIENT_CORE, SERVER_CORE, nofile, prepare, proc_cpu, run_client},
+    harness::{CLIENT_CORE, SERVER_CORE, cores, nofile, prepare, proc_cpu, run_client_on},
     nginx::{H2C_PORT, Nginx, Setup},
     table::{herd_commit, thousands},
     tools::ops,
 };
 
-/// The scale run: every player on its own h2c connection, a call every 5 s; with shards,
-/// each shard's connections come from its own loopback source address, so no source/
-/// destination pair needs more than the ≈ 28 000 ephemeral ports.
-fn scale_scenario(players: usize, hold: u64, shards: u32) -> String {
+/// Connections from one source address to nginx's one port, at most: a third of the
+/// ephemeral range. connect() tries the even half of the range first (odd ports are left to
+/// bind()), so past half the range from one address every connect scans all the even ports
+/// in the kernel (`__inet_hash_connect`, `__inet_check_established`) before it finds an odd
+/// one: at 16 667 a source address that took 79 % of a shard's CPU and blocked its event
+/// loop for seconds per burst of connects. A third leaves room for reconnects and TIME_WAIT.
+fn per_source(ports: u64) -> u64 {
+    (ports / 3).max(1)
+}
+
+/// The ephemeral ports (`net.ipv4.ip_local_port_range`), Linux's default range if unreadable.
+fn ephemeral_ports() -> u64 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| {
+            let mut it = r.split_whitespace().map(|v| v.parse::<u64>().ok());
+            Some(it.next()??..=it.next()??)
+        })
+        .map_or(28_232, |r| r.end().saturating_sub(*r.start()) + 1)
+}
+
+/// Loopback source addresses for `players` connections: one a shard at least, and enough
+/// that none carries more than [`per_source`].
+fn sources_for(players: usize, shards: u32) -> u32 {
+    let need = (players as u64).div_ceil(per_source(ephemeral_ports()));
+    // 127.0.0.2 up to 127.0.0.254.
+    (need as u32).max(shards).clamp(1, 253)
+}
+
+/// The scale run: every player on its own h2c connection, a call every 5 s; with shards or
+/// more players than one source address carries well ([`per_source`]), the connections
+/// come from loopback source addresses in turn.
+fn scale_scenario(players: usize, hold: u64, sources: u32) -> String {
     let ops = ops();
-    let sources = if shards > 1 {
-        let list: Vec<String> = (0..shards)
+    let sources = if sources > 1 {
+        let list: Vec<String> = (0..sources)
             .map(|i| format!("\"127.0.0.{}\"", i + 2))
             .collect();
         format!("source_addrs = [{}]\n", list.join(", "))
@@ -51,6 +80,29 @@ duration = \"{hold}s\"
     )
 }
 
+/// The core shard `i` of `shards` runs on: one shard on the client core as every client;
+/// several take the cores in turn from the client core on, each single-threaded on its own
+/// core. Three shards on the one client core were half a 2-core host for the driver while
+/// nginx used about half of the other: the goal is the players a 2-core host holds, and a
+/// shard beside nginx takes what nginx leaves.
+fn shard_core(i: u32, shards: u32) -> usize {
+    if shards <= 1 {
+        return CLIENT_CORE;
+    }
+    (CLIENT_CORE + i as usize) % cores()
+}
+
+/// Where the shards ran, for the table's last line.
+fn placement(shards: u32) -> String {
+    if shards <= 1 {
+        return format!("herd on core {CLIENT_CORE}");
+    }
+    let cores: Vec<String> = (0..shards)
+        .map(|i| format!("shard {i} on core {}", shard_core(i, shards)))
+        .collect();
+    cores.join(", ")
+}
+
 /// The scale run; returns a markdown table.
 pub fn bench_scale(root: &Path, args: &Args) -> Result<String> {
     let (herd, dir) = prepare(root)?;
@@ -70,13 +122,20 @@ pub fn bench_scale(root: &Path, args: &Args) -> Result<String> {
     let nginx = Nginx::start(
         &dir,
         &Setup {
-            worker_connections: args.players / workers + 1024,
+            // Twice a worker's share: nginx starts closing idle connections (a fresh h2
+            // connection before its first request is one) once fewer than 1/16 of its
+            // worker_connections are free (ngx_drain_connections: "worker_connections are
+            // not enough, reusing connections"), and a share plus 1 024 left 6 % free at
+            // 50 000 players, so it reset thousands of them during the arrival. A slot is
+            // memory, not a descriptor.
+            worker_connections: 2 * args.players.div_ceil(workers) + 1024,
             workers,
             access_log: true,
         },
     )?;
     let scenario = dir.join("scale.toml");
-    std::fs::write(&scenario, scale_scenario(args.players, args.hold, shards))?;
+    let sources = sources_for(args.players, shards);
+    std::fs::write(&scenario, scale_scenario(args.players, args.hold, sources))?;
     let server_pids = nginx.workers();
     let server_before: f64 = server_pids.iter().map(|&p| proc_cpu(p)).sum();
     let runs: Vec<_> = (0..shards)
@@ -96,7 +155,11 @@ pub fn bench_scale(root: &Path, args: &Args) -> Result<String> {
                     if shards > 1 {
                         cmd.arg("--shard").arg(format!("{i}/{shards}"));
                     }
-                    let exit = run_client(&mut cmd, &dir.join(format!("scale-{i}.out")))?;
+                    let exit = run_client_on(
+                        &mut cmd,
+                        &dir.join(format!("scale-{i}.out")),
+                        shard_core(i, shards),
+                    )?;
                     Ok((json, exit))
                 },
             )
@@ -140,6 +203,7 @@ pub fn bench_scale(root: &Path, args: &Args) -> Result<String> {
         // The shards' peaks, summed: they hold their players at the same time.
         peak_rss_kib: exits.iter().map(|(_, e)| e.peak_rss_kib).sum(),
         wall_s: exits.iter().map(|(_, e)| e.wall_s).fold(0.0, f64::max),
+        run_delay_s: exits.iter().map(|(_, e)| e.run_delay_s).sum(),
     };
     let report: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&json)?).context("reading herd's JSON report")?;
@@ -198,8 +262,8 @@ pub fn bench_scale(root: &Path, args: &Args) -> Result<String> {
     writeln!(
         t,
         "| driver processes | {shards} (`herd drive --shard I/{shards}`, merged by `herd merge`){} |",
-        if shards > 1 {
-            format!(", source addresses 127.0.0.2–127.0.0.{}", shards + 1)
+        if sources > 1 {
+            format!(", source addresses 127.0.0.2–127.0.0.{}", sources + 1)
         } else {
             String::new()
         }
@@ -221,6 +285,11 @@ pub fn bench_scale(root: &Path, args: &Args) -> Result<String> {
         exit.cpu_s,
         exit.wall_s,
         100.0 * exit.cpu_s / exit.wall_s
+    )?;
+    writeln!(
+        t,
+        "| driver waiting for a CPU (runnable, not running; schedstat, all shards) | {:.2} s |",
+        exit.run_delay_s
     )?;
     writeln!(
         t,
@@ -282,8 +351,9 @@ pub fn bench_scale(root: &Path, args: &Args) -> Result<String> {
     writeln!(t, "| nginx CPU over the run | {:.2} CPU-s |", server_cpu_s)?;
     writeln!(
         t,
-        "\nherd commit {}; nginx on core {SERVER_CORE}, herd on core {CLIENT_CORE}.",
-        herd_commit(root)
+        "\nherd commit {}; nginx on core {SERVER_CORE}, {}.",
+        herd_commit(root),
+        placement(shards)
     )?;
     Ok(t)
 }

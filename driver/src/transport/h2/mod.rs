@@ -78,7 +78,8 @@ pub(super) async fn handshake(
         .map_err(|e| dial.failed(e.to_string()))?;
     let inner = Inner {
         io: Box::new(io),
-        rbuf: BytesMut::with_capacity(8 * 1024),
+        // Taken at the first read (handoff.rs `fill`), given back whenever it empties.
+        rbuf: BytesMut::new(),
         wbuf: Vec::with_capacity(512),
         wpos: 0,
         streams: Vec::new(),
