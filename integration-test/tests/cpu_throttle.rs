@@ -17,8 +17,8 @@ use std::{
 use herd_probe::{
     cgroup::CgroupLayout,
     cgroupfs::{
-        CgroupDirs, CgroupReading, CgroupSources, CpuInterval, CpuSampler, HostFiles, Memory,
-        MemorySource, Polled, ThrottleSource, Throttling,
+        CgroupDirs, CgroupReading, CgroupSources, CpuInterval, CpuSampler, HostFiles,
+        MIN_WINDOW_NS, Memory, MemorySource, Polled, ThrottleSource, Throttling,
     },
     clock::now_ns,
 };
@@ -166,8 +166,14 @@ impl Moment {
 }
 
 /// Polls between two kernel reads. With `exact`, repeats (1 ms apart, at most 50 times) until
-/// no throttling counter moved during the bracket.
-fn poll(sampler: &mut CpuSampler<HostFiles>, c: &Container, exact: bool) -> Moment {
+/// no throttling counter moved during the bracket. Every poll the sampler took is pushed on
+/// `all`: the repeats are polls too, with windows of their own.
+fn poll(
+    sampler: &mut CpuSampler<HostFiles>,
+    c: &Container,
+    exact: bool,
+    all: &mut Vec<Moment>,
+) -> Moment {
     for _ in 0..50 {
         let before = kernel(c);
         let at_ns = now_ns();
@@ -180,6 +186,7 @@ fn poll(sampler: &mut CpuSampler<HostFiles>, c: &Container, exact: bool) -> Mome
             after,
         };
         m.check();
+        all.push(m);
         if !exact || m.exact() {
             return m;
         }
@@ -218,28 +225,31 @@ fn start(layout: &CgroupLayout, c: &Container) -> (CpuSampler<HostFiles>, Moment
 }
 
 /// Polls every 100 ms on an absolute schedule for `intervals` × 1 s, closing an interval every
-/// 10 polls. Returns the start moment, every poll's moment and the intervals.
+/// 10 polls. Returns every scheduled poll's moment, per interval every poll the sampler took
+/// (repeats included), and the intervals.
 fn sample(
     sampler: &mut CpuSampler<HostFiles>,
     c: &Container,
     intervals: usize,
-) -> (Vec<Moment>, Vec<CpuInterval>) {
+) -> (Vec<Moment>, Vec<Vec<Moment>>, Vec<CpuInterval>) {
     let t0 = Instant::now();
     let mut moments = Vec::new();
+    let (mut all, mut each) = (Vec::new(), Vec::new());
     let mut out = Vec::new();
     for k in 1..=intervals * 10 {
         let next = t0 + POLL * k as u32;
         std::thread::sleep(next.saturating_duration_since(Instant::now()));
-        moments.push(poll(sampler, c, k % 10 == 0));
+        moments.push(poll(sampler, c, k % 10 == 0, &mut each));
         if k % 10 == 0 {
             out.push(
                 sampler
                     .close_interval()
                     .expect("ten polls since the last close"),
             );
+            all.push(std::mem::take(&mut each));
         }
     }
-    (moments, out)
+    (moments, all, out)
 }
 
 /// The busiest window's cores as the kernel saw it: each poll-to-poll window's usage lies
@@ -250,6 +260,10 @@ fn kernel_burst(start: Moment, polls: &[Moment]) -> (f64, f64, String) {
     let (mut lo, mut hi) = (0f64, 0f64);
     let mut each = Vec::new();
     for m in polls {
+        // As the sampler does: a window under half a poll (a repeated poll's) joins the next.
+        if m.at_ns - prev.at_ns < MIN_WINDOW_NS {
+            continue;
+        }
         let len = (m.at_ns - prev.at_ns) as f64;
         lo = lo.max(m.before.usage_ns.saturating_sub(prev.after.usage_ns) as f64 / len);
         hi = hi.max((m.after.usage_ns - prev.before.usage_ns) as f64 / len);
@@ -372,7 +386,7 @@ fn throttling_matches_cpu_stat_exactly_and_burst_reflects_the_quota() {
         ),
         other => panic!("the throttling source does not match the layout: {other:?}"),
     }
-    let (moments, intervals) = sample(&mut sampler, &busy, 2);
+    let (moments, polls, intervals) = sample(&mut sampler, &busy, 2);
     assert_eq!(intervals.len(), 2);
 
     let mut bounds = vec![m0];
@@ -445,7 +459,7 @@ fn throttling_matches_cpu_stat_exactly_and_burst_reflects_the_quota() {
         );
 
         // The burst is the busiest poll-to-poll window of the kernel's own usage.
-        let (lo, hi, each) = kernel_burst(a, &moments[j * 10..(j + 1) * 10]);
+        let (lo, hi, each) = kernel_burst(a, &polls[j]);
         eprintln!("  ms used per window: {each}");
         assert!(
             lo <= i.burst_cores && i.burst_cores <= hi,
@@ -498,7 +512,7 @@ fn a_container_without_quota_is_never_throttled() {
 
     let layout = sandbox.layout().clone();
     let (mut sampler, m0) = start(&layout, &free);
-    let (moments, intervals) = sample(&mut sampler, &free, 1);
+    let (moments, polls, intervals) = sample(&mut sampler, &free, 1);
     let i = &intervals[0];
     let end = moments.last().unwrap();
     let (nr_periods, nr_throttled, throttled_ns, share, quota_cores, quota_us, period_us) =
@@ -522,7 +536,7 @@ fn a_container_without_quota_is_never_throttled() {
     );
     assert_eq!(end.before.nr_throttled, 0);
     assert_eq!(end.before.throttled_ns, 0);
-    let (lo, hi, each) = kernel_burst(m0, &moments);
+    let (lo, hi, each) = kernel_burst(m0, &polls[0]);
     eprintln!("  ms used per window: {each}");
     assert!(
         lo <= i.burst_cores && i.burst_cores <= hi,

@@ -39,7 +39,7 @@ mod fake;
 pub use error::CgroupfsError;
 pub use files::{CgroupFiles, HostFiles};
 pub use memory::{MEMINFO, Memory, MemoryCounters, MemorySource};
-pub use sampler::{CpuInterval, CpuSampler, Polled};
+pub use sampler::{CpuInterval, CpuSampler, MIN_WINDOW_NS, Polled};
 pub use sources::{CgroupDirs, CgroupReading, CgroupSources, Reading};
 pub use throttle::{ThrottleCounters, ThrottleSource, Throttling};
 pub use usage::UsageSource;

@@ -73,6 +73,9 @@ impl Stamped {
     }
 }
 
+/// The shortest poll-to-poll window that competes for an interval's burst: half a poll.
+pub const MIN_WINDOW_NS: u64 = super::POLL_NS / 2;
+
 /// Samples one container's CPU, throttling and memory. The caller drives time: it calls
 /// [`Self::poll`] every [`POLL_NS`](super::POLL_NS) with its clock's reading and [`Self::close_interval`] at
 /// each interval boundary, so every container of a run shares the same timeline.
@@ -84,6 +87,8 @@ pub struct CpuSampler<F> {
     last: Stamped,
     polls: u32,
     busiest: Option<Window>,
+    /// Where the window the next poll closes began: the last poll that closed one.
+    window: UsagePoint,
     history: VecDeque<UsagePoint>,
     ended: Option<PathBuf>,
 }
@@ -115,6 +120,7 @@ impl<F: CgroupFiles> CpuSampler<F> {
             history: VecDeque::from([first.point()]),
             files,
             sources,
+            window: first.point(),
             start: first.clone(),
             last: first,
             polls: 0,
@@ -141,10 +147,14 @@ impl<F: CgroupFiles> CpuSampler<F> {
             at_ns: at_ns.max(self.last.at_ns),
             reading,
         };
-        self.busiest = busier(
-            self.busiest,
-            Window::between(self.last.point(), now.point()),
-        );
+        // A window shorter than half a poll (after a late poll, or a poll repeated at once)
+        // holds too little time to say how busy the container was (a 10 % quota runs a
+        // whole core for a few ms): it joins the next one instead of competing.
+        let w = Window::between(self.window, now.point());
+        if w.len_ns() >= MIN_WINDOW_NS {
+            self.busiest = busier(self.busiest, w);
+            self.window = now.point();
+        }
         self.history.push_back(now.point());
         prune(&mut self.history, SUSTAINED_NS);
         self.last = now;
@@ -215,6 +225,7 @@ impl<F: CgroupFiles> CpuSampler<F> {
             memory,
         };
         self.start = self.last.clone();
+        self.window = self.last.point();
         self.polls = 0;
         self.busiest = None;
         Some(out)
@@ -245,6 +256,32 @@ mod tests {
 
     /// One second under a 10 ms / 100 ms quota, polled every 100 ms: the numbers an interval
     /// must show, computed by hand.
+    #[test]
+    fn a_window_shorter_than_half_a_poll_joins_the_next() {
+        let fs = FakeFiles::default();
+        let mut s = State {
+            usage_ms: 0,
+            periods: 0,
+            throttled: 0,
+            throttled_ms: 0,
+            memory: 1 << 20,
+            peak: 1 << 20,
+        };
+        write_hybrid(&fs, "c", s);
+        let mut sampler = hybrid_sampler(&fs, "c");
+        // A poll at 100 ms, one repeated 8 ms later that saw 4 ms used (0.5 core over 8 ms),
+        // then one at 200 ms: the 8 ms belong to the window ending at 200 ms.
+        for (at_ms, used_ms) in [(100, 10), (108, 4), (200, 8)] {
+            s.usage_ms += used_ms;
+            write_hybrid(&fs, "c", s);
+            assert_eq!(sampler.poll(at_ms * MS).unwrap(), Polled::Sampled);
+        }
+        let i = sampler.close_interval().unwrap();
+        assert_eq!(i.polls, 3);
+        assert_eq!((i.burst_window_ns, i.burst_at_ns), (100 * MS, 200 * MS));
+        assert_eq!(i.burst_cores, 0.12);
+    }
+
     #[test]
     fn an_interval_has_average_burst_sustained_and_throttling_deltas() {
         let fs = FakeFiles::default();
