@@ -91,6 +91,8 @@ pub fn ensure(root: &Path, is_root: bool) -> Result<Option<Engine>> {
 fn start(dir: &Path) -> Result<Engine> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     stop_stale(dir);
+    // A namespace an earlier run's dockerd left bound (before herd released them).
+    release_netns(dir);
     let sock = dir.join("docker.sock");
     let _ = std::fs::remove_file(&sock);
     let host = format!("unix://{}", sock.display());
@@ -175,6 +177,34 @@ fn stop_stale(dir: &Path) {
     terminate(pid, Duration::from_secs(30));
 }
 
+/// Unmounts the network namespaces dockerd leaves bound under its exec-root: with a swarm
+/// (the swarm tests make one) libnetwork binds its ingress sandbox at `exec/netns/default`
+/// and does not release it when dockerd stops. Each is a namespace kept alive by the mount.
+fn release_netns(dir: &Path) {
+    let root = dir.join("exec");
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    for point in mounts.lines().filter_map(|l| l.split(' ').nth(1)) {
+        let path = Path::new(point);
+        if !path.starts_with(&root) {
+            continue;
+        }
+        let Ok(c) = std::ffi::CString::new(point) else {
+            continue;
+        };
+        // SAFETY: umount2 with a valid NUL-terminated path; MNT_DETACH as the namespace's
+        // holders (none once dockerd is gone) would only delay it.
+        if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } == 0 {
+            let _ = std::fs::remove_file(path);
+            eprintln!("xtask: released the network namespace dockerd left at {point}");
+        } else {
+            eprintln!(
+                "xtask: could not unmount {point} ({}); `umount {point}` releases it",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+}
+
 /// SIGTERM, then SIGKILL after `grace`.
 fn terminate(pid: i32, grace: Duration) {
     // SAFETY: kill has no memory preconditions; pid is a dockerd this module started.
@@ -205,6 +235,7 @@ impl Drop for Engine {
                     "xtask: private Docker engine stopped ({})",
                     self.dir.display()
                 );
+                release_netns(&self.dir);
                 return;
             }
             std::thread::sleep(Duration::from_millis(100));
@@ -212,5 +243,6 @@ impl Drop for Engine {
         eprintln!("xtask: dockerd ignored SIGTERM for 30 s; killing it");
         let _ = child.kill();
         let _ = child.wait();
+        release_netns(&self.dir);
     }
 }
