@@ -422,16 +422,29 @@ impl Drop for Service {
         while !containers(true).is_empty() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(250));
         }
-        let left = containers(false);
-        if !left.is_empty() {
-            let mut args = vec!["rm", "-f", "-v"];
-            args.extend(left.iter().map(String::as_str));
-            if let Err(e) = docker(&args) {
-                tracing::warn!(
-                    "{WHO}: could not remove the containers of {name}: {e:#}; `docker rm -f {}`",
-                    left.join(" ")
-                );
+        // The node's agent may still be starting a task the orchestrator scheduled before the
+        // service went (a failed shard's restart): it appears after a first look. Remove
+        // until none has been seen for a second, at most 30 s.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut quiet = 0;
+        let mut left = Vec::new();
+        while quiet < 4 && Instant::now() < deadline {
+            left = containers(false);
+            if left.is_empty() {
+                quiet += 1;
+            } else {
+                quiet = 0;
+                let mut args = vec!["rm", "-f", "-v"];
+                args.extend(left.iter().map(String::as_str));
+                let _ = docker(&args);
             }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        if !left.is_empty() {
+            tracing::warn!(
+                "{WHO}: could not remove the containers of {name}; `docker rm -f {}`",
+                left.join(" ")
+            );
         }
     }
 }
