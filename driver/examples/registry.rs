@@ -16,9 +16,8 @@ use std::{
 };
 
 use bytes::Bytes;
-use herd_driver::{
-    Outcome, Player, RunOptions, RunReport, Scenario, Session, Stopped, outcome::sha256_hex,
-};
+use herd_driver::{Player, RunOptions, Scenario, Session, Stopped, outcome::sha256_hex};
+use herd_model::{Outcome, RunResult};
 use http_body_util::Full;
 use hyper::{Request, Response, server::conn::http1, service::service_fn};
 use hyper_util::rt::TokioIo;
@@ -192,7 +191,7 @@ pub async fn start_registry() -> (String, Arc<AtomicU64>) {
 /// What a demo run found.
 pub struct Demo {
     /// The driver's report.
-    pub report: RunReport,
+    pub report: RunResult,
     /// Requests the registry served.
     pub served: u64,
     /// Images validated.
@@ -243,7 +242,7 @@ pub async fn demo(step: Duration) -> Result<Demo, Box<dyn std::error::Error>> {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let d = demo(Duration::from_secs(2)).await?;
-    print!("{}", herd_driver::text::table(&d.report));
+    print!("{}", herd_report::text::table(&d.report));
     println!(
         "\nimages validated: {} ok, {} failed; the registry served {} requests",
         d.valid, d.invalid, d.served

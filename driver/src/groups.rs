@@ -18,11 +18,12 @@ use tokio::sync::watch;
 
 use crate::{
     measure::play::{GroupEvent, PlayAcc},
-    outcome::{Outcome, json_eq},
+    outcome::json_eq,
     player::{Reply, Session, Stopped},
     scenario::{Finish, GroupSpec, Scenario},
     template::GROUP_PREFIX,
 };
+use herd_model::Outcome;
 
 /// How a group ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,14 +6,14 @@
 //! - [`Scenario`] loads and checks a TOML scenario (`docs/scenario.md`), with `--set`
 //!   overrides, and points every error at its file, line, column and key.
 //! - [`run`] runs the file's players; [`run_with`] runs players of your own ([`Player`]).
-//! - Results arrive as a stream of [`DriverEvent`]s and as the final [`RunReport`];
-//!   [`text`] renders them for a terminal.
+//! - Results arrive as a stream of [`herd_model::DriverEvent`]s and as the final
+//!   [`herd_model::RunResult`], the rows of the record model; herd-report renders them.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! let scenario = herd_driver::Scenario::load("game.toml".as_ref(), &["step[0].players=50".into()])?;
-//! let report = herd_driver::run(scenario, herd_driver::RunOptions::default()).await?;
-//! print!("{}", herd_driver::text::table(&report));
+//! let result = herd_driver::run(scenario, herd_driver::RunOptions::default()).await?;
+//! println!("{} requests, {} connects", result.requests, result.connects);
 //! # Ok(()) }
 //! ```
 #![deny(missing_docs)]
@@ -24,23 +24,16 @@ pub mod fuzzing;
 mod groups;
 pub mod limits;
 pub mod measure;
-pub mod merge;
 pub mod outcome;
 pub mod player;
-pub mod report;
 mod run;
 pub mod scenario;
 pub mod shapes;
-pub mod shard;
 mod stream;
 pub mod template;
-pub mod text;
 pub mod transport;
 pub mod units;
 
-pub use outcome::{Outcome, TransportErrorKind};
 pub use player::{FilePlayer, Player, Reply, Session, Stopped};
-pub use report::{DriverEvent, RunReport};
 pub use run::{DriverError, RunOptions, run, run_with};
 pub use scenario::{Scenario, ScenarioError};
-pub use shard::{Shard, ShardError};

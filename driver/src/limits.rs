@@ -187,7 +187,7 @@ pub fn check(file: &str, needs: Needs, host: Host) -> Result<(), PlanTooLarge> {
 
 /// Refuses shard `shard` of `s` when its peak exceeds the running host: a shard holds
 /// about 1/N of the players (a pool is per process, whole in every shard).
-pub fn check_host(s: &Scenario, shard: crate::Shard) -> Result<(), PlanTooLarge> {
+pub fn check_host(s: &Scenario, shard: herd_model::Shard) -> Result<(), PlanTooLarge> {
     let mut needs = Needs::of(s);
     let n = u64::from(shard.count);
     needs.players = needs.players.div_ceil(n);

@@ -16,11 +16,12 @@ use tokio::{sync::watch, time::Sleep};
 use crate::{
     conns::Conns,
     measure::aggregator::{Counters, Gate, Msg},
-    outcome::{Outcome, classify},
+    outcome::classify,
     scenario::{Op, Scenario},
     template::Vars,
     transport::{Request, Transport},
 };
+use herd_model::Outcome;
 
 /// Returned when a player must end its turn: the run is stopping, its step retired it, its
 /// phase is over or it reached `max_ops`. Propagate it with `?`.

@@ -24,12 +24,10 @@ use crate::{
         health,
     },
     player::{FilePlayer, HammerPlayer, Player, Role, Session, Shared},
-    report::{DriverEvent, RunReport},
     scenario::{Arrival, Connections, Hammer, Pace, PhaseWork, Scenario},
-    shapes,
-    shard::Shard,
-    transport,
+    shapes, transport,
 };
+use herd_model::{DriverEvent, RunResult, Shard};
 
 /// How a run is watched and stopped.
 #[derive(Debug, Clone)]
@@ -76,7 +74,7 @@ pub enum DriverError {
 }
 
 /// Runs `scenario` with the players its file describes.
-pub async fn run(scenario: Scenario, opts: RunOptions) -> Result<RunReport, DriverError> {
+pub async fn run(scenario: Scenario, opts: RunOptions) -> Result<RunResult, DriverError> {
     let template = FilePlayer::new(&scenario);
     run_with(scenario, move |_| template.clone(), opts).await
 }
@@ -87,7 +85,7 @@ pub async fn run_with<P, F>(
     scenario: Scenario,
     new_player: F,
     opts: RunOptions,
-) -> Result<RunReport, DriverError>
+) -> Result<RunResult, DriverError>
 where
     P: Player,
     F: Fn(u64) -> P + Send + Sync + 'static,

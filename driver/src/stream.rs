@@ -23,12 +23,13 @@ use tokio::{sync::watch, task::JoinHandle};
 use crate::{
     conns::SideConn,
     measure::{aggregator::Msg, play::PlayAcc},
-    outcome::{Outcome, classify},
+    outcome::classify,
     player::{Session, Shared},
     scenario::{Backoff, OpKind, StreamFormat},
     template::{GROUP_PREFIX, Vars},
     transport::{Request, Streaming},
 };
+use herd_model::Outcome;
 
 /// Longest partial line (or SSE event) kept while waiting for its end; a stream that sends
 /// more without a line break is counted as a `bad_event` and its buffer dropped.

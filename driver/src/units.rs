@@ -1,5 +1,5 @@
-//! Durations and latencies as people write and read them: one parser for every duration on
-//! herd's command lines and one formatter for every latency herd prints.
+//! Durations as people write them: one parser for every duration on herd's command lines
+//! and in scenarios, bounded so that no deadline can overflow.
 
 use std::time::Duration;
 
@@ -40,17 +40,6 @@ pub fn parse_interval(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
-/// A latency in µs as one short figure, the way wrk, k6 and oha print them: `850µs`,
-/// `1.2ms`, `48ms`, `1.25s`. Every human-readable latency herd prints goes through here.
-pub fn latency(us: u64) -> String {
-    match us {
-        0..1_000 => format!("{us}µs"),
-        1_000..10_000 => format!("{:.1}ms", us as f64 / 1e3),
-        10_000..1_000_000 => format!("{}ms", (us as f64 / 1e3).round() as u64),
-        _ => format!("{:.2}s", us as f64 / 1e6),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -64,14 +53,6 @@ mod tests {
         }
         let now = std::time::Instant::now();
         assert_eq!(deadline(now, Duration::MAX), now + MAX_DURATION);
-    }
-
-    #[test]
-    fn latencies_read_like_wrk_and_k6() {
-        assert_eq!(latency(850), "850µs");
-        assert_eq!(latency(1_234), "1.2ms");
-        assert_eq!(latency(48_400), "48ms");
-        assert_eq!(latency(1_250_000), "1.25s");
     }
 
     #[test]

@@ -367,9 +367,10 @@ fn compare(store: &str, before: i64, after: i64) -> Result<herd_report::compare:
         .enable_all()
         .build()?
         .block_on(async {
-            herd_store::Store::open(store)
+            let (a, b) = herd_store::Store::open(store)
                 .await?
-                .load_comparison(before, after)
-                .await
+                .load_pair(before, after)
+                .await?;
+            Ok(herd_report::compare::runs(&a, &b))
         })
 }

@@ -278,7 +278,7 @@ mod tests {
         let crate::Command::Run(a) = cli.command else {
             panic!("not herd run")
         };
-        assert_eq!(a.shard, Some(herd_driver::Shard::new(2, 3).unwrap()));
+        assert_eq!(a.shard, Some(herd_model::Shard::new(2, 3).unwrap()));
         assert_eq!(a.run_key.as_deref(), Some("game-1"));
         assert!(a.no_probe);
         assert_eq!(a.scenario, Path::new("/etc/herd/game.toml"));

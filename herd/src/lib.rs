@@ -112,7 +112,7 @@ pub fn exit_code(e: &anyhow::Error) -> u8 {
             || c.is::<herd_seed::SpecError>()
             || c.is::<herd_driver::limits::PlanTooLarge>()
             || c.is::<herd_store::StoreUrlError>()
-            || c.is::<herd_driver::ShardError>()
+            || c.is::<herd_model::ShardError>()
             || c.is::<herd_store::ShardUsageError>()
             || c.is::<cmd::merge::MergeInputError>()
     });

@@ -1,5 +1,5 @@
 //! The live progress view of `herd drive` and `herd run`, built from the driver's
-//! [`DriverEvent::Interval`](herd_driver::DriverEvent) stream (and, in `herd run`, the
+//! [`DriverEvent::Interval`](herd_model::DriverEvent) stream (and, in `herd run`, the
 //! probe's intervals).
 //!
 //! On a terminal: a block redrawn in place every interval: elapsed against planned time with
@@ -16,11 +16,8 @@
 
 use std::{collections::BTreeMap, fmt::Write as _, io::IsTerminal as _};
 
-use herd_driver::{
-    Outcome,
-    report::{IntervalOp, IntervalReport},
-};
-use herd_probe::sample::Interval as ProbeInterval;
+use herd_model::ProbeInterval;
+use herd_model::{DriverInterval, IntervalOp, Outcome};
 
 /// How the view is drawn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,7 +114,7 @@ impl Live {
 
     /// What to write for this interval: the redrawn block (cursor moves included), or its
     /// lines; ends with a newline.
-    pub fn interval(&mut self, iv: &IntervalReport) -> String {
+    pub fn interval(&mut self, iv: &DriverInterval) -> String {
         self.add(iv);
         match self.style {
             Style::Lines => {
@@ -151,7 +148,7 @@ impl Live {
         }
     }
 
-    fn add(&mut self, iv: &IntervalReport) {
+    fn add(&mut self, iv: &DriverInterval) {
         for op in &iv.ops {
             self.total_ops += op.count;
             self.total_errors += errors(op);
@@ -176,7 +173,7 @@ impl Live {
 
     /// The logfmt lines of an interval: the interval, then one per op, stream and the
     /// groups.
-    pub fn plain_lines(&self, iv: &IntervalReport) -> Vec<String> {
+    pub fn plain_lines(&self, iv: &DriverInterval) -> Vec<String> {
         let t = totals(iv);
         let when = format!(
             "start_s={} dur_s={}",
@@ -269,7 +266,7 @@ impl Live {
 
     /// The terminal block: where the run is, how it goes now and in total, one row per op,
     /// the probe's busiest containers, the driver's health, a warning when it was saturated.
-    pub fn block(&self, iv: &IntervalReport) -> Vec<String> {
+    pub fn block(&self, iv: &DriverInterval) -> Vec<String> {
         let t = totals(iv);
         let elapsed = iv.end_ms as f64 / 1e3;
         let mut head = format!("herd {elapsed:>7.1}s");
@@ -408,10 +405,7 @@ impl Live {
 /// The busiest containers of a probe interval (by CPU), each with its CPU against its quota
 /// and its TIME_WAIT against its ports.
 fn top_containers(iv: &ProbeInterval, n: usize) -> Vec<String> {
-    use herd_probe::{
-        cgroupfs::Throttling,
-        sample::{CpuCell, SocketCell},
-    };
+    use herd_model::{CpuCell, SocketCell, Throttling};
     let mut rows: Vec<(f64, String)> = iv
         .containers
         .iter()
@@ -501,7 +495,7 @@ struct Totals {
     errors: u64,
 }
 
-fn totals(iv: &IntervalReport) -> Totals {
+fn totals(iv: &DriverInterval) -> Totals {
     Totals {
         ops: iv.ops.iter().map(|o| o.count).sum(),
         // A fold from +0.0: an empty f64 `sum()` is -0.0, which prints as `-0.0`.
@@ -524,7 +518,7 @@ fn share(part: u64, whole: u64) -> f64 {
     part as f64 * 100.0 / whole.max(1) as f64
 }
 
-fn step(iv: &IntervalReport, steps: usize) -> String {
+fn step(iv: &DriverInterval, steps: usize) -> String {
     match iv.phase_index {
         Some(k) => format!("{}/{steps}", k + 1),
         None => "-".to_owned(),
@@ -532,7 +526,7 @@ fn step(iv: &IntervalReport, steps: usize) -> String {
 }
 
 /// Open-model figures (`in_flight 12 late_starts 3 dropped_starts 0`), only in rate phases.
-fn open_model(iv: &IntervalReport, sep: char) -> String {
+fn open_model(iv: &DriverInterval, sep: char) -> String {
     if iv.in_flight + (iv.late_starts + iv.dropped_starts) as usize == 0
         && !iv.phase.as_deref().is_some_and(|p| p.starts_with("rate"))
     {
@@ -616,10 +610,7 @@ fn key(v: &str) -> String {
 mod tests {
     use std::collections::BTreeMap;
 
-    use herd_driver::{
-        Outcome,
-        report::{DriverHealth, Latency},
-    };
+    use herd_model::{DriverHealth, Latency, Outcome};
 
     use super::*;
 
@@ -653,8 +644,8 @@ mod tests {
 
     /// Three intervals of a 2-step plan: ramping, a saturated one with errors, and the
     /// drain after the last step.
-    fn sequence() -> Vec<IntervalReport> {
-        let base = IntervalReport {
+    fn sequence() -> Vec<DriverInterval> {
+        let base = DriverInterval {
             index: 0,
             end_ms: 1_000,
             duration_ms: 1_000,
@@ -834,7 +825,7 @@ mod tests {
     #[test]
     fn streams_and_groups_show_per_interval() {
         let mut iv = sequence().remove(0);
-        iv.play.streams.push(herd_driver::report::StreamStats {
+        iv.play.streams.push(herd_model::StreamStats {
             op: "events".into(),
             kind: "ndjson".into(),
             opened: 50,

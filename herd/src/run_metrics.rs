@@ -13,7 +13,8 @@ use std::{
 };
 
 use anyhow::{Context as _, Result};
-use herd_driver::{Outcome, Scenario, report::IntervalReport};
+use herd_driver::Scenario;
+use herd_model::{DriverInterval, Outcome};
 
 use crate::metrics::MetricsServer;
 
@@ -51,7 +52,7 @@ pub struct DriverTotals {
     groups: [u64; 4],
     intervals: u64,
     saturated_intervals: u64,
-    last: Option<IntervalReport>,
+    last: Option<DriverInterval>,
     elapsed_s: f64,
 }
 
@@ -83,7 +84,7 @@ impl DriverTotals {
     }
 
     /// Adds one interval.
-    pub fn add(&mut self, iv: &IntervalReport) {
+    pub fn add(&mut self, iv: &DriverInterval) {
         for op in &iv.ops {
             for (outcome, n) in &op.outcomes {
                 let class = self.class(&op.op, outcome);
@@ -433,7 +434,7 @@ impl RunEndpoint {
     }
 
     /// Adds a driver interval and republishes.
-    pub fn driver_interval(&mut self, iv: &IntervalReport) {
+    pub fn driver_interval(&mut self, iv: &DriverInterval) {
         self.driver.add(iv);
         self.publish();
     }
@@ -472,19 +473,19 @@ impl RunEndpoint {
 
 #[cfg(test)]
 mod tests {
-    use herd_driver::{
-        measure::histogram::{LatencyHistogram, latency, new_histogram, record},
-        report::{DriverHealth, IntervalOp},
+    use herd_model::{
+        DriverHealth, IntervalOp, LatencyHistogram,
+        histogram::{latency, new_histogram, record},
     };
 
     use super::*;
 
-    fn interval(values_us: &[u64], outcomes: &[(Outcome, u64)]) -> IntervalReport {
+    fn interval(values_us: &[u64], outcomes: &[(Outcome, u64)]) -> DriverInterval {
         let mut h = new_histogram();
         for v in values_us {
             record(&mut h, *v);
         }
-        IntervalReport {
+        DriverInterval {
             index: 0,
             end_ms: 1_000,
             duration_ms: 1_000,

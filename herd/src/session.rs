@@ -17,19 +17,19 @@ use std::{
 };
 
 use anyhow::{Context as _, Result};
-use herd_driver::{DriverEvent, RunOptions, RunReport, Scenario, text};
+use herd_driver::{RunOptions, Scenario};
+use herd_model::CleanupRecord;
+use herd_model::ProbeInterval;
+use herd_model::{DriverEvent, RunResult};
 use herd_probe::{
     cgroup::CgroupLayout,
     containers::ContainerSet,
-    sample::Interval,
     sampler::{Sampler, Watch, watch},
 };
-use herd_report::{
-    Report,
-    seeding::{CleanupRecord, SeedRecord},
-};
+use herd_report::Report;
+use herd_report::text;
 use herd_seed::{Cleaned, RunSeeding, Seeded};
-use herd_store::{Row, Rows, Source, Store};
+use herd_store::{Recorder, Row, Rows, Source, Store, Writer};
 use tokio::sync::{mpsc, watch};
 
 use crate::{attach, live::Live, run_metrics::RunEndpoint, signals};
@@ -60,7 +60,7 @@ pub struct RunConfig {
     /// Serve the run's metrics at `http://ADDR/metrics` while it lasts (`--listen`).
     pub listen: Option<std::net::SocketAddr>,
     /// Which part of the plan this process runs (`--shard I/N`).
-    pub shard: herd_driver::Shard,
+    pub shard: herd_model::Shard,
     /// The key the shards of one run find it by (`--run-key`); None for a run of one process.
     pub run_key: Option<String>,
     /// How long a shard waits for the others to register.
@@ -86,7 +86,7 @@ impl RunConfig {
             live: true,
             keep_seed: false,
             listen: None,
-            shard: herd_driver::Shard::WHOLE,
+            shard: herd_model::Shard::WHOLE,
             run_key: None,
             shard_timeout: Duration::from_secs(120),
         }
@@ -110,7 +110,7 @@ pub struct RunOutcome {
     pub seeded: Option<Seeded>,
     /// What was removed after the load (None without `[seed]` or when kept).
     pub seed_cleaned: Option<Cleaned>,
-    /// Why the run measured nothing, when every connect failed ([`RunReport::unreachable`]).
+    /// Why the run measured nothing, when every connect failed ([`RunResult::unreachable`]).
     pub unreachable: Option<String>,
     /// Every row of the run, when the store went down during it and stayed down: the report
     /// is built from these and they are saved beside it for `herd import`.
@@ -170,8 +170,8 @@ pub fn stop_channel(
 
 /// Under the tables, what to do about each TLS outcome the run had (the outcome names the
 /// problem; the remedy would otherwise be in the docs only).
-pub fn print_hints(report: &RunReport) {
-    let hints = herd_driver::transport::tls::hints(report);
+pub fn print_hints(report: &RunResult) {
+    let hints = herd_report::text::tls::hints(report);
     if !hints.is_empty() {
         println!("\n{}", hints.join("\n"));
     }
@@ -189,7 +189,7 @@ pub struct DriveConfig {
     /// Serve the run's metrics at `http://ADDR/metrics` while it lasts (`--listen`).
     pub listen: Option<std::net::SocketAddr>,
     /// Which part of the plan this process runs (`--shard I/N`).
-    pub shard: herd_driver::Shard,
+    pub shard: herd_model::Shard,
 }
 
 /// How long `--listen` waits, after the load, for a last scrape of the final counts (a
@@ -197,7 +197,7 @@ pub struct DriveConfig {
 const LAST_SCRAPE: Duration = Duration::from_secs(10);
 
 /// Drives `scenario`'s players until the plan ends or a stop signal, showing the live view.
-pub fn drive(scenario: Scenario, config: &DriveConfig) -> Result<RunReport> {
+pub fn drive(scenario: Scenario, config: &DriveConfig) -> Result<RunResult> {
     // Bound before the first request: a port in use costs nothing but its message.
     let mut endpoint = config
         .listen
@@ -318,7 +318,7 @@ async fn finish_seeding(
             println!("seed: {}", seeded.line(&db));
             println!("seed: {line}");
             let record = match (&cleaned, config.keep_seed) {
-                (Some(c), _) => CleanupRecord::from(c),
+                (Some(c), _) => c.record(),
                 (None, true) => CleanupRecord::Kept,
                 (None, false) => CleanupRecord::AlreadyRemoved,
             };
@@ -444,17 +444,23 @@ async fn record(
         sharded.map_or(String::new(), |s| format!(", shard {s}")),
         store.url()
     );
-    let mut rec = Recorder::new(store, meta.clone(), sharded.map(|s| s.index));
+    let mut rec = Recorder::new(
+        store,
+        meta.clone(),
+        Writer::Run {
+            shard: sharded.map(|s| s.index),
+        },
+    );
     rec.put_once(Source::Slo, &scenario.slo).await?;
     rec.put_once(Source::Expected, &scenario.expected_outcomes())
         .await?;
     if let Some(s) = seeded {
         // Counts, tables and time only: never the database's URL.
-        rec.put_once(Source::Seed, &SeedRecord::from(s)).await?;
+        rec.put_once(Source::Seed, &s.record()).await?;
     }
 
     // The probe samples in its own thread and sends intervals to the recorder.
-    let (probe_tx, mut probe_rx) = mpsc::unbounded_channel::<Interval>();
+    let (probe_tx, mut probe_rx) = mpsc::unbounded_channel::<ProbeInterval>();
     let probe_stop = Arc::new(AtomicBool::new(false));
     // The probe thread renders its exposition here for --listen.
     let probe_text = endpoint
@@ -497,7 +503,7 @@ async fn record(
         if let Ok(wait) = at.duration_since(std::time::SystemTime::now()) {
             tokio::time::sleep(wait).await;
         }
-        rec.mono0 = herd_probe::clock::now_ns();
+        rec.start_at(herd_probe::clock::now_ns());
         started = Some(std::time::SystemTime::now());
     }
     let (stop_rx, hurry_rx, watcher) = stop_channel(|| ());
@@ -597,214 +603,15 @@ async fn record(
         broken: Vec::new(),
         seeded: None,
         seed_cleaned: None,
-        unreachable: final_report.as_ref().and_then(RunReport::unreachable),
+        unreachable: final_report.as_ref().and_then(RunResult::unreachable),
         lost,
     })
-}
-
-/// Writes the run's rows as they arrive, each committed on return while the store answers.
-/// A store that fails (PostgreSQL stopped, a full disk) is retried with a bounded backoff, the
-/// rows kept in memory meanwhile and written in order once it answers again; every row is
-/// also kept until the end, so a store that never comes back costs no number of the report.
-struct Recorder<'a> {
-    store: &'a Store,
-    run: i64,
-    /// This process's shard of a sharded run; None for a run of one process.
-    shard: Option<u32>,
-    /// CLOCK_MONOTONIC at the run's start: driver offsets become probe-comparable times.
-    mono0: u64,
-    /// Next sequence number per source: driver intervals, phase ends, probe intervals.
-    seq: [u64; 3],
-    /// Every row so far, in order.
-    rows: Rows,
-    /// Rows not yet in the store (indices into `rows`), oldest first.
-    pending: std::collections::VecDeque<(Source, usize)>,
-    /// When the store stopped answering, while it does not.
-    down_since: Option<std::time::Instant>,
-    /// No write is tried before this.
-    retry_at: std::time::Instant,
-    backoff: Duration,
-}
-
-/// The first retry's wait; each failure doubles it up to [`MAX_BACKOFF`].
-const FIRST_BACKOFF: Duration = Duration::from_millis(250);
-/// The longest wait between two tries of a store that is down.
-const MAX_BACKOFF: Duration = Duration::from_secs(4);
-/// How long one write may take before the store counts as down.
-const WRITE_TIMEOUT: Duration = Duration::from_secs(2);
-/// How long the end of a run keeps trying a store that is down before giving up on it.
-const FINAL_RETRY: Duration = Duration::from_secs(6);
-
-impl<'a> Recorder<'a> {
-    fn new(store: &'a Store, meta: herd_report::RunMeta, shard: Option<u32>) -> Self {
-        Recorder {
-            store,
-            run: meta.id,
-            shard,
-            mono0: meta.mono_start_ns as u64,
-            seq: [0; 3],
-            rows: Rows {
-                meta,
-                rows: Vec::new(),
-            },
-            pending: Default::default(),
-            down_since: None,
-            retry_at: std::time::Instant::now(),
-            backoff: FIRST_BACKOFF,
-        }
-    }
-
-    /// Records one driver event; returns the final report when the event is the last.
-    async fn driver_event(&mut self, e: DriverEvent) -> Result<Option<RunReport>> {
-        let ms = |ms: u64| self.mono0 + ms * 1_000_000;
-        match e {
-            DriverEvent::Interval(iv) => {
-                let at = ms(iv.end_ms);
-                self.put(Source::Driver, 0, at, &iv).await?;
-            }
-            DriverEvent::PhaseEnd(st) => {
-                let at = ms(st.start_ms + st.duration_ms);
-                self.put(Source::Phase, 1, at, &st).await?;
-            }
-            DriverEvent::Done(r) => {
-                let at = ms(r.duration_ms);
-                self.keep(Source::Report, 0, at, &r)?;
-                self.flush().await;
-                return Ok(Some(*r));
-            }
-        }
-        Ok(None)
-    }
-
-    async fn probe_interval(&mut self, iv: &Interval) -> Result<()> {
-        self.put(Source::Probe, 2, iv.at_ns, iv).await
-    }
-
-    /// A row of which a run has one.
-    async fn put_once(&mut self, source: Source, body: &impl serde::Serialize) -> Result<()> {
-        self.keep(source, 0, 0, body)?;
-        self.flush().await;
-        Ok(())
-    }
-
-    async fn put(
-        &mut self,
-        source: Source,
-        seq: usize,
-        at_ns: u64,
-        body: &impl serde::Serialize,
-    ) -> Result<()> {
-        let n = self.seq[seq];
-        self.seq[seq] += 1;
-        self.keep(source, n, at_ns, body)?;
-        self.flush().await;
-        Ok(())
-    }
-
-    fn keep(
-        &mut self,
-        source: Source,
-        seq: u64,
-        at_ns: u64,
-        body: &impl serde::Serialize,
-    ) -> Result<()> {
-        let body = serde_json::to_value(body).context("encoding a run row")?;
-        self.pending.push_back((source, self.rows.rows.len()));
-        self.rows.rows.push(Row {
-            source: source.as_str().to_owned(),
-            seq,
-            at_ns,
-            body,
-        });
-        Ok(())
-    }
-
-    /// Writes the pending rows in order, unless the store is down and its next try not due.
-    async fn flush(&mut self) {
-        if self.pending.is_empty() || std::time::Instant::now() < self.retry_at {
-            return;
-        }
-        while let Some(&(source, i)) = self.pending.front() {
-            let r = &self.rows.rows[i];
-            let write = self.store.put_shard(
-                self.run,
-                self.shard.unwrap_or(0),
-                source,
-                r.seq,
-                r.at_ns,
-                &r.body,
-            );
-            let result = match tokio::time::timeout(WRITE_TIMEOUT, write).await {
-                Ok(r) => r,
-                Err(_) => Err(anyhow::anyhow!("no answer within {WRITE_TIMEOUT:?}")),
-            };
-            match result {
-                Ok(()) => {
-                    self.pending.pop_front();
-                }
-                Err(e) => {
-                    if self.down_since.is_none() {
-                        tracing::warn!(
-                            "herd run: the run store {} failed ({}); keeping the run's rows in memory and retrying every {}s at most",
-                            self.store.url(),
-                            crate::error_text(&e),
-                            MAX_BACKOFF.as_secs()
-                        );
-                        self.down_since = Some(std::time::Instant::now());
-                    }
-                    self.retry_at = std::time::Instant::now() + self.backoff;
-                    self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
-                    return;
-                }
-            }
-        }
-        if let Some(since) = self.down_since.take() {
-            tracing::info!(
-                "herd run: the run store {} is back after {:.1}s; every buffered row is written",
-                self.store.url(),
-                since.elapsed().as_secs_f64()
-            );
-        }
-        self.backoff = FIRST_BACKOFF;
-    }
-
-    /// Writes what is pending and closes the run with `status`; returns every row when the
-    /// store is still down after [`FINAL_RETRY`].
-    async fn finish(mut self, status: &str) -> Option<Rows> {
-        let give_up = std::time::Instant::now() + FINAL_RETRY;
-        loop {
-            self.retry_at = std::time::Instant::now();
-            self.flush().await;
-            if self.pending.is_empty() {
-                let close = async {
-                    match self.shard {
-                        Some(i) => self.store.finish_shard(self.run, i, status).await,
-                        None => self.store.finish(self.run, status).await,
-                    }
-                };
-                match tokio::time::timeout(WRITE_TIMEOUT, close).await {
-                    Ok(Ok(())) => return None,
-                    Ok(Err(e)) => {
-                        tracing::warn!("herd run: closing the run: {}", crate::error_text(&e))
-                    }
-                    Err(_) => tracing::warn!("herd run: closing the run: no answer from the store"),
-                }
-            }
-            if std::time::Instant::now() >= give_up {
-                break;
-            }
-            tokio::time::sleep(self.backoff).await;
-        }
-        let mut rows = self.rows;
-        rows.meta.status = status.to_owned();
-        Some(rows)
-    }
 }
 
 /// Loads the probe and starts the sampling thread; intervals go to `tx` until `stop`.
 fn start_probe(
     config: &RunConfig,
-    tx: mpsc::UnboundedSender<Interval>,
+    tx: mpsc::UnboundedSender<ProbeInterval>,
     stop: Arc<AtomicBool>,
     text: Option<Arc<Mutex<String>>>,
 ) -> Result<std::thread::JoinHandle<Result<()>>> {

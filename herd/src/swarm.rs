@@ -224,7 +224,7 @@ fn stop_point() -> Result<()> {
 /// Checks the store, the scenario and the engine; exit 2 (an environment to fix) when any is
 /// not what a sharded run on a swarm needs.
 fn check(l: &Launch) -> Result<String> {
-    herd_driver::Shard::new(0, l.shards)?;
+    herd_model::Shard::new(0, l.shards)?;
     // It names services, a config, a secret and an image tag: the strictest of their rules.
     let n = &l.name;
     let ok = !n.is_empty()
@@ -1058,7 +1058,7 @@ mod tests {
             let crate::Command::Run(a) = cli.command else {
                 panic!("not herd run")
             };
-            assert_eq!(a.shard(), Some(herd_driver::Shard::new(shard, 3).unwrap()));
+            assert_eq!(a.shard(), Some(herd_model::Shard::new(shard, 3).unwrap()));
             assert_eq!(a.run_key.as_deref(), Some("game-1"));
             assert_eq!(
                 a.store_file.as_deref(),

@@ -230,7 +230,7 @@ fn the_reports_percentiles_are_the_servers_delays_and_crossed_limits_exit_99() {
                 .expect("intervals keep their histograms")
         })
         .collect();
-    let merged = herd_driver::measure::histogram::LatencyHistogram::merge(&intervals).unwrap();
+    let merged = herd_model::LatencyHistogram::merge(&intervals).unwrap();
     assert_eq!(merged.len(), FIRST + SECOND);
     let from_intervals = herd_report::model::Latencies::of(&merged);
     // The report as herd built it (the JSON's floats read back within an ulp).

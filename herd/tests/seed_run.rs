@@ -168,7 +168,7 @@ session = "INSERT INTO sessions (token_hash, account_id) VALUES ({{token_hash}},
         "{md}"
     );
     assert!(!md.contains("target.db") && !md.contains("sqlite:"), "{md}");
-    let report: herd_driver::RunReport = rt.block_on(async {
+    let report: herd_model::RunResult = rt.block_on(async {
         let store = RunStore::open(&outcome.store).await.unwrap();
         store
             .rows(outcome.run_id, Source::Report)

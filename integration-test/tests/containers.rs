@@ -41,7 +41,7 @@ fn containers_are_discovered_mid_run_and_marked_ended_when_removed() {
     let (cli, srv) = (find(&sampler, cli_id), find(&sampler, srv_id));
     assert_eq!(cli.kind, Kind::Herd);
     assert!(cli.name.starts_with("client"), "{}", cli.name);
-    let row = |iv: &herd_probe::sample::Interval, name: &str| {
+    let row = |iv: &herd_model::ProbeInterval, name: &str| {
         iv.containers
             .iter()
             .find(|c| c.container == name)

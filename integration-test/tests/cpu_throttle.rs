@@ -14,11 +14,12 @@ use std::{
     time::{Duration, Instant},
 };
 
+use herd_model::{CpuInterval, Memory, Throttling};
 use herd_probe::{
     cgroup::CgroupLayout,
     cgroupfs::{
-        CgroupDirs, CgroupReading, CgroupSources, CpuInterval, CpuSampler, HostFiles,
-        MIN_WINDOW_NS, Memory, MemorySource, Polled, ThrottleSource, Throttling,
+        CgroupDirs, CgroupReading, CgroupSources, CpuSampler, HostFiles, MIN_WINDOW_NS,
+        MemorySource, Polled, ThrottleSource,
     },
     clock::now_ns,
 };

@@ -14,13 +14,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use herd_probe::cgroupfs::Throttling;
+use herd_model::Throttling;
+use herd_model::{CpuCell, ProbeInterval, SocketCell};
 use herd_probe::{
-    cgroup::CgroupLayout,
-    containers::ContainerSet,
-    discover::Kind,
-    sample::{CpuCell, Interval, SocketCell},
-    sampler::Sampler,
+    cgroup::CgroupLayout, containers::ContainerSet, discover::Kind, sampler::Sampler,
 };
 use integration_test::{docker, docker_engine, load_probe, privileged};
 use probe_common::Counter;
@@ -235,7 +232,7 @@ fn call(gateway: SocketAddr) {
     assert!(resp.starts_with("HTTP/1.1 "), "{resp:?}");
 }
 
-fn row<'a>(iv: &'a Interval, name: &str) -> Option<&'a herd_probe::sample::ContainerInterval> {
+fn row<'a>(iv: &'a ProbeInterval, name: &str) -> Option<&'a herd_model::ContainerInterval> {
     iv.containers.iter().find(|c| c.container == name)
 }
 
@@ -497,7 +494,7 @@ fn docker_contour_is_discovered_named_paired_and_its_time_wait_and_throttling_ma
     let CpuCell::Measured(ci) = &gw_row.cpu else {
         panic!("no CPU cell for the gateway")
     };
-    let herd_probe::cgroupfs::Memory::Measured {
+    let herd_model::Memory::Measured {
         current_bytes,
         working_set_bytes: Some(ws),
         ..
@@ -586,7 +583,7 @@ fn docker_contour_is_discovered_named_paired_and_its_time_wait_and_throttling_ma
     );
     let os_row = row(&after_one_shot, &os.name).expect("the one-shot container's row");
     assert_eq!(os_row.counts.get(Counter::Connects), 30, "{os:?}");
-    let toward_backend = |iv: &Interval, who: &str| -> u64 {
+    let toward_backend = |iv: &ProbeInterval, who: &str| -> u64 {
         iv.pairs
             .iter()
             .filter(|p| p.container == who && p.remote.to_string() == be_listen)

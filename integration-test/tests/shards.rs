@@ -117,7 +117,7 @@ async fn shard_phase_rows(pg: &str, run: i64) -> Vec<(i64, String, u64, u64)> {
         .flat_map(|r| {
             let shard: i64 = r.try_get("shard").unwrap();
             let body: String = r.try_get("body").unwrap();
-            let p: herd_driver::report::PhaseReport = serde_json::from_str(&body).unwrap();
+            let p: herd_model::PhaseResult = serde_json::from_str(&body).unwrap();
             p.ops
                 .iter()
                 .map(|o| {
@@ -237,7 +237,7 @@ fn three_shards_merge_to_nginx_access_log_and_to_one_process() {
     assert_eq!(nginx.logged() - before, PLANNED);
     let one = rt.block_on(store.load_run(None)).unwrap();
     assert!(one.meta.shards.is_empty());
-    let counts = |d: &herd_report::RunData| -> Vec<(String, u64)> {
+    let counts = |d: &herd_model::RunData| -> Vec<(String, u64)> {
         d.phases
             .iter()
             .map(|p| (p.phase.clone(), p.ops.iter().map(|o| o.count).sum()))

@@ -18,7 +18,7 @@ fn runs_recorded_in_postgresql_read_back_and_report() {
         let store = Store::open(&pg.url).await.unwrap();
         let run = store.begin("pg", "pg.toml", 1_000).await.unwrap();
         for seq in 0..3u64 {
-            let iv = herd_probe::sample::Interval {
+            let iv = herd_model::ProbeInterval {
                 at_ns: 1_000 + seq * 1_000_000_000,
                 interval_ns: 1_000_000_000,
                 containers: vec![],
@@ -38,8 +38,7 @@ fn runs_recorded_in_postgresql_read_back_and_report() {
         store.finish(run.id, "finished").await.unwrap();
         // A second open sees the same rows: they were committed, not buffered.
         let again = Store::open(&pg.url).await.unwrap();
-        let rows: Vec<herd_probe::sample::Interval> =
-            again.rows(run.id, Source::Probe).await.unwrap();
+        let rows: Vec<herd_model::ProbeInterval> = again.rows(run.id, Source::Probe).await.unwrap();
         assert_eq!(rows.len(), 3);
         assert_eq!(again.meta(Some(run.id)).await.unwrap().status, "finished");
         run.id

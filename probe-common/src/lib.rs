@@ -441,10 +441,10 @@ pub mod tcp_state {
     pub const NEW_SYN_RECV: i32 = 12;
 }
 
-#[cfg(feature = "user")]
+#[cfg(feature = "serde")]
 extern crate alloc;
 
-#[cfg(feature = "user")]
+#[cfg(feature = "serde")]
 mod serde_impls {
     use super::{HIST_BUCKETS, Log2Hist};
 

@@ -197,7 +197,7 @@ impl ContainerSet {
 
     /// How the running Docker containers are reached (addresses, DNS names, published
     /// ports), from the Engine API; empty without discovery or an answering engine.
-    pub fn docker_services(&self) -> Vec<crate::sample::Service> {
+    pub fn docker_services(&self) -> Vec<herd_model::Service> {
         let Some(d) = &self.docker else {
             return Vec::new();
         };

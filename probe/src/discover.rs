@@ -11,7 +11,7 @@
 //!
 //! Everything else stays `host`.
 
-use crate::sample::{PublishedPort, Service};
+use herd_model::{PublishedPort, Service};
 use std::{
     collections::HashMap,
     io::{Read as _, Write as _},

@@ -97,7 +97,7 @@ pub struct ProbeOptions {
 }
 
 /// Counter totals of one cgroup, summed over CPUs since the probe was loaded.
-pub type Counts = [u64; N_COUNTERS];
+pub use herd_model::Counts;
 
 /// One reading of every kernel counter.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

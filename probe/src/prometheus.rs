@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use probe_common::{Counter, HIST_BUCKETS, Log2Hist, Loss, PairStats};
 
 use crate::Counts;
+use herd_model::{CpuCell, SocketCell};
 
 /// Everything the endpoint exposes, cumulative since the probe started.
 #[derive(Clone, Debug, Default)]
@@ -201,17 +202,17 @@ impl Exposition {
 pub struct Gauges {
     /// CPU seconds and throttled seconds per container, summed over intervals.
     cpu: std::collections::BTreeMap<String, (f64, f64)>,
-    latest: Option<crate::sample::Interval>,
+    latest: Option<herd_model::ProbeInterval>,
 }
 
 impl Gauges {
     /// Adds an interval and keeps it as the latest.
-    pub fn add(&mut self, iv: &crate::sample::Interval) {
+    pub fn add(&mut self, iv: &herd_model::ProbeInterval) {
         for c in &iv.containers {
-            if let crate::sample::CpuCell::Measured(cpu) = &c.cpu {
+            if let herd_model::CpuCell::Measured(cpu) = &c.cpu {
                 let e = self.cpu.entry(c.container.clone()).or_default();
                 e.0 += cpu.usage_ns as f64 / 1e9;
-                if let crate::cgroupfs::Throttling::Measured { throttled_ns, .. } = cpu.throttle {
+                if let herd_model::Throttling::Measured { throttled_ns, .. } = cpu.throttle {
                     e.1 += throttled_ns as f64 / 1e9;
                 }
             }
@@ -221,10 +222,7 @@ impl Gauges {
 
     /// Renders the text format.
     pub fn render(&self) -> String {
-        use crate::{
-            cgroupfs::{Memory, Throttling},
-            sample::{CpuCell, SocketCell},
-        };
+        use herd_model::{Memory, Throttling};
         let mut o = String::new();
         let family = |o: &mut String, name: &str, kind: &str, help: &str| {
             let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
@@ -254,7 +252,7 @@ impl Gauges {
         let Some(iv) = &self.latest else {
             return o;
         };
-        type Cell = fn(&crate::sample::ContainerInterval) -> Option<f64>;
+        type Cell = fn(&herd_model::ContainerInterval) -> Option<f64>;
         let containers: [(&str, &str, Cell); 13] = [
             (
                 "herd_container_cpu_cores",
@@ -394,7 +392,7 @@ impl Gauges {
                 }
             }
         }
-        type PairCell = fn(&crate::sample::PairGauges) -> u64;
+        type PairCell = fn(&herd_model::PairGauges) -> u64;
         let pairs: [(&str, &str, PairCell); 4] = [
             (
                 "herd_pair_sockets_established",

@@ -1,5 +1,5 @@
 //! The probe's timeline: a [`Sampler`] owns the loaded programs and the container set, and
-//! turns map readings into one [`Interval`] per call, keeping running totals. The CLI, the
+//! turns map readings into one [`ProbeInterval`] per call, keeping running totals. The CLI, the
 //! demo and the run recorder all consume this one typed stream.
 
 use std::{
@@ -16,14 +16,13 @@ use crate::{
     CounterSource, Counts, ProbeError, Snapshot, addrs,
     cgroup::{CgroupLayout, walk},
     cgroupfs::{CpuSampler, HostFiles},
-    containers::ContainerSet,
-    containers::HOST,
+    containers::{ContainerSet, HOST},
     netstat::NetCounters,
     prometheus::Exposition,
-    sample::{CpuCell, InboundCell, PairGauges, SocketCell},
-    sample::{Interval, interval},
+    sample::interval,
     sockdiag::{DestinationGauges, NetnsCache, NetnsTarget, TcpState},
 };
+use herd_model::{CpuCell, InboundCell, PairGauges, ProbeInterval, SocketCell};
 
 /// Samples the kernel maps into intervals.
 pub struct Sampler {
@@ -52,7 +51,7 @@ pub struct Sampler {
     start_ns: u64,
     /// Docker containers' addresses, names and published ports, re-read from the engine when
     /// containers appear or end (a running container's ports do not change).
-    services: Vec<crate::sample::Service>,
+    services: Vec<herd_model::Service>,
     /// Container cgroups the kernel saw created (`cgroup_mkdir`), kept after their directory
     /// is gone: a one-shot container's events are its own, not `host`'s.
     created: HashMap<u64, PathBuf>,
@@ -153,7 +152,7 @@ impl Sampler {
     }
 
     /// Reads the maps and returns the interval since the previous call.
-    pub fn sample(&mut self) -> Result<Interval, ProbeError> {
+    pub fn sample(&mut self) -> Result<ProbeInterval, ProbeError> {
         let cur = self.probe.snapshot()?;
         for (id, path) in &cur.created {
             if crate::discover::classify(path).is_some() {
@@ -261,7 +260,7 @@ impl Sampler {
 
     /// Fills every row's socket gauges and every pair's destination gauges, adding rows for
     /// destinations that only have gauges (long-lived connections opened before the interval).
-    fn attach_sockets(&mut self, iv: &mut Interval) {
+    fn attach_sockets(&mut self, iv: &mut ProbeInterval) {
         let mut samples: HashMap<String, crate::sockdiag::NetnsSample> = HashMap::new();
         for c in &mut iv.containers {
             let target = match self.netns_target(&c.container) {
@@ -331,7 +330,7 @@ impl Sampler {
                 {
                     continue;
                 }
-                iv.pairs.push(crate::sample::PairInterval::gauges_only(
+                iv.pairs.push(herd_model::PairInterval::gauges_only(
                     container.clone(),
                     d.remote,
                     self.owners.get(&d.remote.ip()).cloned(),
@@ -414,7 +413,7 @@ pub struct Watch<'a> {
 pub fn watch<E: From<ProbeError>>(
     sampler: &mut Sampler,
     w: &Watch<'_>,
-    mut sink: impl FnMut(&Interval, &Sampler) -> Result<(), E>,
+    mut sink: impl FnMut(&ProbeInterval, &Sampler) -> Result<(), E>,
 ) -> Result<(), E> {
     let start = Instant::now();
     let mut next = start + w.every;

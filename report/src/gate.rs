@@ -231,7 +231,7 @@ impl fmt::Display for Verdict {
 
 fn show(m: Metric, v: f64) -> String {
     match m {
-        Metric::Latency(_) | Metric::Mean => herd_driver::units::latency(v.round() as u64),
+        Metric::Latency(_) | Metric::Mean => crate::units::latency(v.round() as u64),
         Metric::Rate => format!("{v:.1} req/s"),
         Metric::Errors => format!("{:.2} %", v * 100.0),
     }

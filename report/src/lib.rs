@@ -1,4 +1,4 @@
-//! herd's reports: one run's recorded rows ([`RunData`], read from a run store by herd-store)
+//! herd's reports: one run's recorded rows ([`herd_model::RunData`], read from a run store by herd-store)
 //! turned into tables, a timeline and findings ([`Report::build`], pure functions), and
 //! written as Markdown, a self-contained HTML page and JSON (schema in
 //! `docs/report.schema.json`); two runs compared ([`compare`]). Every cell holds a value or
@@ -19,85 +19,13 @@ pub mod sections;
 pub mod seeding;
 #[cfg(test)]
 mod snapshot_tests;
+pub mod text;
 pub mod units;
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result};
-use herd_driver::report::{IntervalReport, PhaseReport, RunReport};
-use herd_probe::sample::Interval;
 pub use model::{DEFAULT_PAIR_ROWS, Report};
-
-/// One run's header, as its store keeps it.
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
-pub struct RunMeta {
-    /// Run id in its store.
-    pub id: i64,
-    /// A name for reports (scenario file stem unless given).
-    pub name: String,
-    /// The scenario file.
-    pub scenario: String,
-    /// Wall-clock start, ms since the epoch.
-    pub started_unix_ms: i64,
-    /// CLOCK_MONOTONIC at start, ns: driver interval ends are offsets from it.
-    pub mono_start_ns: i64,
-    /// Wall-clock end, if the run finished.
-    pub finished_unix_ms: Option<i64>,
-    /// `running`, `finished`, `stopped` (Ctrl-C) or `failed`.
-    pub status: String,
-    /// The shards that recorded the run (`herd run --shard I/N`); empty for a run of one
-    /// process.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub shards: Vec<ShardInfo>,
-}
-
-/// One shard of a sharded run, as the store registered it and what it recorded.
-#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct ShardInfo {
-    /// Its index, 0-based.
-    pub index: u32,
-    /// The run's number of shards.
-    pub count: u32,
-    /// The host it ran on.
-    pub host: String,
-    /// Its pid there.
-    pub pid: u32,
-    /// `running`, `finished`, `stopped`, `failed`, or `interrupted` when its process is gone.
-    pub status: String,
-    /// When its plan's clock started (wall clock, ns since the epoch), once it did.
-    pub started_unix_ns: Option<i64>,
-    /// Driver intervals it recorded.
-    pub intervals: u64,
-    /// Phase totals it recorded.
-    pub phases: u64,
-    /// True when its final report is stored (it ran to the end).
-    pub finished: bool,
-}
-
-/// Everything recorded for one run.
-#[derive(Clone, Debug)]
-pub struct RunData {
-    /// The run's header.
-    pub meta: RunMeta,
-    /// The driver's phase totals, in order.
-    pub phases: Vec<PhaseReport>,
-    /// Driver intervals, in order.
-    pub driver: Vec<IntervalReport>,
-    /// Probe intervals, in order.
-    pub probe: Vec<Interval>,
-    /// Why the probe has no intervals, if it did not run.
-    pub probe_missing: Option<String>,
-    /// The driver's final report (absent when the run was killed).
-    pub final_report: Option<RunReport>,
-    /// The scenario's service-level objectives.
-    pub slo: Vec<herd_driver::scenario::Slo>,
-    /// What `herd run` seeded before the load, if the scenario has a `[seed]`.
-    pub seeded: Option<seeding::SeedRecord>,
-    /// Each op's expected outcomes: part of normal play, counted apart from `ok` and errors.
-    pub expected: std::collections::BTreeMap<String, Vec<herd_driver::Outcome>>,
-    /// What became of the seeded rows (absent until the cleanup is recorded).
-    pub seed_cleanup: Option<seeding::CleanupRecord>,
-}
 
 /// What [`write_report`] wrote.
 pub struct Written {
@@ -121,7 +49,7 @@ pub fn broken_objectives(report: &Report) -> Vec<String> {
                 if s.objective.starts_with("errors") {
                     units::percent(v * 100.0)
                 } else {
-                    herd_driver::units::latency(v.round() as u64)
+                    crate::units::latency(v.round() as u64)
                 }
             };
             format!(

@@ -5,8 +5,9 @@
 
 use std::collections::BTreeMap;
 
-use herd_driver::{report::PhaseReport, scenario::PhaseKind};
 use serde::{Deserialize, Serialize};
+
+use herd_model::{PhaseKind, PhaseResult};
 
 use super::model::Cell;
 
@@ -93,12 +94,12 @@ pub const OPEN_NOTE: &str = "Open-model (rate) phases: each request's latency is
     is either sent or dropped; late starts were sent, behind schedule.";
 
 /// The report's stream, group and open-model rows, in phase order.
-pub fn rows(steps: &[PhaseReport]) -> (Vec<StreamRow>, Vec<GroupRow>, Vec<OpenRow>) {
+pub fn rows(steps: &[PhaseResult]) -> (Vec<StreamRow>, Vec<GroupRow>, Vec<OpenRow>) {
     let (mut streams, mut groups, mut open) = (Vec::new(), Vec::new(), Vec::new());
     for s in steps {
         let secs = (s.duration_ms as f64 / 1e3).max(1e-3);
         for st in &s.play.streams {
-            let first = |f: fn(&herd_driver::report::Latency) -> u64| match &st.first_event {
+            let first = |f: fn(&herd_model::Latency) -> u64| match &st.first_event {
                 Some(l) => Cell::Value(f(l) as f64),
                 None => Cell::Missing("no opening received an event".into()),
             };
@@ -177,17 +178,13 @@ pub fn load(kind: PhaseKind, players: usize, rate: Option<f64>) -> String {
 mod tests {
     use std::collections::BTreeMap;
 
-    use herd_driver::{
-        report::{GroupStats, Latency, PlayStats, StreamStats},
-        scenario::PhaseKind,
-        shapes::OpenStats,
+    use herd_model::{
+        CleanupRecord, GroupStats, Latency, OpenStats, PlayStats, RunData, SeedRecord, StreamStats,
+        TableCount,
     };
 
-    use crate::{
-        Report, RunData, html, markdown,
-        model::Cell,
-        seeding::{CleanupRecord, SeedRecord, TableCount},
-    };
+    use super::*;
+    use crate::{Report, html, markdown, model::Cell};
 
     /// Every `|` row of `md` has no empty cell.
     fn no_empty_cells(md: &str) {

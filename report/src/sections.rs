@@ -3,7 +3,8 @@
 //! open-model phases, streams and groups, the per-phase × container table, the pairs and the
 //! notes. Markdown and HTML render it; every number is formatted here, in one place.
 
-use herd_driver::{scenario::PhaseKind, units::latency};
+use crate::units::latency;
+use herd_model::PhaseKind;
 
 use crate::{
     chart::{Band, Chart, Series, Stroke},
@@ -482,8 +483,8 @@ fn objectives(b: &mut Vec<Block>, r: &Report) {
 
 /// Outcomes as `ok 398, timeout 2`, the expected ones marked: `not_your_turn 5 (expected)`.
 fn outcome_list(
-    outcomes: &std::collections::BTreeMap<herd_driver::Outcome, u64>,
-    expected: &[herd_driver::Outcome],
+    outcomes: &std::collections::BTreeMap<herd_model::Outcome, u64>,
+    expected: &[herd_model::Outcome],
 ) -> String {
     outcomes
         .iter()

@@ -6,27 +6,16 @@
 
 use std::collections::BTreeMap;
 
-use herd_driver::{
-    measure::histogram::{new_histogram, record},
-    report::{
-        DriverHealth, GroupStats, IntervalOp, IntervalReport, Latency, LatencyHistogram, OpStats,
-        OutcomeStats, PhaseReport, PlayStats, RunReport, StreamStats,
-    },
-    scenario::{PhaseKind, Slo, SloMetric},
-    shapes::OpenStats,
-};
-use herd_probe::{
-    cgroupfs::{CpuInterval, Memory, Throttling},
-    sample::{
-        ContainerInterval, CountMap, CpuCell, Interval, Log2Summary, PairGauges, PairInterval,
-        SocketCell,
-    },
-};
-use probe_common::{Counter, Log2Hist, N_COUNTERS};
+use herd_model::{Counter, Log2Hist, N_COUNTERS};
 
-use crate::{
-    Report, RunData, RunMeta, compare, html, markdown,
-    seeding::{CleanupRecord, SeedRecord, TableCount},
+use crate::{Report, compare, html, markdown};
+use herd_model::{CleanupRecord, RunData, RunMeta, SeedRecord, TableCount};
+use herd_model::{
+    ContainerInterval, CountMap, CpuCell, CpuInterval, DriverHealth, DriverInterval, GroupStats,
+    IntervalOp, Latency, LatencyHistogram, Log2Summary, Memory, OpStats, OpenStats, OutcomeStats,
+    PairGauges, PairInterval, PhaseKind, PhaseResult, PlayStats, ProbeInterval, RunResult, Slo,
+    SloMetric, SocketCell, StreamStats, Throttling,
+    histogram::{new_histogram, record},
 };
 
 const S: u64 = 1_000_000_000;
@@ -336,7 +325,7 @@ fn gauges(established: u64, time_wait: u64) -> PairGauges {
 
 /// One probe interval, `t` seconds into the run, in phase `phase` (0-based, None after the
 /// plan).
-fn probe(t: u64, phase: Option<usize>, fixed: bool) -> Interval {
+fn probe(t: u64, phase: Option<usize>, fixed: bool) -> ProbeInterval {
     let load = match phase {
         Some(1) => 1.0,
         Some(2) | Some(3) => 3.0,
@@ -447,7 +436,7 @@ fn probe(t: u64, phase: Option<usize>, fixed: bool) -> Interval {
         // Another local process's socket: gauges only, not on the request path.
         pairs.push(hop("host", "127.0.0.1:38495", None, 0, gauges(1, 0)));
     }
-    Interval {
+    ProbeInterval {
         at_ns: MONO0 + t * S - S / 2,
         interval_ns: S,
         containers: vec![gateway, backend_row, host],
@@ -463,7 +452,7 @@ pub(crate) fn fixture(fixed: bool) -> RunData {
     let (mut reports, mut driver, mut start) = (Vec::new(), Vec::new(), 0u64);
     for (k, p) in plan.iter().enumerate() {
         let ops: Vec<OpStats> = p.ops.iter().map(|o| op_stats(o, 1, 1)).collect();
-        reports.push(PhaseReport {
+        reports.push(PhaseResult {
             phase: p.name.into(),
             kind: p.kind,
             open: p.open.clone(),
@@ -508,7 +497,7 @@ pub(crate) fn fixture(fixed: bool) -> RunData {
                 play.streams.push(s);
             }
             let open = p.open.as_ref();
-            driver.push(IntervalReport {
+            driver.push(DriverInterval {
                 index: t - 1,
                 end_ms: t * 1000,
                 duration_ms: 1000,
@@ -543,11 +532,12 @@ pub(crate) fn fixture(fixed: bool) -> RunData {
             t <= end
         })
     };
-    let mut probes: Vec<Interval> = (1..=start).map(|t| probe(t, phase_at(t), fixed)).collect();
+    let mut probes: Vec<ProbeInterval> =
+        (1..=start).map(|t| probe(t, phase_at(t), fixed)).collect();
     // One interval after the plan: the clean-up, not the load.
     probes.push(probe_after(start + 1, fixed));
     let requests = driver.iter().flat_map(|i| &i.ops).map(|o| o.count).sum();
-    let final_report = RunReport {
+    let final_report = RunResult {
         expected: Default::default(),
         scenario: "demo.toml".into(),
         target: "127.0.0.1:8080".into(),
@@ -634,7 +624,7 @@ pub(crate) fn fixture(fixed: bool) -> RunData {
 }
 
 /// The interval after the plan: the gateway's connections winding down.
-fn probe_after(t: u64, fixed: bool) -> Interval {
+fn probe_after(t: u64, fixed: bool) -> ProbeInterval {
     let mut iv = probe(t, None, fixed);
     iv.pairs.truncate(2);
     iv

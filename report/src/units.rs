@@ -1,6 +1,18 @@
-//! Cells in the units people use: a share with the digits that make it readable (0.0046 %,
+//! Cells in the units people use — the one place herd turns a number into text: a latency
+//! as wrk and k6 print it (`850µs`, `1.2ms`, `1.25s`), a share with the digits that make it readable (0.0046 %,
 //! 3.2 %), a ratio with significant digits (0.0046, 0.53), CPU in cores with the share of the
 //! quota beside it, and a log2 bucket's bound as a duration (`≤ 1.0s`).
+
+/// A latency in µs as one short figure, the way wrk, k6 and oha print them: `850µs`,
+/// `1.2ms`, `48ms`, `1.25s`. Every human-readable latency herd prints goes through here.
+pub fn latency(us: u64) -> String {
+    match us {
+        0..1_000 => format!("{us}µs"),
+        1_000..10_000 => format!("{:.1}ms", us as f64 / 1e3),
+        10_000..1_000_000 => format!("{}ms", (us as f64 / 1e3).round() as u64),
+        _ => format!("{:.2}s", us as f64 / 1e6),
+    }
+}
 
 /// A percentage with two significant digits below 1 % (`0.0046 %`, `0.25 %`) and one
 /// decimal above (`3.2 %`, `100.0 %`).
@@ -41,20 +53,22 @@ pub fn cores(used: f64, quota: Option<f64>) -> String {
 /// `≤ 1.05s`; the open last bucket is `> 33.6s` (2^25 units).
 pub fn bound(v: u64, unit_us: u64) -> String {
     if v == u64::MAX {
-        return format!(
-            "> {}",
-            herd_driver::units::latency((1u64 << 25).saturating_mul(unit_us))
-        );
+        return format!("> {}", latency((1u64 << 25).saturating_mul(unit_us)));
     }
-    format!(
-        "≤ {}",
-        herd_driver::units::latency(v.saturating_mul(unit_us))
-    )
+    format!("≤ {}", latency(v.saturating_mul(unit_us)))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn latencies_read_like_wrk_and_k6() {
+        assert_eq!(latency(850), "850µs");
+        assert_eq!(latency(1_234), "1.2ms");
+        assert_eq!(latency(48_400), "48ms");
+        assert_eq!(latency(1_250_000), "1.25s");
+    }
 
     #[test]
     fn small_figures_keep_their_digits() {

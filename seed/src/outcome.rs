@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use herd_model::{CleanupRecord, SeedRecord, TableCount};
+
 /// Rows per table, in template order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TableRows {
@@ -26,7 +28,27 @@ pub struct Seeded {
     pub elapsed: Duration,
 }
 
+fn counts(t: &[TableRows]) -> Vec<TableCount> {
+    t.iter()
+        .map(|t| TableCount {
+            table: t.table.clone(),
+            rows: t.rows,
+        })
+        .collect()
+}
+
 impl Seeded {
+    /// The store's `seed` row for it: counts, table names and time, never the URL.
+    pub fn record(&self) -> SeedRecord {
+        SeedRecord {
+            id: self.id,
+            accounts: self.accounts,
+            guests: self.guests,
+            tables: counts(&self.tables),
+            seconds: self.elapsed.as_secs_f64(),
+        }
+    }
+
     /// Rows inserted into the target's tables (herd's own tracking rows not counted).
     pub fn rows(&self) -> u64 {
         self.tables.iter().map(|t| t.rows).sum()
@@ -67,6 +89,15 @@ pub struct Cleaned {
 }
 
 impl Cleaned {
+    /// The store's `seed_cleanup` row for it.
+    pub fn record(&self) -> CleanupRecord {
+        CleanupRecord::Removed {
+            tables: counts(&self.tables),
+            gone: self.gone,
+            seconds: self.elapsed.as_secs_f64(),
+        }
+    }
+
     /// Rows deleted from the target's tables.
     pub fn rows(&self) -> u64 {
         self.tables.iter().map(|t| t.rows).sum()

@@ -8,37 +8,34 @@
 use std::{collections::BTreeMap, path::Path};
 
 use anyhow::{Context as _, Result, bail};
-use herd_driver::RunReport;
-use herd_report::{
-    Report, RunData, RunMeta,
-    compare::{Comparison, compare},
-    seeding::{CleanupRecord, SeedRecord},
-};
+use herd_model::{CleanupRecord, Outcome, RunData, RunMeta, RunResult, SeedRecord, Slo};
 use sqlx::{AnyPool, Row as _, any::AnyPoolOptions};
 
+mod recorder;
 mod shards;
+pub use recorder::{FINAL_RETRY, FIRST_BACKOFF, MAX_BACKOFF, Recorder, WRITE_TIMEOUT, Writer};
 pub use shards::{MissingShards, START_LEAD, ShardUsageError};
 
 /// Which timeline a row belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Source {
-    /// A driver interval (`herd_driver::report::IntervalReport`).
+    /// A driver interval ([`herd_model::DriverInterval`]).
     Driver,
-    /// A driver phase's totals (`herd_driver::report::PhaseReport`).
+    /// A driver phase's totals ([`herd_model::PhaseResult`]).
     Phase,
-    /// The driver's final report (`herd_driver::RunReport`).
+    /// The driver's final result ([`herd_model::RunResult`]).
     Report,
-    /// A probe interval (`herd_probe::sample::Interval`).
+    /// A probe interval ([`herd_model::ProbeInterval`]).
     Probe,
     /// Why the probe did not run (a JSON string).
     ProbeMissing,
-    /// The scenario's service-level objectives (`Vec<herd_driver::scenario::Slo>`).
+    /// The scenario's service-level objectives (`Vec<`[`herd_model::Slo`]`>`).
     Slo,
-    /// What `herd run` seeded before the load (`herd_report::seeding::SeedRecord`).
+    /// What `herd run` seeded before the load ([`herd_model::SeedRecord`]).
     Seed,
-    /// What became of the seeded rows after it (`herd_report::seeding::CleanupRecord`).
+    /// What became of the seeded rows after it ([`herd_model::CleanupRecord`]).
     SeedCleanup,
-    /// Each op's expected outcomes (`BTreeMap<String, Vec<herd_driver::Outcome>>`).
+    /// Each op's expected outcomes (`BTreeMap<String, Vec<`[`herd_model::Outcome`]`>>`).
     Expected,
     /// The process recording the run ([`Owner`]), to tell a live run from an interrupted one.
     Owner,
@@ -62,8 +59,7 @@ impl Source {
     pub fn as_str(self) -> &'static str {
         match self {
             Source::Driver => "driver",
-            // `step`: the name rows have had since the first runs were recorded.
-            Source::Phase => "step",
+            Source::Phase => "phase",
             Source::Report => "report",
             Source::Probe => "probe",
             Source::ProbeMissing => "probe_missing",
@@ -76,11 +72,20 @@ impl Source {
     }
 }
 
+impl Source {
+    /// True when a stored row named `name` is of this source: phase rows were stored as
+    /// `step` before herd called them phases, and those runs stay readable.
+    pub fn matches(self, name: &str) -> bool {
+        name == self.as_str() || (self == Source::Phase && name == "step")
+    }
+}
+
 /// The source of a node probe's rows is this and the node's name: each node numbers its
 /// rows apart from the others, and old readers skip the rows they do not know.
 pub const NODE_PROBE: &str = "probe@";
 
-/// A connection to a run store.
+/// A connection to a run store (a pool: clones share it).
+#[derive(Clone)]
 pub struct Store {
     pool: AnyPool,
     url: String,
@@ -123,7 +128,7 @@ impl Rows {
         let mut rows: Vec<&Row> = self
             .rows
             .iter()
-            .filter(|r| r.source == source.as_str())
+            .filter(|r| source.matches(&r.source))
             .collect();
         rows.sort_by_key(|r| r.seq);
         rows.iter()
@@ -141,12 +146,11 @@ impl Rows {
     /// Everything a report needs, from these rows.
     pub fn run_data(self) -> Result<RunData> {
         let probe_missing: Vec<String> = self.of(Source::ProbeMissing)?;
-        let mut finals: Vec<RunReport> = self.of(Source::Report)?;
-        let slo: Vec<Vec<herd_driver::scenario::Slo>> = self.of(Source::Slo)?;
+        let mut finals: Vec<RunResult> = self.of(Source::Report)?;
+        let slo: Vec<Vec<Slo>> = self.of(Source::Slo)?;
         let mut seeded: Vec<SeedRecord> = self.of(Source::Seed)?;
         let mut cleanup: Vec<CleanupRecord> = self.of(Source::SeedCleanup)?;
-        let mut expected: Vec<BTreeMap<String, Vec<herd_driver::Outcome>>> =
-            self.of(Source::Expected)?;
+        let mut expected: Vec<BTreeMap<String, Vec<Outcome>>> = self.of(Source::Expected)?;
         // Runs recorded before the row existed: the driver's final report carries it too.
         let expected = expected
             .pop()
@@ -393,20 +397,35 @@ impl Store {
         at_ns: u64,
         body: &impl serde::Serialize,
     ) -> Result<()> {
-        let json = serde_json::to_string(body).context("encoding a run row")?;
+        let body = serde_json::to_value(body).context("encoding a run row")?;
+        self.put_row(run, shard, source.as_str(), seq, at_ns, &body)
+            .await
+    }
+
+    /// Appends one row whose source is named `source` ([`Source::as_str`], or a node probe's
+    /// `probe@NODE`), committed on return.
+    pub async fn put_row(
+        &self,
+        run: i64,
+        shard: u32,
+        source: &str,
+        seq: u64,
+        at_ns: u64,
+        body: &serde_json::Value,
+    ) -> Result<()> {
         sqlx::query(
             "INSERT INTO herd_rows (run_id, source, seq, at_ns, body, shard) \
              VALUES ($1, $2, $3, $4, $5, $6)",
         )
         .bind(run)
-        .bind(source.as_str())
+        .bind(source)
         .bind(seq as i64)
         .bind(at_ns as i64)
-        .bind(json)
+        .bind(body.to_string())
         .bind(i64::from(shard))
         .execute(&self.pool)
         .await
-        .with_context(|| format!("writing a {} row of run {run}", source.as_str()))?;
+        .with_context(|| format!("writing a {source} row of run {run}"))?;
         Ok(())
     }
 
@@ -504,10 +523,17 @@ impl Store {
         source: Source,
     ) -> Result<Vec<T>> {
         let rows = sqlx::query(
-            "SELECT seq, body FROM herd_rows WHERE run_id = $1 AND source = $2 ORDER BY shard, seq",
+            "SELECT seq, body FROM herd_rows WHERE run_id = $1 AND (source = $2 OR source = $3) \
+             ORDER BY shard, seq",
         )
         .bind(run)
         .bind(source.as_str())
+        // The older name of the source's rows, where it has one (`Source::matches`).
+        .bind(if source == Source::Phase {
+            "step"
+        } else {
+            source.as_str()
+        })
         .fetch_all(&self.pool)
         .await
         .with_context(|| format!("reading {} rows of run {run}", source.as_str()))?;
@@ -522,7 +548,7 @@ impl Store {
             .collect()
     }
 
-    /// Everything recorded for run `id` (the latest when None), for [`Report::build`]; a
+    /// Everything recorded for run `id` (the latest when None), for the report; a
     /// sharded run's shards merged into one ([`merge_shards`]).
     pub async fn load_run(&self, id: Option<i64>) -> Result<RunData> {
         let mut meta = self.meta(id).await?;
@@ -538,14 +564,14 @@ impl Store {
         for r in &rows {
             let source: String = r.try_get("source")?;
             let node = source.strip_prefix(NODE_PROBE).map(str::to_owned);
-            if node.is_none() && !Source::REPORTED.iter().any(|s| s.as_str() == source) {
+            if node.is_none() && !Source::REPORTED.iter().any(|s| s.matches(&source)) {
                 continue;
             }
             let body: String = r.try_get("body")?;
             let seq: i64 = r.try_get("seq")?;
             let bad = || format!("run {}: {source} row {seq} does not decode", meta.id);
             if let Some(node) = node {
-                let mut iv: herd_probe::sample::Interval =
+                let mut iv: herd_model::ProbeInterval =
                     serde_json::from_str(&body).with_context(bad)?;
                 iv.tag_node(&node);
                 node_probe.push(iv);
@@ -593,31 +619,6 @@ impl Store {
         Ok(with_nodes(merge_shards(meta, parts)?))
     }
 
-    /// Appends one probe interval sampled on `node` by `herd probe --store URL --run ID`,
-    /// its `at_ns` already on the run's clock.
-    pub async fn put_node_probe(
-        &self,
-        run: i64,
-        node: &str,
-        seq: u64,
-        iv: &herd_probe::sample::Interval,
-    ) -> Result<()> {
-        let json = serde_json::to_string(iv).context("encoding a probe row")?;
-        sqlx::query(
-            "INSERT INTO herd_rows (run_id, source, seq, at_ns, body, shard) \
-             VALUES ($1, $2, $3, $4, $5, 0)",
-        )
-        .bind(run)
-        .bind(format!("{NODE_PROBE}{node}"))
-        .bind(seq as i64)
-        .bind(iv.at_ns as i64)
-        .bind(json)
-        .execute(&self.pool)
-        .await
-        .with_context(|| format!("writing a probe row of node {node} into run {run}"))?;
-        Ok(())
-    }
-
     /// Writes a run saved by [`Rows::save`] (the store was down) into this store, under a new
     /// id; returns it.
     pub async fn import(&self, saved: &Rows) -> Result<i64> {
@@ -657,8 +658,8 @@ impl Store {
         Ok(meta.id)
     }
 
-    /// Reads runs `a` and `b` and compares their reports.
-    pub async fn load_comparison(&self, a: i64, b: i64) -> Result<Comparison> {
+    /// Reads runs `a` (before) and `b` (after), for a comparison.
+    pub async fn load_pair(&self, a: i64, b: i64) -> Result<(RunData, RunData)> {
         let before = self
             .load_run(Some(a))
             .await
@@ -667,23 +668,23 @@ impl Store {
             .load_run(Some(b))
             .await
             .with_context(|| format!("reading run {b}, the run after"))?;
-        Ok(compare(&Report::build(&before), &Report::build(&after)))
+        Ok((before, after))
     }
 }
 
 /// One run's data from the data of each of its shards: phase totals and intervals merged
-/// exactly (`herd_driver::merge`), probe intervals of every node, the final report merged
+/// exactly ([`herd_model::merge`]), probe intervals of every node, the final report merged
 /// when every shard wrote one (a shard that died leaves the run unfinished).
 pub fn merge_shards(meta: RunMeta, parts: Vec<RunData>) -> Result<RunData> {
-    let phases = herd_driver::merge::phases(parts.iter().map(|p| p.phases.as_slice()))?;
-    let driver = herd_driver::merge::intervals(parts.iter().map(|p| p.driver.as_slice()))?;
+    let phases = herd_model::merge::phases(parts.iter().map(|p| p.phases.as_slice()))?;
+    let driver = herd_model::merge::intervals(parts.iter().map(|p| p.driver.as_slice()))?;
     let all_finished = parts.len() == meta.shards.len() && meta.shards.iter().all(|s| s.finished);
-    let finals: Vec<RunReport> = parts
+    let finals: Vec<RunResult> = parts
         .iter()
         .filter_map(|p| p.final_report.clone())
         .collect();
     let final_report = if all_finished && !finals.is_empty() {
-        Some(herd_driver::merge::runs(&finals)?)
+        Some(herd_model::merge::runs(&finals)?)
     } else {
         None
     };

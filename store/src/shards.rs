@@ -8,8 +8,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context as _, Result};
-use herd_driver::Shard;
-use herd_report::{RunMeta, ShardInfo};
+use herd_model::{RunMeta, Shard, ShardInfo};
 use sqlx::Row as _;
 
 use crate::{Owner, Source, Store, redact};

@@ -6,17 +6,12 @@ use std::collections::BTreeMap;
 /// Two runs written through the store the way `herd run` writes them, compared by id.
 #[tokio::test]
 async fn write_compare_reads_two_stored_runs_and_writes_both_pages() {
-    use herd_driver::report::{
-        DriverHealth, IntervalOp, IntervalReport, Latency, OpStats, OutcomeStats, PhaseReport,
-        RunReport,
+    use herd_model::{
+        ContainerInterval, CountMap, Counter, CpuCell, DriverHealth, DriverInterval, IntervalOp,
+        Latency, Log2Hist, Log2Summary, OpStats, OutcomeStats, PairGauges, PairInterval, PhaseKind,
+        PhaseResult, ProbeInterval, RunResult, SocketCell,
     };
-    use herd_probe::sample::{
-        ContainerInterval, CountMap, CpuCell, Interval, Log2Summary, PairGauges, PairInterval,
-        SocketCell,
-    };
-    use probe_common::{Counter, Log2Hist};
-
-    use herd_report::compare::write_comparison;
+    use herd_report::compare::{runs, write_comparison};
     use herd_store::{Source, Store, default_url};
 
     let latency = |p99_us: u64| Latency {
@@ -32,9 +27,9 @@ async fn write_compare_reads_two_stored_runs_and_writes_both_pages() {
     let record = |store: Store, name: &'static str, per_s: u64, tw: u64, p99_us: u64| async move {
         let mono0 = 1_000_000_000u64;
         let run = store.begin(name, "demo.toml", mono0).await.unwrap();
-        let step = PhaseReport {
+        let step = PhaseResult {
             phase: "step 1".into(),
-            kind: herd_driver::scenario::PhaseKind::Step,
+            kind: PhaseKind::Step,
             open: None,
             index: Some(0),
             players: 10,
@@ -59,7 +54,7 @@ async fn write_compare_reads_two_stored_runs_and_writes_both_pages() {
         };
         let mut intervals = Vec::new();
         for i in 1..=2u64 {
-            let iv = IntervalReport {
+            let iv = DriverInterval {
                 index: i - 1,
                 end_ms: i * 1000,
                 duration_ms: 1000,
@@ -87,7 +82,7 @@ async fn write_compare_reads_two_stored_runs_and_writes_both_pages() {
             };
             store.put(run.id, Source::Driver, i, i, &iv).await.unwrap();
             intervals.push(iv);
-            let mut counts = [0u64; probe_common::N_COUNTERS];
+            let mut counts = [0u64; herd_model::N_COUNTERS];
             counts[Counter::Connects as usize] = per_s;
             let hop = |container: &str, remote: &str, to: &str, n: u64, tw: u64| PairInterval {
                 container: container.into(),
@@ -116,7 +111,7 @@ async fn write_compare_reads_two_stored_runs_and_writes_both_pages() {
                     },
                 }),
             };
-            let probe = Interval {
+            let probe = ProbeInterval {
                 at_ns: mono0 + i * 1_000_000_000,
                 interval_ns: 1_000_000_000,
                 containers: vec![ContainerInterval {
@@ -144,7 +139,7 @@ async fn write_compare_reads_two_stored_runs_and_writes_both_pages() {
                 .unwrap();
         }
         store.put(run.id, Source::Phase, 0, 0, &step).await.unwrap();
-        let report = RunReport {
+        let report = RunResult {
             expected: Default::default(),
             scenario: "demo.toml".into(),
             target: "127.0.0.1:8080".into(),
@@ -177,7 +172,8 @@ async fn write_compare_reads_two_stored_runs_and_writes_both_pages() {
     let store = Store::open(&default_url(&dir)).await.unwrap();
     let (store, a) = record(store, "pool-2", 100, 150, 500_000).await;
     let (store, b) = record(store, "pool-512", 1, 0, 200_000).await;
-    let files = write_comparison(&store.load_comparison(a, b).await.unwrap(), &dir).unwrap();
+    let (before, after) = store.load_pair(a, b).await.unwrap();
+    let files = write_comparison(&runs(&before, &after), &dir).unwrap();
     assert_eq!(
         files,
         vec![
@@ -205,7 +201,7 @@ async fn write_compare_reads_two_stored_runs_and_writes_both_pages() {
     let page = std::fs::read_to_string(&files[1]).unwrap();
     assert!(page.starts_with("<!doctype html>") && page.contains("gateway → backend"));
     // An unknown run is named, with where to look.
-    let err = store.load_comparison(a, 99).await.unwrap_err();
+    let err = store.load_pair(a, 99).await.unwrap_err();
     assert!(format!("{err:#}").contains("run 99 is not in"), "{err:#}");
     // The store closes before its directory goes.
     drop(store);

@@ -12,17 +12,13 @@ use std::{
 use hdrhistogram::Histogram;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, error::TryRecvError};
 
-use super::{
-    health,
+use herd_model::{
+    DriverEvent, DriverHealth, DriverInterval, IntervalOp, OpStats, OpenStats, Outcome,
+    OutcomeStats, PhaseResult, RunResult,
     histogram::{LatencyHistogram, latency, new_histogram, record},
 };
-use crate::{
-    outcome::Outcome,
-    report::{
-        DriverEvent, DriverHealth, IntervalOp, IntervalReport, OpStats, OutcomeStats, PhaseReport,
-        RunReport,
-    },
-};
+
+use super::health;
 
 /// A message to the aggregator.
 #[derive(Debug)]
@@ -39,10 +35,7 @@ pub(crate) enum Msg {
     /// A phase stopped starting ops.
     PhaseClosed { phase: usize },
     /// An open-model phase's arrivals: sent, late and dropped starts (before its close).
-    Open {
-        phase: usize,
-        stats: Box<crate::shapes::OpenStats>,
-    },
+    Open { phase: usize, stats: Box<OpenStats> },
     /// Every player has ended; nothing follows.
     Finish { stopped_early: bool },
 }
@@ -172,8 +165,8 @@ struct PhaseAcc {
     closed: Option<Instant>,
     counters_at_open: [u64; 3],
     counters_at_close: [u64; 3],
-    open: Option<crate::shapes::OpenStats>,
-    report: Option<PhaseReport>,
+    open: Option<OpenStats>,
+    report: Option<PhaseResult>,
 }
 
 struct IntervalRow {
@@ -195,7 +188,7 @@ pub(crate) struct Setup {
     /// Phases of the plan's sequence; the hammer is phase `steps` after them.
     pub steps: usize,
     /// Each sequential phase's name and kind.
-    pub phases: Vec<(String, crate::scenario::PhaseKind)>,
+    pub phases: Vec<(String, herd_model::PhaseKind)>,
     pub started: Arc<[AtomicU64]>,
     pub counters: Arc<Counters>,
     pub live: Arc<Live>,
@@ -213,7 +206,7 @@ pub(crate) struct Aggregator {
     phases: Vec<PhaseAcc>,
     interval_rows: Vec<IntervalRow>,
     lag: Histogram<u64>,
-    intervals: Vec<IntervalReport>,
+    intervals: Vec<DriverInterval>,
     last_tick: Instant,
     last_cpu: Option<Duration>,
     last_counters: [u64; 3],
@@ -264,7 +257,7 @@ impl Aggregator {
         mut self,
         mut rx: UnboundedReceiver<Msg>,
         mut lag_rx: UnboundedReceiver<u64>,
-    ) -> RunReport {
+    ) -> RunResult {
         let mut ticker =
             tokio::time::interval_at((self.s.t0 + self.s.interval).into(), self.s.interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -400,7 +393,7 @@ impl Aggregator {
         }
     }
 
-    fn phase_report(&mut self, k: usize) -> PhaseReport {
+    fn phase_report(&mut self, k: usize) -> PhaseResult {
         let acc = &mut self.phases[k];
         let opened = acc.opened.expect("only opened phases are reported");
         if acc.closed.is_none() {
@@ -447,8 +440,8 @@ impl Aggregator {
             .phases
             .get(k)
             .cloned()
-            .unwrap_or(("hammer".into(), crate::scenario::PhaseKind::Hammer));
-        PhaseReport {
+            .unwrap_or(("hammer".into(), herd_model::PhaseKind::Hammer));
+        PhaseResult {
             phase,
             kind,
             open: acc.open.clone(),
@@ -513,7 +506,7 @@ impl Aggregator {
                 .max_by_key(|(_, p)| p.closed)
                 .map(|(k, _)| k)
         });
-        let report = IntervalReport {
+        let report = DriverInterval {
             phase: step.and_then(|k| self.s.phases.get(k)).map(|p| p.0.clone()),
             late_starts: starts[0] - self.last_starts[0],
             dropped_starts: starts[1] - self.last_starts[1],
@@ -535,7 +528,7 @@ impl Aggregator {
                 rss_bytes: health::rss_bytes(),
                 lag_p99_us: lag.p99_us,
                 lag_max_us: lag.max_us,
-                saturated: health::saturated(cpu_percent, self.s.cores, lag.p99_us),
+                saturated: herd_model::saturated(cpu_percent, self.s.cores, lag.p99_us),
             },
         };
         self.last_counters = counters;
@@ -544,8 +537,8 @@ impl Aggregator {
         self.emit(DriverEvent::Interval(report));
     }
 
-    fn report(&mut self, stopped_early: bool) -> RunReport {
-        let phases: Vec<PhaseReport> = self
+    fn report(&mut self, stopped_early: bool) -> RunResult {
+        let phases: Vec<PhaseResult> = self
             .phases
             .iter_mut()
             .filter_map(|p| p.report.take())
@@ -560,7 +553,7 @@ impl Aggregator {
         let [connects, reconnects, connect_errors] = self.s.counters.read();
         let connects_held = self.s.counters.connects_held.load(SeqCst);
         let connect_backoff_ms = self.s.counters.backoff_us.load(SeqCst) / 1000;
-        RunReport {
+        RunResult {
             scenario: self.s.scenario_file.clone(),
             target: self.s.target.clone(),
             transport: self.s.transport.clone(),
@@ -630,7 +623,7 @@ mod tests {
             op_names: vec!["a".into(), "b".into()],
             expected: Default::default(),
             steps: 1,
-            phases: vec![("step 1".into(), crate::scenario::PhaseKind::Step)],
+            phases: vec![("step 1".into(), herd_model::PhaseKind::Step)],
             started: started.clone(),
             counters: Arc::default(),
             live: Arc::default(),

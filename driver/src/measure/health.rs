@@ -8,19 +8,6 @@ use tokio::sync::mpsc::UnboundedSender;
 /// the probe itself costs nothing measurable.
 pub const LAG_PERIOD: Duration = Duration::from_millis(10);
 
-/// Lag p99 at or above this means the runtime could not run ready tasks on time: a
-/// timer on an idle tokio runtime is late by about its 1 ms granularity.
-pub const LAG_SATURATED_US: u64 = 10_000;
-
-/// CPU at or above this share of the driver's cores means it had no headroom left.
-pub const CPU_SATURATED_SHARE: f64 = 0.9;
-
-/// True when the driver, not the system under test, limited the interval.
-pub fn saturated(cpu_percent: f64, cores: usize, lag_p99_us: u64) -> bool {
-    lag_p99_us >= LAG_SATURATED_US
-        || cpu_percent >= CPU_SATURATED_SHARE * 100.0 * cores.max(1) as f64
-}
-
 /// This process's user + system CPU time, from `getrusage`: a system call, so it still
 /// answers when the players hold every file descriptor the process may have (EMFILE),
 /// where opening `/proc/self/stat` would fail exactly when the driver is most loaded.
@@ -138,14 +125,6 @@ mod tests {
         }
         assert!(process_cpu().unwrap() > before);
         assert!(rss_bytes() > 1 << 20);
-    }
-
-    #[test]
-    fn saturation_thresholds() {
-        assert!(!saturated(50.0, 2, 1_200));
-        assert!(saturated(185.0, 2, 1_200));
-        assert!(saturated(20.0, 2, 15_000));
-        assert!(saturated(95.0, 0, 0));
     }
 
     #[tokio::test(flavor = "current_thread")]

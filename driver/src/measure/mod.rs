@@ -4,5 +4,4 @@
 
 pub(crate) mod aggregator;
 pub mod health;
-pub mod histogram;
 pub mod play;

@@ -8,109 +8,13 @@
 use std::{collections::BTreeMap, sync::Arc, sync::Mutex};
 
 use hdrhistogram::Histogram;
-use serde::{Deserialize, Serialize};
-
-use super::{
-    aggregator::Gate,
+use herd_model::{
+    CheckFailure, GroupStats, PlayStats, StreamStats,
     histogram::{latency, new_histogram, record},
 };
-use crate::{
-    report::Latency,
-    scenario::{OpKind, StreamFormat},
-};
 
-/// Streams, long polls and groups over one step, one interval or the whole run.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct PlayStats {
-    /// One entry per stream or long-poll op that opened or failed, in the scenario's order.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub streams: Vec<StreamStats>,
-    /// Group counts (all zero without a `[group]`).
-    #[serde(default, skip_serializing_if = "GroupStats::is_zero")]
-    pub groups: GroupStats,
-    /// Checks that failed, by op and by the resource (request path) they were about.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub check_failures: Vec<CheckFailure>,
-}
-
-/// Responses to one op on one resource that failed a check (`check_failed`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CheckFailure {
-    /// The op's name.
-    pub op: String,
-    /// The request path, e.g. `/v2/library/app/blobs/sha256:…`; `other` once an op has
-    /// [`MAX_TYPES`] distinct ones.
-    pub resource: String,
-    /// How many responses failed.
-    pub count: u64,
-}
-
-impl PlayStats {
-    /// True when nothing was recorded.
-    pub fn is_empty(&self) -> bool {
-        self.streams.is_empty() && self.groups.is_zero() && self.check_failures.is_empty()
-    }
-
-    /// The entry for stream or long-poll op `op`.
-    pub fn stream(&self, op: &str) -> Option<&StreamStats> {
-        self.streams.iter().find(|s| s.op == op)
-    }
-}
-
-fn none(n: &u64) -> bool {
-    *n == 0
-}
-
-/// One stream or long-poll op.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct StreamStats {
-    /// The op's name.
-    pub op: String,
-    /// `sse`, `ndjson`, `chunks` or `long_poll`.
-    pub kind: String,
-    /// Openings that got a 2xx answer (long poll: polls answered).
-    pub opened: u64,
-    /// Openings after a player's first one: the stream broke or ended and was reopened
-    /// (long poll: polls re-issued after a failure).
-    pub reconnects: u64,
-    /// Openings the player's stop cut short: sent, and no answer came before it stopped (a
-    /// stream's head, a long poll's reply). The server saw them, so `opened` + this +
-    /// failed openings is what it counts; a long poll in flight at the end is one.
-    #[serde(default, skip_serializing_if = "none")]
-    pub cut_by_stop: u64,
-    /// Events received, all types (long poll: answers, `no_news` included).
-    pub events: u64,
-    /// Events per type (the `event:` field, the `event_type` pointer, `chunk`, or for a
-    /// long poll `no_news`).
-    pub by_type: BTreeMap<String, u64>,
-    /// Failures per class: `transport_error.*`, `timeout`, `http_4xx`…, `ended` (the server
-    /// closed the stream), `bad_event` (an event that did not parse).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub errors: BTreeMap<String, u64>,
-    /// From sending the request to the opening's first event.
-    pub first_event: Option<Latency>,
-}
-
-/// How groups fared.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GroupStats {
-    /// Groups whose every member created or joined (`ok`), so play began.
-    pub formed: u64,
-    /// Groups that met their finish condition and left the rotation.
-    pub finished: u64,
-    /// Groups whose create or a join did not end `ok`; their players went back to form new
-    /// ones.
-    pub failed: u64,
-    /// Groups a member left (retired by a step or stopped) before they finished.
-    pub abandoned: u64,
-}
-
-impl GroupStats {
-    /// True when every count is zero.
-    pub fn is_zero(&self) -> bool {
-        *self == Self::default()
-    }
-}
+use super::aggregator::Gate;
+use crate::scenario::{OpKind, StreamFormat};
 
 /// What happened to a group, for [`PlayAcc::group`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

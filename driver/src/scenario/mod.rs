@@ -43,13 +43,13 @@ use op::{find_op, reads};
 use overrides::{Seg, path_string};
 pub use players::{Backoff, Finish, GroupSpec, OpKind, Role, StreamFormat};
 use raw::{Dur, RawScenario};
-pub use shapes::{CatalogRoute, Phase, PhaseKind, PhaseWork, RateStep, Shapes, Soak, WhenFull};
-pub use slo::{Slo, SloMetric};
+pub use shapes::{CatalogRoute, Phase, PhaseWork, RateStep, Shapes, Soak, WhenFull};
 pub use target::{Connections, Target, TransportKind};
 pub use tls::Tls;
 use values::{is_ident, pointer, positive};
 
 use crate::template::VarNames;
+use herd_model::{PhaseKind, Slo};
 
 /// How a player paces its turns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -224,7 +224,9 @@ impl Scenario {
 
     /// Each op's expected outcomes (ops without any left out), for reports to count apart
     /// from `ok` and from errors.
-    pub fn expected_outcomes(&self) -> std::collections::BTreeMap<String, Vec<crate::Outcome>> {
+    pub fn expected_outcomes(
+        &self,
+    ) -> std::collections::BTreeMap<String, Vec<herd_model::Outcome>> {
         self.ops
             .iter()
             .filter(|o| !o.expected.is_empty())

@@ -10,10 +10,8 @@ use super::{
     is_ident, key, players, pointer, positive,
     raw::RawOp,
 };
-use crate::{
-    outcome::Outcome,
-    template::{BUILTINS, Template, VarNames},
-};
+use crate::template::{BUILTINS, Template, VarNames};
+use herd_model::Outcome;
 
 /// What the response must satisfy for the op to count as `ok`.
 #[derive(Debug, Clone, Default)]

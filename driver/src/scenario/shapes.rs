@@ -6,46 +6,13 @@
 //! the catalog's routes, one after another; the `[[step]]`s; the soak's steps; the stop's
 //! spread; the rate steps. The hammer runs beside the sequence, timed from the run's start.
 
-use std::{fmt, time::Duration};
+use std::time::Duration;
 
 use serde::Deserialize;
 
 use super::{Dur, Invalid, Op, OpKind, Seg, Step, at, find_op, key, reads};
 use crate::template::VarNames;
-
-/// What kind of phase a phase report (and a plan phase) is.
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, Deserialize, schemars::JsonSchema,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum PhaseKind {
-    /// A `[[step]]` of players.
-    #[default]
-    Step,
-    /// One step of a `[soak]` (compiled into player steps).
-    Soak,
-    /// The `[stop]` spread: players leaving one by one at the plan's end.
-    Stop,
-    /// An open-model `[[rate]]` step.
-    Rate,
-    /// One route of the `[catalog]`.
-    Catalog,
-    /// The `[hammer]`.
-    Hammer,
-}
-
-impl fmt::Display for PhaseKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Step => "step",
-            Self::Soak => "soak",
-            Self::Stop => "stop",
-            Self::Rate => "rate",
-            Self::Catalog => "catalog",
-            Self::Hammer => "hammer",
-        })
-    }
-}
+use herd_model::PhaseKind;
 
 /// What an open-model step does when `max_in_flight` requests are already out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

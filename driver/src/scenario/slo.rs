@@ -1,35 +1,6 @@
 //! `[slo]`: an op's latency percentile or error share and the limit it must stay under.
 
-/// One objective: an op's latency percentile (or its error share) must stay under a limit.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Slo {
-    /// The op.
-    pub op: String,
-    /// What is measured.
-    pub metric: SloMetric,
-    /// The limit: microseconds for latencies, a share (0–1) for errors.
-    pub limit: f64,
-    /// The objective as written, e.g. `p99 < 500ms`.
-    pub text: String,
-}
-
-/// What an [`Slo`] measures.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SloMetric {
-    /// Median latency.
-    P50,
-    /// 90th percentile.
-    P90,
-    /// 99th percentile.
-    P99,
-    /// 99.9th percentile.
-    P999,
-    /// Largest latency.
-    Max,
-    /// Share of outcomes that are not `ok`.
-    Errors,
-}
+use herd_model::{Slo, SloMetric};
 
 /// Parses `p99 < 500ms`, `max < 2s`, `errors < 1%`.
 pub(super) fn parse_slo(op: &str, text: &str) -> Result<Slo, String> {

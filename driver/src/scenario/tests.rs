@@ -3,7 +3,7 @@ use std::path::Path;
 use http::Method;
 
 use super::{op::DEFAULT_TIMEOUT, *};
-use crate::outcome::Outcome;
+use herd_model::{Outcome, SloMetric};
 
 const MINIMAL: &str = r#"
 [target]

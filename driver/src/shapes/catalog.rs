@@ -12,7 +12,9 @@ use std::{
 use tokio::task::JoinHandle;
 
 use super::Ctx;
-use crate::{scenario::CatalogRoute, shard::Shard};
+use herd_model::Shard;
+
+use crate::scenario::CatalogRoute;
 
 /// This shard's requests of route `r`: its round-robin share of `r.requests`.
 fn requests(r: &CatalogRoute, shard: Shard) -> u64 {

@@ -7,14 +7,12 @@
 
 pub(crate) mod catalog;
 pub(crate) mod open;
-pub(crate) mod text;
 
 use std::{
     sync::Arc,
     time::{Duration, Instant},
 };
 
-use serde::{Deserialize, Serialize};
 use tokio::{sync::watch, task::JoinHandle};
 
 use crate::{
@@ -24,29 +22,6 @@ use crate::{
     scenario::PhaseWork,
 };
 
-/// An open-model phase's arrivals. Every arrival is either sent or dropped; a sent one may
-/// also be late. Latencies of sent arrivals count from their intended time.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct OpenStats {
-    /// The target rate, arrivals per second.
-    pub rate: f64,
-    /// Arrivals whose intended time fell in the phase (fewer than planned after a stop).
-    pub scheduled: u64,
-    /// Arrivals sent.
-    pub sent: u64,
-    /// Sent more than `late_after_us` after their intended time: the driver (or, with
-    /// `when_full = "queue"`, the in-flight bound) held them back.
-    pub late_starts: u64,
-    /// Not sent because `max_in_flight` requests were already out (`when_full = "drop"`).
-    pub dropped_starts: u64,
-    /// The in-flight bound.
-    pub max_in_flight: usize,
-    /// Most requests in flight at one arrival.
-    pub peak_in_flight: usize,
-    /// The lateness threshold.
-    pub late_after_us: u64,
-}
-
 /// What the shapes' runners share with the plan runner.
 pub(crate) struct Ctx {
     pub shared: Arc<Shared>,
@@ -55,7 +30,7 @@ pub(crate) struct Ctx {
     pub halt: Arc<watch::Sender<bool>>,
     pub live: Arc<Live>,
     /// This process's part of the plan.
-    pub shard: crate::shard::Shard,
+    pub shard: herd_model::Shard,
 }
 
 impl Ctx {

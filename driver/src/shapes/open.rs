@@ -15,13 +15,14 @@ use std::{
 
 use tokio::{sync::mpsc, task::JoinSet};
 
-use super::{Ctx, OpenStats};
+use super::Ctx;
 use crate::{
     measure::aggregator::Msg,
     player::Session,
     run::sleep_until,
     scenario::{RateStep, WhenFull},
 };
+use herd_model::OpenStats;
 
 /// The arrival slots of a run's rate steps and the requests they have in flight.
 pub(crate) struct Open {

@@ -417,8 +417,9 @@ mod tests {
         net::TcpListener,
     };
 
+    use herd_model::TransportErrorKind;
+
     use super::*;
-    use crate::outcome::TransportErrorKind;
 
     /// A loopback server that answers each request on one connection with the next of
     /// `answers` (raw bytes), then closes; returns the address and the requests it read.

@@ -20,10 +20,8 @@ use tokio::net::TcpStream;
 
 pub use headers::Headers;
 
-use crate::{
-    outcome::{TlsProblem, TransportErrorKind},
-    scenario::{Target, TransportKind},
-};
+use crate::scenario::{Target, TransportKind};
+use herd_model::{TlsProblem, TransportErrorKind};
 
 /// A boxed, sendable future, so [`Transport`] and [`Connection`] stay object-safe.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

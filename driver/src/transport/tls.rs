@@ -22,62 +22,14 @@ use rustls::{
 use tokio_rustls::TlsConnector;
 
 use super::{BoxFuture, Connection, Dial, Transport, TransportError, h1, h2};
-use crate::{
-    outcome::{Outcome, TlsProblem, TransportErrorKind},
-    report::RunReport,
-    scenario::{self, TransportKind},
-};
+use crate::scenario::{self, TransportKind};
+use herd_model::TlsProblem;
 
 /// What to do about a certificate from an unknown CA.
 const TRUST_HINT: &str = "pass --insecure (or set target.insecure = true) to accept it, \
                           or target.ca = \"ca.pem\" to trust the CA that signed it";
 /// What to do about any other certificate the driver refused.
 const ACCEPT_HINT: &str = "pass --insecure (or set target.insecure = true) to accept it";
-
-/// What to do about a TLS outcome, for a line under a run's tables: the outcome counts say
-/// what failed, this says how to get past it.
-pub fn hint(problem: TlsProblem) -> &'static str {
-    match problem {
-        TlsProblem::UnknownCa => {
-            "the server's certificate chains to no CA herd trusts (self-signed or a private \
-             CA): set target.ca = \"ca.pem\" to trust its CA, or pass --insecure"
-        }
-        TlsProblem::NameMismatch => {
-            "the server's certificate is for another name than the URL's host: use a host \
-             it names in target.url, or pass --insecure"
-        }
-        TlsProblem::Expired => {
-            "the server's certificate is out of its validity period (check the clocks), or \
-             pass --insecure"
-        }
-        TlsProblem::Handshake => {
-            "the TLS handshake failed (an alert from the server, or the port does not serve \
-             TLS: is it an http:// target?)"
-        }
-    }
-}
-
-/// `outcome: hint` for every TLS outcome the run had, in a fixed order.
-pub fn hints(report: &RunReport) -> Vec<String> {
-    [
-        TlsProblem::UnknownCa,
-        TlsProblem::NameMismatch,
-        TlsProblem::Expired,
-        TlsProblem::Handshake,
-    ]
-    .into_iter()
-    .filter_map(|p| {
-        let outcome = Outcome::TransportError(TransportErrorKind::Tls(p));
-        let seen = report
-            .phases
-            .iter()
-            .flat_map(|s| &s.ops)
-            .flat_map(|o| &o.outcomes)
-            .any(|o| o.outcome == outcome && o.count > 0);
-        seen.then(|| format!("{}: {}", outcome.name(), hint(p)))
-    })
-    .collect()
-}
 
 /// HTTP/1.1 or HTTP/2 over TLS to one target.
 pub(crate) struct Tls {

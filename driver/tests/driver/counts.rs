@@ -3,9 +3,8 @@
 
 use std::time::Duration;
 
-use herd_driver::DriverEvent;
-
 use crate::support::{Proto, TestServer, options, run, scenario};
+use herd_model::DriverEvent;
 
 async fn counts(proto: Proto, pool: Option<usize>) {
     let server = TestServer::start(proto).await;

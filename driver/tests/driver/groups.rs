@@ -76,7 +76,7 @@ async fn pairs_form_and_finish(proto: Proto) {
     assert_eq!(r.op_count("game.create"), 6);
     assert_eq!(r.op_count("game.join"), 6);
     assert_eq!(r.requests, server.requests());
-    let table = herd_driver::text::table(&r);
+    let table = herd_report::text::table(&r);
     assert!(
         table.contains("groups: 6 formed, 6 finished, 0 failed, 0 abandoned"),
         "{table}"

@@ -17,9 +17,10 @@ use std::{
 use bytes::Bytes;
 use h2::{Reason, RecvStream, SendStream, server::SendResponse};
 use herd_driver::{
-    Scenario, TransportErrorKind,
+    Scenario,
     transport::{self, Connection, Request},
 };
+use herd_model::TransportErrorKind;
 use http::{HeaderMap, HeaderName, HeaderValue, Method};
 use tokio::{
     net::{TcpListener, TcpStream},

@@ -3,9 +3,8 @@
 
 use std::time::Duration;
 
-use herd_driver::{
-    DriverEvent, RunReport, Scenario, report::PhaseReport, scenario::PhaseKind, shapes::OpenStats,
-};
+use herd_driver::Scenario;
+use herd_model::{DriverEvent, OpenStats, PhaseKind, PhaseResult, RunResult};
 
 use crate::{
     shapes_server::{self, ShapeServer},
@@ -16,14 +15,14 @@ fn parse(src: &str, server: &ShapeServer) -> Scenario {
     scenario_at(src, &server.url())
 }
 
-async fn run(src: &str, server: &ShapeServer) -> RunReport {
+async fn run(src: &str, server: &ShapeServer) -> RunResult {
     herd_driver::run(parse(src, server), options())
         .await
         .unwrap()
 }
 
 /// Each phase's name and kind, in the order the report lists them.
-fn phases(report: &RunReport) -> Vec<(&str, PhaseKind)> {
+fn phases(report: &RunResult) -> Vec<(&str, PhaseKind)> {
     report
         .phases
         .iter()
@@ -31,7 +30,7 @@ fn phases(report: &RunReport) -> Vec<(&str, PhaseKind)> {
         .collect()
 }
 
-fn open(s: &PhaseReport) -> &OpenStats {
+fn open(s: &PhaseResult) -> &OpenStats {
     s.open.as_ref().expect("a rate phase reports its arrivals")
 }
 
@@ -115,7 +114,7 @@ async fn an_open_model_shows_a_stall_that_a_closed_model_hides() {
         "open model, queue: {o:?}, p50 {} µs, p99 {queue_p99} µs",
         phase.ops[0].latency.p50_us
     );
-    let text = herd_driver::text::table(&report);
+    let text = herd_report::text::table(&report);
     assert!(text.contains("late starts"), "{text}");
 
     // Closed model, same server: 4 players back to back. Only the 4 requests caught in the
@@ -332,7 +331,7 @@ ops = ["slow"]
             w[1].phase
         );
     }
-    let text = herd_driver::text::table(&report);
+    let text = herd_report::text::table(&report);
     assert!(text.contains("catalog: 3 routes"), "{text}");
     let rows: Vec<&str> = text
         .lines()

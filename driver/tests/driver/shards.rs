@@ -1,7 +1,9 @@
 //! `--shard I/N`: three shards of one plan, run side by side against one server, send exactly
 //! what one process sends, and their merged results are that process's counts.
 
-use herd_driver::{RunOptions, RunReport, Shard, merge};
+use herd_driver::RunOptions;
+use herd_model::Shard;
+use herd_model::{RunResult, merge};
 
 use crate::support::{Proto, TestServer, options, scenario};
 
@@ -30,13 +32,13 @@ rate = 100
 duration = "1s"
 "#;
 
-async fn run_as(server: &TestServer, shard: Shard) -> RunReport {
+async fn run_as(server: &TestServer, shard: Shard) -> RunResult {
     herd_driver::run(scenario(PLAN, server), RunOptions { shard, ..options() })
         .await
         .unwrap()
 }
 
-fn per_phase(r: &RunReport) -> Vec<(String, usize, u64)> {
+fn per_phase(r: &RunResult) -> Vec<(String, usize, u64)> {
     r.phases
         .iter()
         .map(|p| {
@@ -117,7 +119,7 @@ async fn three_shards_send_what_one_process_sends_and_merge_exactly() {
     );
 }
 
-async fn futures_join(server: &TestServer, shards: &[Shard]) -> Vec<RunReport> {
+async fn futures_join(server: &TestServer, shards: &[Shard]) -> Vec<RunResult> {
     let (a, b, c) = tokio::join!(
         run_as(server, shards[0]),
         run_as(server, shards[1]),

@@ -11,7 +11,7 @@ async fn stop_after(
     proto: Proto,
     after: Duration,
     grace: Duration,
-) -> (herd_driver::RunReport, TestServer, Duration) {
+) -> (herd_model::RunResult, TestServer, Duration) {
     let server = TestServer::start(proto).await;
     let (tx, rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {

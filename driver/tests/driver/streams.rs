@@ -1,7 +1,8 @@
 //! Streams and long polls: the server sends a known number of events of known types and
 //! the driver counts them exactly, over HTTP/1.1 and h2c.
 
-use herd_driver::{RunReport, Scenario, report::StreamStats};
+use herd_driver::Scenario;
+use herd_model::{RunResult, StreamStats};
 
 use crate::{
     support::{Proto, run},
@@ -37,14 +38,14 @@ arrival = "burst"
     Scenario::parse("streams.toml", &src, &[]).unwrap_or_else(|e| panic!("{e}"))
 }
 
-fn stream<'a>(r: &'a RunReport, op: &str) -> &'a StreamStats {
+fn stream<'a>(r: &'a RunResult, op: &str) -> &'a StreamStats {
     r.play
         .stream(op)
         .unwrap_or_else(|| panic!("no stream stats for {op}: {:?}", r.play))
 }
 
 /// Events by type in the run, in each step and summed over the timeline all agree.
-fn assert_phases_agree(r: &RunReport, op: &str) {
+fn assert_phases_agree(r: &RunResult, op: &str) {
     let total = stream(r, op);
     let step = r.phases[0].play.stream(op).expect("step stream stats");
     assert_eq!(step.by_type, total.by_type, "step vs run");
@@ -89,7 +90,7 @@ format = "sse"
     let per_player = if proto == Proto::H2c { 1 } else { 2 };
     assert_eq!(server.connections(), per_player * PLAYERS);
     assert_eq!(r.connects, per_player * PLAYERS);
-    let table = herd_driver::text::table(&r);
+    let table = herd_report::text::table(&r);
     assert!(
         table.contains("stream subscribe (sse): 18 events (move 12, chat 6)"),
         "{table}"

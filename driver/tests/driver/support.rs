@@ -16,7 +16,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use herd_driver::{RunOptions, RunReport, Scenario};
+use herd_driver::{RunOptions, Scenario};
+use herd_model::RunResult;
 pub use herd_testkit::Proto;
 use herd_testkit::{Reply, Server};
 use serde_json::json;
@@ -210,6 +211,6 @@ pub fn scenario_at(src: &str, url: &str) -> Scenario {
 }
 
 /// Runs the file's players.
-pub async fn run(s: Scenario) -> RunReport {
+pub async fn run(s: Scenario) -> RunResult {
     herd_driver::run(s, options()).await.unwrap()
 }

@@ -54,7 +54,8 @@ pub fn run(args: &CompareArgs) -> Result<()> {
     let rt = super::store_runtime("comparison")?;
     rt.block_on(async {
         let store = Store::open_existing(&url).await?;
-        let mut c = store.load_comparison(args.before, args.after).await?;
+        let (before, after) = store.load_pair(args.before, args.after).await?;
+        let mut c = compare::runs(&before, &after);
         let passed = compare::apply_gates(&mut c, &args.fail_on);
         let files = compare::write_comparison(&c, &args.out)?;
         print!("{}", compare::table(&c));

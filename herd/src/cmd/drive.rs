@@ -12,9 +12,9 @@ use anyhow::{Context as _, Result};
 use herd_driver::{
     Scenario,
     scenario::{Connections, PhaseWork},
-    text,
     units::{parse_duration, parse_interval},
 };
+use herd_report::text;
 
 use crate::session::{self, DriveConfig, print_hints};
 
@@ -74,7 +74,7 @@ pub struct DriveArgs {
     /// one would; `herd merge` merges their --json results. Without a store the shards start
     /// when started: `herd run --shard` starts them together.
     #[arg(long, value_name = "I/N")]
-    pub shard: Option<herd_driver::Shard>,
+    pub shard: Option<herd_model::Shard>,
 }
 
 /// Runs `herd drive`.
@@ -233,7 +233,7 @@ mod tests {
             Some(out.clone()),
         ))
         .unwrap();
-        let report: herd_driver::RunReport =
+        let report: herd_model::RunResult =
             serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
         assert_eq!(report.requests, server.requests());
         assert!(report.requests > 10, "{} requests", report.requests);

@@ -163,7 +163,7 @@ fn swarm(a: &SwarmArgs) -> Result<()> {
 
 fn k8s(a: &K8sArgs) -> Result<()> {
     // Checked here, where the error points at the file's line, not in N pods.
-    herd_driver::Shard::new(0, a.shards)?;
+    herd_model::Shard::new(0, a.shards)?;
     herd_driver::Scenario::load(&a.scenario, &[])?;
     let text = std::fs::read_to_string(&a.scenario)
         .with_context(|| format!("reading {}", a.scenario.display()))?;

@@ -8,7 +8,8 @@ use std::{
 };
 
 use anyhow::{Context as _, Result};
-use herd_driver::{RunReport, text};
+use herd_model::RunResult;
+use herd_report::text;
 
 /// Options of `herd merge`.
 #[derive(Debug, clap::Args)]
@@ -41,7 +42,7 @@ pub fn run(args: &MergeArgs) -> Result<()> {
     for path in &args.results {
         let bytes = std::fs::read(path)
             .with_context(|| format!("reading the result {}", path.display()))?;
-        let r: RunReport = serde_json::from_slice(&bytes).map_err(|e| {
+        let r: RunResult = serde_json::from_slice(&bytes).map_err(|e| {
             MergeInputError(format!(
                 "{} is not a `herd drive --json` result ({e}); give the files the shards' \
                  --json wrote",
@@ -50,8 +51,8 @@ pub fn run(args: &MergeArgs) -> Result<()> {
         })?;
         parts.push(r);
     }
-    let merged = herd_driver::merge::runs(&parts).map_err(|e| match e {
-        e @ herd_driver::merge::MergeError::NotOneRun { .. } => {
+    let merged = herd_model::merge::runs(&parts).map_err(|e| match e {
+        e @ herd_model::merge::MergeError::NotOneRun { .. } => {
             anyhow::Error::from(MergeInputError(e.to_string()))
         }
         e => anyhow::Error::from(e),
@@ -103,7 +104,7 @@ mod tests {
                     interval: std::time::Duration::from_millis(200),
                     quiet: true,
                     insecure: false,
-                    shard: Some(herd_driver::Shard::new(i, 2).unwrap()),
+                    shard: Some(herd_model::Shard::new(i, 2).unwrap()),
                     listen: None,
                     quick: Default::default(),
                 })
@@ -117,7 +118,7 @@ mod tests {
             json: Some(out.clone()),
         })
         .unwrap();
-        let merged: RunReport = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+        let merged: RunResult = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
         assert_eq!(merged.requests, 5 * 4 + 20);
         assert_eq!(merged.requests, server.requests());
         assert_eq!(merged.phases[0].players, 5);

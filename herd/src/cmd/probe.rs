@@ -4,11 +4,10 @@ use std::{io::Write as _, path::PathBuf, time::Duration};
 
 use anyhow::{Context as _, Result};
 use herd_driver::units::{parse_duration, parse_interval};
+use herd_model::{CpuCell, ProbeInterval, Throttling};
 use herd_probe::{
     cgroup::CgroupLayout,
-    cgroupfs::Throttling,
     containers::ContainerSet,
-    sample::{CpuCell, Interval},
     sampler::{Sampler, Watch, watch},
 };
 use probe_common::Counter;
@@ -103,8 +102,8 @@ struct NodeSink {
     rt: tokio::runtime::Runtime,
     store: herd_store::Store,
     run: i64,
-    node: String,
-    seq: u64,
+    /// The store's one run writer, buffering and retrying while the store is down.
+    rec: herd_store::Recorder,
     /// The run's clock: its monotonic base and the wall-clock instant (ns) it stands for,
     /// once the run has started.
     clock: Option<(u64, i64)>,
@@ -132,12 +131,12 @@ impl NodeSink {
             meta.name,
             store.url()
         );
+        let rec = herd_store::Recorder::new(&store, meta, herd_store::Writer::Node(node));
         Ok(Self {
             rt,
             store,
             run,
-            node,
-            seq: 0,
+            rec,
             clock: None,
             over: false,
         })
@@ -146,8 +145,13 @@ impl NodeSink {
     /// Writes `iv` on the run's clock: the run's monotonic base plus the wall-clock time since
     /// the run's start (a node's monotonic clock means nothing on another host). Intervals
     /// before the run has started are not written.
-    fn put(&mut self, iv: &Interval) -> Result<()> {
-        let meta = self.rt.block_on(self.store.meta(Some(self.run)))?;
+    fn put(&mut self, iv: &ProbeInterval) -> Result<()> {
+        let meta = match self.rt.block_on(self.store.meta(Some(self.run))) {
+            Ok(meta) => meta,
+            // The store is down: the writer keeps the rows of a run already started.
+            Err(_) if self.clock.is_some() => return self.write(iv),
+            Err(e) => return Err(e),
+        };
         self.over = meta.status != "running";
         if self.clock.is_none() {
             // A sharded run starts when its shards do; a run of one process when it began.
@@ -169,18 +173,37 @@ impl NodeSink {
         };
         let mut row = iv.clone();
         row.at_ns = mono0 + since;
-        self.rt.block_on(
-            self.store
-                .put_node_probe(self.run, &self.node, self.seq, &row),
-        )?;
-        self.seq += 1;
-        Ok(())
+        self.rt.block_on(self.rec.probe_interval(&row))
+    }
+
+    /// Writes `iv` on the clock the last interval found.
+    fn write(&mut self, iv: &ProbeInterval) -> Result<()> {
+        let Some((mono0, start_ns)) = self.clock else {
+            return Ok(());
+        };
+        let now_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as i64);
+        let mut row = iv.clone();
+        row.at_ns = mono0 + u64::try_from(now_ns - start_ns).unwrap_or(0);
+        self.rt.block_on(self.rec.probe_interval(&row))
+    }
+
+    /// Writes what is still buffered; says so when some never reached the store.
+    fn finish(self) {
+        let Self { rt, rec, run, .. } = self;
+        if rt.block_on(rec.finish("finished")).is_some() {
+            tracing::error!(
+                "herd probe: the run store stayed down: the intervals this node sampled since \
+                 it went down are not in run {run}"
+            );
+        }
     }
 }
 
 /// Formats one interval: a line per active container (TCP opens, TIME_WAIT entries, CPU
 /// average / busiest 100 ms / quota, throttled share), then one line per active destination.
-pub fn print_interval(iv: &Interval, since_ns: u64, pair_rows: usize) {
+pub fn print_interval(iv: &ProbeInterval, since_ns: u64, pair_rows: usize) {
     let secs = iv.interval_ns.max(1) as f64 / 1e9;
     let t = iv.at_ns.saturating_sub(since_ns) as f64 / 1e9;
     let mut lines = Vec::new();
@@ -255,9 +278,9 @@ pub fn print_interval(iv: &Interval, since_ns: u64, pair_rows: usize) {
 /// One line per destination of the interval, the `limit` most active first (by new
 /// connections plus TIME_WAIT entries), then one `other` line summing the rest: a server
 /// host's thousands of destinations must not flood the view.
-pub fn pair_lines(iv: &Interval, limit: usize) -> Vec<String> {
+pub fn pair_lines(iv: &ProbeInterval, limit: usize) -> Vec<String> {
     let secs = iv.interval_ns.max(1) as f64 / 1e9;
-    let mut pairs: Vec<&herd_probe::sample::PairInterval> = iv.pairs.iter().collect();
+    let mut pairs: Vec<&herd_model::PairInterval> = iv.pairs.iter().collect();
     pairs.sort_by_key(|p| std::cmp::Reverse(p.connects + p.time_wait_entries));
     let mut lines: Vec<String> = pairs
         .iter()
@@ -399,6 +422,9 @@ pub fn run(args: &ProbeArgs) -> Result<()> {
         }
         anyhow::Ok(())
     })?;
+    if let Some(sink) = sink {
+        sink.finish();
+    }
     let totals = sampler.totals();
     drop(sampler);
     println!();
@@ -411,7 +437,7 @@ pub fn run(args: &ProbeArgs) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use herd_probe::sample::{Interval, PairInterval};
+    use herd_model::{PairInterval, ProbeInterval};
 
     #[test]
     fn the_live_view_shows_the_busiest_pairs_and_one_other_line() {
@@ -429,7 +455,7 @@ mod tests {
             lifetime_buckets: Default::default(),
             gauges: None,
         };
-        let iv = Interval {
+        let iv = ProbeInterval {
             at_ns: 1_000_000_000,
             interval_ns: 1_000_000_000,
             containers: vec![],

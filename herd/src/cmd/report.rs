@@ -42,7 +42,7 @@ pub struct ReportArgs {
 /// Writes run `id`'s HdrHistogram interval logs into `dir`; the error says which file could
 /// not be written and that the run itself is safe in `store`.
 pub(crate) async fn hdr_logs(
-    data: &herd_report::RunData,
+    data: &herd_model::RunData,
     dir: &Path,
     store: &str,
 ) -> Result<Vec<PathBuf>> {

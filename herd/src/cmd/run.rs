@@ -86,7 +86,7 @@ pub struct RunArgs {
     /// catalog requests and open-model arrivals, so that N processes send what one would.
     /// Needs --run-key and a PostgreSQL --store shared by the shards (docs/scale-out.md).
     #[arg(long, value_name = "I/N")]
-    pub shard: Option<herd_driver::Shard>,
+    pub shard: Option<herd_model::Shard>,
     /// A Docker Swarm task's slot as the shard: `--shard-slot S/N` runs shard S mod N.
     /// Docker 20.10 numbers a replicated job's tasks 0…N-1 and renders slot 0 as the
     /// node's id, which counts as 0; an engine counting 1…N gives the same N shards.
@@ -99,7 +99,7 @@ pub struct RunArgs {
         conflicts_with = "shard",
         value_parser = parse_slot
     )]
-    pub shard_slot: Option<herd_driver::Shard>,
+    pub shard_slot: Option<herd_model::Shard>,
     /// The name the shards of one run share: the first to start creates the run, the others
     /// join it, and all start together once the N have registered.
     #[arg(long, value_name = "KEY")]
@@ -111,7 +111,7 @@ pub struct RunArgs {
 
 /// A Swarm task's slot `S/N` as shard `S mod N`; a node id (25 lowercase letters and
 /// digits: how Docker 20.10 renders a job's slot 0) is slot 0.
-fn parse_slot(s: &str) -> std::result::Result<herd_driver::Shard, String> {
+fn parse_slot(s: &str) -> std::result::Result<herd_model::Shard, String> {
     let bad = |why: &str| {
         format!(
             "--shard-slot {s}: {why}; give S/N, S a Swarm task's slot ({{{{.Task.Slot}}}}), e.g. 1/3"
@@ -135,12 +135,12 @@ fn parse_slot(s: &str) -> std::result::Result<herd_driver::Shard, String> {
     if n == 0 {
         return Err(bad("a run has at least one shard"));
     }
-    herd_driver::Shard::new((slot % u64::from(n)) as u32, n).map_err(|e| bad(&e.to_string()))
+    herd_model::Shard::new((slot % u64::from(n)) as u32, n).map_err(|e| bad(&e.to_string()))
 }
 
 impl RunArgs {
     /// The shard this process runs, from --shard or --shard-slot.
-    pub fn shard(&self) -> Option<herd_driver::Shard> {
+    pub fn shard(&self) -> Option<herd_model::Shard> {
         self.shard.or(self.shard_slot)
     }
 

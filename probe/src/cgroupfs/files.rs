@@ -115,7 +115,9 @@ impl<F: CgroupFiles + ?Sized> Reader<'_, F> {
 
 #[cfg(test)]
 mod tests {
-    use crate::cgroupfs::{CgroupfsError, Polled, Throttling, fake::*};
+    use herd_model::Throttling;
+
+    use crate::cgroupfs::{CgroupfsError, Polled, fake::*};
 
     #[test]
     fn unreadable_and_malformed_files_are_errors_naming_cgroup_and_file() {

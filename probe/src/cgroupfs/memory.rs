@@ -58,29 +58,6 @@ pub struct MemoryCounters {
     pub working_set_bytes: Option<u64>,
 }
 
-/// Memory at the end of one interval.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(tag = "state", rename_all = "snake_case")]
-pub enum Memory {
-    /// Read from the container's memory cgroup.
-    Measured {
-        /// Bytes charged at the end of the interval.
-        current_bytes: u64,
-        /// The kernel's high-water mark since the cgroup was created (or last reset);
-        /// `None` only on v2 kernels before 5.19.
-        peak_bytes: Option<u64>,
-        /// Usage minus inactive file pages, what `docker stats` and cAdvisor call memory
-        /// usage; `current_bytes` includes that page cache.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        working_set_bytes: Option<u64>,
-    },
-    /// The container has no memory cgroup of its own.
-    Unavailable {
-        /// Why.
-        reason: String,
-    },
-}
-
 impl MemorySource {
     /// `/proc/meminfo` for the root cgroup, v2 memory files when the controller is enabled
     /// there, else the v1 memory directory; none is recorded with its reason.

@@ -38,10 +38,10 @@ mod fake;
 
 pub use error::CgroupfsError;
 pub use files::{CgroupFiles, HostFiles};
-pub use memory::{MEMINFO, Memory, MemoryCounters, MemorySource};
-pub use sampler::{CpuInterval, CpuSampler, MIN_WINDOW_NS, Polled};
+pub use memory::{MEMINFO, MemoryCounters, MemorySource};
+pub use sampler::{CpuSampler, MIN_WINDOW_NS, Polled};
 pub use sources::{CgroupDirs, CgroupReading, CgroupSources, Reading};
-pub use throttle::{ThrottleCounters, ThrottleSource, Throttling};
+pub use throttle::{ThrottleCounters, ThrottleSource};
 pub use usage::UsageSource;
 pub use window::{UsagePoint, Window, busier, cores, prune, share, trailing};
 

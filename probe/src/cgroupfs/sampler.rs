@@ -7,44 +7,12 @@ use std::{
 };
 
 use super::{
-    CgroupDirs, CgroupFiles, CgroupReading, CgroupSources, CgroupfsError, HostFiles, Memory,
-    MemorySource, Reading, SUSTAINED_NS, ThrottleSource, Throttling, UsagePoint, Window, busier,
-    cores, prune, share, trailing,
+    CgroupDirs, CgroupFiles, CgroupReading, CgroupSources, CgroupfsError, HostFiles, MemorySource,
+    Reading, SUSTAINED_NS, ThrottleSource, UsagePoint, Window, busier, cores, prune, share,
+    trailing,
 };
 use crate::cgroup::CgroupLayout;
-
-/// CPU, throttling and memory of one container over one interval.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct CpuInterval {
-    /// End of the interval (the last poll), on the caller's monotonic clock (ns).
-    pub at_ns: u64,
-    /// Length of the interval (ns).
-    pub interval_ns: u64,
-    /// Polls (windows) in the interval.
-    pub polls: u32,
-    /// CPU time used in the interval (ns).
-    pub usage_ns: u64,
-    /// Average cores used.
-    pub cpu_cores: f64,
-    /// Average cores used in user mode.
-    pub user_cores: f64,
-    /// Average cores used in kernel mode.
-    pub system_cores: f64,
-    /// Cores used in the busiest window (poll to poll: 100 ms when polled every 100 ms).
-    pub burst_cores: f64,
-    /// Length of that window (ns).
-    pub burst_window_ns: u64,
-    /// End of that window (ns).
-    pub burst_at_ns: u64,
-    /// Average cores over the trailing [`SUSTAINED_NS`] (less while the sampler is younger).
-    pub sustained_cores: f64,
-    /// Length of the sustained window (ns).
-    pub sustained_window_ns: u64,
-    /// Throttling deltas and quota.
-    pub throttle: Throttling,
-    /// Memory at the end of the interval.
-    pub memory: Memory,
-}
+use herd_model::{CpuInterval, Memory, Throttling};
 
 /// The outcome of one poll.
 #[derive(Clone, Debug, PartialEq, Eq)]

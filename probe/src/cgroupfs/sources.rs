@@ -169,7 +169,9 @@ mod tests {
     use std::path::Path;
 
     use super::*;
-    use crate::cgroupfs::{CpuSampler, Memory, Polled, Throttling, fake::*};
+    use herd_model::{Memory, Throttling};
+
+    use crate::cgroupfs::{CpuSampler, Polled, fake::*};
 
     #[test]
     fn dirs_follow_the_same_relative_path_in_every_hierarchy() {

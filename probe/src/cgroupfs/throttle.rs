@@ -53,36 +53,6 @@ pub struct ThrottleCounters {
     pub period_us: u64,
 }
 
-/// Throttling over one interval.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-#[serde(tag = "state", rename_all = "snake_case")]
-pub enum Throttling {
-    /// Read from the container's cpu controller.
-    Measured {
-        /// Enforcement periods that elapsed (while the cgroup had runnable tasks).
-        nr_periods: u64,
-        /// Periods in which the cgroup was throttled.
-        nr_throttled: u64,
-        /// Time its run queues spent throttled, summed over CPUs (can exceed the interval
-        /// when several CPUs are throttled at once), in ns.
-        throttled_ns: u64,
-        /// `nr_throttled / nr_periods`; 0 when no period elapsed.
-        throttled_share: f64,
-        /// The quota in cores (quota / period) at the end of the interval; `None` when
-        /// unlimited.
-        quota_cores: Option<f64>,
-        /// The quota, in µs per period; `None` when unlimited.
-        quota_us: Option<u64>,
-        /// The period, in µs.
-        period_us: u64,
-    },
-    /// The container has no cpu controller directory of its own.
-    Unavailable {
-        /// Why.
-        reason: String,
-    },
-}
-
 impl ThrottleSource {
     /// The v1 cpu directory when the host is hybrid and the container has one, else v2
     /// `cpu.max`; neither is recorded with its reason.

@@ -9,14 +9,8 @@ use herd_testkit::TempDir;
 use probe_common::{Counter, Loss, PairStats};
 
 use super::*;
-use crate::{
-    cgroup::cgroup_id,
-    cgroupfs::{Memory, Throttling},
-    containers::Container,
-    discover::Kind,
-    fake::FakeCounters,
-    sample::{ContainerInterval, PairInterval},
-};
+use crate::{cgroup::cgroup_id, containers::Container, discover::Kind, fake::FakeCounters};
+use herd_model::{ContainerInterval, Memory, PairInterval, Throttling};
 
 const S: u64 = 1_000_000_000;
 
@@ -106,7 +100,7 @@ fn pair(connects: u64, closed: u64) -> PairStats {
     p
 }
 
-fn row<'a>(iv: &'a Interval, container: &str) -> &'a ContainerInterval {
+fn row<'a>(iv: &'a ProbeInterval, container: &str) -> &'a ContainerInterval {
     iv.containers
         .iter()
         .find(|c| c.container == container)
@@ -115,7 +109,7 @@ fn row<'a>(iv: &'a Interval, container: &str) -> &'a ContainerInterval {
 
 /// The pair rows the script made: the ones that counted something. (host's row also gets
 /// gauge-only rows for whatever this test process has open in its own network namespace.)
-fn counted(iv: &Interval) -> Vec<(&str, SocketAddr, u64, u64)> {
+fn counted(iv: &ProbeInterval) -> Vec<(&str, SocketAddr, u64, u64)> {
     iv.pairs
         .iter()
         .filter(|p| p.connects + p.established + p.closed + p.time_wait_entries > 0)
@@ -123,7 +117,7 @@ fn counted(iv: &Interval) -> Vec<(&str, SocketAddr, u64, u64)> {
         .collect()
 }
 
-fn connects(iv: &Interval, container: &str) -> u64 {
+fn connects(iv: &ProbeInterval, container: &str) -> u64 {
     row(iv, container).counts.get(Counter::Connects)
 }
 
@@ -252,7 +246,7 @@ fn totals_and_the_exposition_add_up_every_interval() {
                 .with_loss(Loss::SockMapFull, k),
         );
     }
-    let ivs: Vec<Interval> = (0..4).map(|_| sampler.sample().unwrap()).collect();
+    let ivs: Vec<ProbeInterval> = (0..4).map(|_| sampler.sample().unwrap()).collect();
     let per: Vec<u64> = ivs.iter().map(|iv| connects(iv, "gw")).collect();
     assert_eq!(per, [10, 15, 0, 15]);
     // A pair with nothing new in an interval has no row in it.

@@ -356,6 +356,11 @@ fn union_in_order<'a>(
     out
 }
 
+/// Compares two stored runs, `before` and `after`: each one's report built, then compared.
+pub fn runs(before: &herd_model::RunData, after: &herd_model::RunData) -> Comparison {
+    compare(&Report::build(before), &Report::build(after))
+}
+
 /// Compares run `a` (before) with run `b` (after).
 pub fn compare(a: &Report, b: &Report) -> Comparison {
     let ids = [a.run.id, b.run.id];

@@ -1,13 +1,12 @@
 use std::collections::BTreeMap;
 
 use super::{render::*, *};
-use herd_driver::scenario::PhaseKind;
+use herd_model::{
+    LatencyHistogram, PhaseKind,
+    histogram::{new_histogram, record},
+};
 
 use hdrhistogram::Histogram;
-use herd_driver::{
-    measure::histogram::{new_histogram, record},
-    report::LatencyHistogram,
-};
 
 use crate::model::{Latencies, Log2Row, OpRow, SCHEMA_VERSION, Split, totals};
 
@@ -50,7 +49,7 @@ fn samples(count: u64, p: [u64; 3]) -> Histogram<u64> {
 }
 
 fn op(step: &str, name: &str, count: u64, rate: f64, p: [u64; 3], not_ok: u64) -> OpRow {
-    let mut outcomes = BTreeMap::from([(herd_driver::Outcome::Ok, count - not_ok)]);
+    let mut outcomes = BTreeMap::from([(herd_model::Outcome::Ok, count - not_ok)]);
     if not_ok > 0 {
         outcomes.insert("transport_error".into(), not_ok);
     }

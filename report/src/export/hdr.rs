@@ -10,9 +10,9 @@ use std::{
 };
 
 use hdrhistogram::serialization::{V2DeflateSerializer, interval_log::IntervalLogWriterBuilder};
-use herd_driver::report::LatencyHistogram;
 
-use crate::RunData;
+use herd_model::LatencyHistogram;
+use herd_model::RunData;
 
 /// Why an interval log could not be written.
 #[derive(Debug, thiserror::Error)]
@@ -35,7 +35,7 @@ pub enum HdrLogError {
         /// The op.
         op: String,
         /// The cause.
-        source: herd_driver::report::HistogramError,
+        source: herd_model::HistogramError,
     },
 }
 
@@ -138,7 +138,7 @@ mod tests {
         Deserializer,
         interval_log::{IntervalLogIterator, LogEntry},
     };
-    use herd_driver::measure::histogram::{new_histogram, record};
+    use herd_model::histogram::{new_histogram, record};
 
     use super::*;
 

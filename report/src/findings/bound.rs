@@ -2,7 +2,7 @@
 //! under its cap is not a CPU problem (seed 003: the delivery SLO broke at 12-14 pairs with
 //! the host's CPU near 30 %; the long-poll path, not the cores).
 
-use herd_driver::units::latency;
+use crate::units::latency;
 
 use super::Finding;
 use crate::model::Report;

@@ -86,7 +86,7 @@ fn effect_words(f: &Finding) -> String {
             let measured = f.numbers.get("measured_us").copied().unwrap_or(0.0);
             format!(
                 "an objective broke ({}) with 0 errors",
-                herd_driver::units::latency(measured as u64)
+                crate::units::latency(measured as u64)
             )
         }
     }
@@ -106,8 +106,8 @@ fn p99_rise(r: &Report, phase: &str) -> Option<(String, String)> {
         return None;
     }
     let (la, lb) = (
-        herd_driver::units::latency(a.latency.p99_us),
-        herd_driver::units::latency(b.latency.p99_us),
+        crate::units::latency(a.latency.p99_us),
+        crate::units::latency(b.latency.p99_us),
     );
     Some((
         format!(

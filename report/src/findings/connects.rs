@@ -2,7 +2,7 @@
 //! large share.
 
 use super::{Finding, n};
-use crate::RunData;
+use herd_model::RunData;
 
 /// A share of failed connects at or above which a run that reached the target is named.
 const FAILED_SHARE: f64 = 0.05;

@@ -5,10 +5,10 @@
 
 use std::collections::BTreeMap;
 
-use herd_driver::Outcome;
-
 use super::{Finding, n};
-use crate::{RunData, model::Report};
+use crate::model::Report;
+use herd_model::Outcome;
+use herd_model::RunData;
 
 /// Resources listed in the evidence; the rest are counted in one row.
 const SHOWN: usize = 10;

@@ -4,13 +4,11 @@
 
 use std::collections::BTreeSet;
 
-use herd_driver::units::latency;
+use crate::units::latency;
+use herd_model::RunData;
 
 use super::{Finding, n};
-use crate::{
-    RunData,
-    model::{OpRow, Report, TimelinePoint},
-};
+use crate::model::{OpRow, Report, TimelinePoint};
 
 /// A share of the phase's best req/s below which an interval has collapsed.
 const COLLAPSE_SHARE: f64 = 0.5;
@@ -360,7 +358,7 @@ pub(crate) fn warm_phase<'a>(r: &'a Report, op: &str) -> Option<(&'a OpRow, &'a 
     let rows: Vec<&OpRow> = r
         .ops
         .iter()
-        .filter(|o| o.op == op && o.kind != herd_driver::scenario::PhaseKind::Hammer && o.count > 0)
+        .filter(|o| o.op == op && o.kind != herd_model::PhaseKind::Hammer && o.count > 0)
         .collect();
     let (first, rest) = rows.split_first()?;
     let later = rest
@@ -390,9 +388,7 @@ pub fn warm_up_across_phases(r: &Report, named: &[Finding]) -> Vec<Finding> {
         let evidence = r
             .ops
             .iter()
-            .filter(|o| {
-                o.op == op && o.kind != herd_driver::scenario::PhaseKind::Hammer && o.count > 0
-            })
+            .filter(|o| o.op == op && o.kind != herd_model::PhaseKind::Hammer && o.count > 0)
             .map(|o| {
                 format!(
                     "{} / {op}: {:.0} req/s, p99 {}",

@@ -16,7 +16,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::{RunData, model::Report};
+use super::model::Report;
+use herd_model::RunData;
 
 pub use bound::latency_not_cpu;
 pub use chain::causal_chain;

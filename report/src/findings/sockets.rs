@@ -3,14 +3,13 @@
 
 use std::collections::BTreeMap;
 
-use herd_driver::{report::PhaseReport, scenario::PhaseKind, units::latency};
-use probe_common::Counter;
+use crate::units::latency;
+use herd_model::Counter;
+use herd_model::RunData;
+use herd_model::{PhaseKind, PhaseResult};
 
 use super::{Finding, n};
-use crate::{
-    RunData,
-    model::{PairRow, Report, phase_at},
-};
+use crate::model::{PairRow, Report, phase_at};
 
 /// Linux keeps a socket in TIME_WAIT for 60 s (`TCP_TIMEWAIT_LEN`).
 const TIME_WAIT_S: f64 = 60.0;
@@ -170,7 +169,7 @@ pub fn churn_cliff(r: &Report, d: &RunData) -> Vec<Finding> {
 pub fn pool_pinned(r: &Report, d: &RunData) -> Vec<Finding> {
     let mono0 = d.meta.mono_start_ns as u64;
     // Catalog routes are different ops one after another: their latencies do not climb.
-    let steps: Vec<&PhaseReport> = d
+    let steps: Vec<&PhaseResult> = d
         .phases
         .iter()
         .filter(|s| s.index.is_some() && s.kind != PhaseKind::Catalog)

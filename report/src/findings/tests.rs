@@ -2,6 +2,7 @@ use super::*;
 use crate::model::{
     Cell, PairRow, RunSummary, SCHEMA_VERSION, Split, TimelineContainer, TimelinePoint,
 };
+use herd_model::{PairGauges, PairInterval, ProbeInterval};
 
 /// Every number a finding's title states stands in its evidence: the digits of each number
 /// (`342`, `0.53`, `16047`, `28232`) are found, as written, in some evidence row.
@@ -134,7 +135,6 @@ fn point(t: f64, phase: usize, players: usize, rps: f64, gw: (f64, f64, f64)) ->
 
 #[test]
 fn a_pool_flat_at_its_cap_while_latency_climbs_is_named() {
-    use herd_probe::sample::{Interval, PairGauges, PairInterval};
     let mut d = crate::model::tests::data();
     // Three steps of 2 s each; p99 20 ms, then 20 ms, then 400 ms.
     let base = d.phases[0].clone();
@@ -152,7 +152,7 @@ fn a_pool_flat_at_its_cap_while_latency_climbs_is_named() {
     let mono0 = d.meta.mono_start_ns as u64;
     let remote: std::net::SocketAddr = "198.18.0.6:5432".parse().unwrap();
     d.probe = (1..=6u64)
-        .map(|i| Interval {
+        .map(|i| ProbeInterval {
             at_ns: mono0 + i * 1_000_000_000 - 500_000_000,
             interval_ns: 1_000_000_000,
             containers: vec![],
@@ -187,7 +187,7 @@ fn a_pool_flat_at_its_cap_while_latency_climbs_is_named() {
     let mut with_catalog = d.clone();
     let mut route = base.clone();
     route.phase = "catalog game.list".into();
-    route.kind = herd_driver::scenario::PhaseKind::Catalog;
+    route.kind = herd_model::PhaseKind::Catalog;
     route.index = Some(0);
     route.start_ms = 0;
     route.duration_ms = 0;
@@ -484,7 +484,7 @@ fn connecting(connects: u64, failed: u64, held: u64, held_ms: u64) -> RunData {
         p.connects = connects;
         p.connect_errors = failed;
     }
-    d.final_report = Some(herd_driver::report::RunReport {
+    d.final_report = Some(herd_model::RunResult {
         expected: Default::default(),
         scenario: "t.toml".into(),
         target: "127.0.0.1:40123".into(),
@@ -550,8 +550,8 @@ fn corrupted() -> RunData {
     let mut d = connecting(200, 0, 0, 0);
     let op = &mut d.phases[0].ops[0];
     op.count += 3;
-    op.outcomes.push(herd_driver::report::OutcomeStats {
-        outcome: herd_driver::Outcome::CheckFailed,
+    op.outcomes.push(herd_model::OutcomeStats {
+        outcome: herd_model::Outcome::CheckFailed,
         count: 3,
         latency: Default::default(),
         histogram: None,
@@ -559,7 +559,7 @@ fn corrupted() -> RunData {
     let name = op.op.clone();
     let fin = d.final_report.as_mut().expect("connecting() has one");
     fin.phases = d.phases.clone();
-    fin.play.check_failures = vec![herd_driver::report::CheckFailure {
+    fin.play.check_failures = vec![herd_model::CheckFailure {
         op: name,
         resource: "/v2/seed/broken/blobs/sha256:ab12".into(),
         count: 3,
@@ -673,7 +673,7 @@ fn cold_pool(cold: bool) -> Report {
         .map(|(i, (rate, p99))| {
             let mut o = base.clone();
             o.phase = format!("rate {}", i + 1);
-            o.kind = herd_driver::scenario::PhaseKind::Rate;
+            o.kind = herd_model::PhaseKind::Rate;
             o.op = "healthz".into();
             o.rate = *rate;
             o.count = (*rate * 5.0) as u64;

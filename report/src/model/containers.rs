@@ -3,16 +3,12 @@
 
 use std::collections::BTreeMap;
 
-use herd_driver::report::PhaseReport;
-use herd_probe::{
-    cgroupfs::{Memory, Throttling},
-    sample::{CpuCell, Interval, SocketCell},
-};
-use probe_common::Counter;
+use herd_model::Counter;
 use serde::{Deserialize, Serialize};
 
 use super::{Cell, phase_at, secs};
-use crate::RunData;
+use herd_model::RunData;
+use herd_model::{CpuCell, Memory, PhaseResult, ProbeInterval, SocketCell, Throttling};
 
 /// One phase × container row.
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
@@ -70,11 +66,11 @@ fn no_reading() -> Cell {
 /// empty when the probe recorded nothing.
 pub(super) fn rows(
     d: &RunData,
-    load_steps: &[&PhaseReport],
+    load_steps: &[&PhaseResult],
     missing: &dyn Fn(&str) -> Cell,
 ) -> Vec<ContainerRow> {
     let mono0 = d.meta.mono_start_ns as u64;
-    let mut groups: BTreeMap<(String, String), Vec<(&Interval, usize)>> = BTreeMap::new();
+    let mut groups: BTreeMap<(String, String), Vec<(&ProbeInterval, usize)>> = BTreeMap::new();
     let mut order: Vec<(String, String)> = Vec::new();
     for iv in &d.probe {
         let t_ms = iv.at_ns.saturating_sub(mono0) / 1_000_000;
@@ -123,7 +119,12 @@ pub(super) fn rows(
     containers
 }
 
-fn container_row(step: &str, name: &str, rows: &[(&Interval, usize)], mono0: u64) -> ContainerRow {
+fn container_row(
+    step: &str,
+    name: &str,
+    rows: &[(&ProbeInterval, usize)],
+    mono0: u64,
+) -> ContainerRow {
     let mut burst: Option<f64> = None;
     let mut sustained: Option<f64> = None;
     let (mut used, mut span) = (0.0, 0.0);

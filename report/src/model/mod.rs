@@ -10,8 +10,6 @@ mod timeline;
 
 use std::collections::BTreeMap;
 
-use herd_driver::{Outcome, report::PhaseReport};
-use herd_probe::sample::Interval;
 use serde::{Deserialize, Serialize};
 
 pub use containers::ContainerRow;
@@ -20,7 +18,9 @@ pub use pairs::{DEFAULT_PAIR_ROWS, Log2Row, PairRow};
 pub use slo::SloRow;
 pub use timeline::{DriverPoint, TimelineContainer, TimelineOp, TimelinePoint};
 
-use super::{RunData, findings};
+use super::findings;
+use herd_model::RunData;
+use herd_model::{Outcome, PhaseResult, ProbeInterval};
 
 /// The JSON report's schema version: bumped whenever a field changes meaning or goes.
 pub const SCHEMA_VERSION: u32 = 2;
@@ -117,13 +117,13 @@ impl Cell {
     }
 }
 
-pub(crate) fn secs(iv: &Interval) -> f64 {
+pub(crate) fn secs(iv: &ProbeInterval) -> f64 {
     iv.interval_ns.max(1) as f64 / 1e9
 }
 
 /// The phase (name, index) a moment `t_ms` after the start falls in; `before` / `after`
 /// outside every phase.
-pub(crate) fn phase_at(phases: &[&PhaseReport], t_ms: u64) -> (String, Option<usize>) {
+pub(crate) fn phase_at(phases: &[&PhaseResult], t_ms: u64) -> (String, Option<usize>) {
     for s in phases {
         if t_ms >= s.start_ms && t_ms <= s.start_ms + s.duration_ms {
             return (s.phase.clone(), s.index);
@@ -156,7 +156,7 @@ impl Report {
     /// Builds the report of `d` with the `pair_rows` most active pairs (and those on the
     /// request path); the rest are one `other` row of sums.
     pub fn build_with_pair_rows(d: &RunData, pair_rows: usize) -> Self {
-        let load_phases: Vec<&PhaseReport> =
+        let load_phases: Vec<&PhaseResult> =
             d.phases.iter().filter(|s| s.index.is_some()).collect();
         let probe_note = d.probe_missing.clone().unwrap_or_else(|| {
             if d.probe.is_empty() {
@@ -255,7 +255,7 @@ impl Report {
 
 /// What a sharded run's report says about its shards: how many merged, how far apart their
 /// clocks started, and which did not run to the end with what they recorded.
-fn shard_notes(shards: &[crate::ShardInfo]) -> Vec<String> {
+fn shard_notes(shards: &[herd_model::ShardInfo]) -> Vec<String> {
     let Some(first) = shards.first() else {
         return Vec::new();
     };

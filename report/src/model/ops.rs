@@ -7,15 +7,11 @@
 use std::collections::BTreeMap;
 
 use hdrhistogram::Histogram;
-use herd_driver::{
-    Outcome,
-    report::{Latency, LatencyHistogram, OpStats},
-    scenario::PhaseKind,
-};
 use serde::{Deserialize, Serialize};
 
 use super::Cell;
-use crate::RunData;
+use herd_model::RunData;
+use herd_model::{Latency, LatencyHistogram, OpStats, Outcome, PhaseKind};
 
 /// Latency figures of one set of samples, all from one histogram, in µs.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]

@@ -4,12 +4,12 @@
 
 use std::collections::BTreeMap;
 
-use herd_probe::sample::Log2Summary;
-use probe_common::{Log2Hist, PairStats};
+use herd_model::{Log2Hist, PairStats};
 use serde::{Deserialize, Serialize};
 
 use super::{Cell, secs};
-use crate::RunData;
+use herd_model::Log2Summary;
+use herd_model::RunData;
 
 /// One source container → destination row.
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
@@ -131,7 +131,7 @@ pub(super) fn rows(d: &RunData, duration_s: f64, requests: u64) -> Vec<PairRow> 
         }
         // A target that a container serves through a published port (docker-proxy or DNAT in
         // between) or a Docker DNS name: the path starts at the pairs toward that container's
-        // own address and port, as the probe recorded them (`Interval::services`).
+        // own address and port, as the probe recorded them (`ProbeInterval::services`).
         let served: Vec<String> = d
             .probe
             .iter()

@@ -2,14 +2,10 @@
 
 use std::collections::BTreeMap;
 
-use herd_driver::{
-    Outcome,
-    report::PhaseReport,
-    scenario::{Slo, SloMetric},
-};
 use serde::{Deserialize, Serialize};
 
 use super::ops::Split;
+use herd_model::{Outcome, PhaseResult, Slo, SloMetric};
 
 /// One objective checked in one phase.
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
@@ -35,7 +31,7 @@ pub struct SloRow {
 /// only, not the op's expected outcomes.
 pub(super) fn rows(
     slo: &[Slo],
-    steps: &[PhaseReport],
+    steps: &[PhaseResult],
     expected: &BTreeMap<String, Vec<Outcome>>,
 ) -> Vec<SloRow> {
     let mut out = Vec::new();

@@ -1,14 +1,14 @@
 use std::collections::BTreeMap;
 
-use herd_driver::report::{
-    DriverHealth, IntervalOp, IntervalReport, Latency, OpStats, OutcomeStats, RunReport,
-};
-use herd_probe::sample::{ContainerInterval, CountMap, CpuCell, Interval, SocketCell};
-
-use probe_common::Counter;
+use herd_model::Counter;
 
 use super::*;
-use crate::RunMeta;
+use herd_model::RunMeta;
+use herd_model::{
+    ContainerInterval, CountMap, CpuCell, DriverHealth, DriverInterval, IntervalOp, Latency,
+    OpStats, OutcomeStats, PairInterval, ProbeInterval, PublishedPort, RunResult, Service,
+    SocketCell,
+};
 
 fn latency(p99_us: u64) -> Latency {
     Latency {
@@ -35,7 +35,7 @@ pub(crate) fn data() -> RunData {
         outcomes: BTreeMap::from([("ok".into(), count)]),
     };
     let driver = (1..=2)
-        .map(|i| IntervalReport {
+        .map(|i| DriverInterval {
             index: i - 1,
             end_ms: i * 1000,
             duration_ms: 1000,
@@ -54,10 +54,10 @@ pub(crate) fn data() -> RunData {
             driver: DriverHealth::default(),
         })
         .collect();
-    let mut counts = [0u64; probe_common::N_COUNTERS];
+    let mut counts = [0u64; herd_model::N_COUNTERS];
     counts[Counter::Connects as usize] = 100;
     let probe = (1..=2u64)
-        .map(|i| Interval {
+        .map(|i| ProbeInterval {
             at_ns: mono0 + i * 1_000_000_000,
             interval_ns: 1_000_000_000,
             containers: vec![ContainerInterval {
@@ -77,9 +77,9 @@ pub(crate) fn data() -> RunData {
             services: Vec::new(),
         })
         .collect();
-    let step = herd_driver::report::PhaseReport {
+    let step = herd_model::PhaseResult {
         phase: "step 1".into(),
-        kind: herd_driver::scenario::PhaseKind::Step,
+        kind: herd_model::PhaseKind::Step,
         open: None,
         index: Some(0),
         players: 10,
@@ -117,7 +117,7 @@ pub(crate) fn data() -> RunData {
         driver,
         probe,
         probe_missing: None,
-        final_report: None::<RunReport>,
+        final_report: None::<RunResult>,
         slo: vec![],
         seeded: None,
         seed_cleanup: None,
@@ -171,11 +171,11 @@ fn time_wait_left_by_an_earlier_run_is_not_this_runs_peak() {
             listen_drops: 0,
             inbound: Vec::new(),
         };
-        iv.pairs.push(herd_probe::sample::PairInterval::gauges_only(
+        iv.pairs.push(herd_model::PairInterval::gauges_only(
             "gateway".into(),
             remote,
             None,
-            herd_probe::sample::PairGauges {
+            herd_model::PairGauges {
                 time_wait: 40 + own,
                 time_wait_baseline: 40,
                 ..Default::default()
@@ -199,7 +199,7 @@ fn pair_rows_beyond_the_limit_are_one_other_row_of_sums() {
     let mut d = data();
     for iv in &mut d.probe {
         for i in 0..60u64 {
-            iv.pairs.push(herd_probe::sample::PairInterval {
+            iv.pairs.push(herd_model::PairInterval {
                 container: "gateway".into(),
                 remote: format!("198.18.1.{}:80", i + 1).parse().unwrap(),
                 remote_container: None,
@@ -210,7 +210,7 @@ fn pair_rows_beyond_the_limit_are_one_other_row_of_sums() {
                 connect_latency_us: Default::default(),
                 lifetime_ms: Default::default(),
                 connect_latency_buckets: {
-                    let mut h = probe_common::Log2Hist::default();
+                    let mut h = herd_model::Log2Hist::default();
                     h.0[4] = i + 1;
                     h
                 },
@@ -253,7 +253,6 @@ fn pair_rows_beyond_the_limit_are_one_other_row_of_sums() {
 /// the hop toward the container's own address and the hops behind it get a churn ratio.
 #[test]
 fn a_published_port_target_is_followed_to_the_container_that_serves_it() {
-    use herd_probe::sample::{PairInterval, PublishedPort, Service};
     let mut d = data();
     let pair = |container: &str, remote: &str, rc: Option<&str>, connects: u64| PairInterval {
         container: container.into(),
@@ -285,7 +284,7 @@ fn a_published_port_target_is_followed_to_the_container_that_serves_it() {
             }],
         }];
     }
-    d.final_report = Some(RunReport {
+    d.final_report = Some(RunResult {
         expected: Default::default(),
         scenario: "t.toml".into(),
         target: "127.0.0.1:18081".into(),

@@ -2,19 +2,13 @@
 //! the probe interval that overlaps it most. Rates are over each interval's own length (a
 //! run's last interval is often a fraction of a second).
 
-use herd_driver::{
-    measure::health::{CPU_SATURATED_SHARE, LAG_SATURATED_US},
-    report::IntervalReport,
-};
-use herd_probe::{
-    cgroupfs::Throttling,
-    sample::{CpuCell, Interval, SocketCell},
-};
-use probe_common::Counter;
+use herd_model::Counter;
+use herd_model::{CPU_SATURATED_SHARE, LAG_SATURATED_US};
+use herd_model::{CpuCell, DriverInterval, ProbeInterval, SocketCell, Throttling};
 use serde::{Deserialize, Serialize};
 
 use super::ops::Split;
-use crate::RunData;
+use herd_model::RunData;
 
 /// One op in one interval.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -112,12 +106,12 @@ impl TimelinePoint {
     }
 }
 
-fn secs(iv: &Interval) -> f64 {
+fn secs(iv: &ProbeInterval) -> f64 {
     iv.interval_ns.max(1) as f64 / 1e9
 }
 
 /// What saturated the driver in `iv`, in words, or None.
-fn saturation(iv: &IntervalReport) -> Option<String> {
+fn saturation(iv: &DriverInterval) -> Option<String> {
     let d = &iv.driver;
     if !d.saturated {
         return None;
@@ -129,7 +123,7 @@ fn saturation(iv: &IntervalReport) -> Option<String> {
     if d.lag_p99_us >= LAG_SATURATED_US {
         why.push(format!(
             "scheduler lag p99 {}",
-            herd_driver::units::latency(d.lag_p99_us)
+            crate::units::latency(d.lag_p99_us)
         ));
     }
     if why.is_empty() {
@@ -138,7 +132,7 @@ fn saturation(iv: &IntervalReport) -> Option<String> {
     Some(why.join(", "))
 }
 
-fn container(p: &Interval, c: &herd_probe::sample::ContainerInterval) -> TimelineContainer {
+fn container(p: &ProbeInterval, c: &herd_model::ContainerInterval) -> TimelineContainer {
     let s = secs(p);
     let (cpu, burst, quota, share) = match &c.cpu {
         CpuCell::Measured(ci) => {
@@ -172,7 +166,7 @@ fn container(p: &Interval, c: &herd_probe::sample::ContainerInterval) -> Timelin
 }
 
 /// The probe interval that overlaps `[start, end)` (ns, monotonic) most.
-fn overlapping(probe: &[Interval], start: u64, end: u64) -> Option<&Interval> {
+fn overlapping(probe: &[ProbeInterval], start: u64, end: u64) -> Option<&ProbeInterval> {
     probe
         .iter()
         .map(|p| {

@@ -3,8 +3,9 @@
 
 use std::fmt::Write as _;
 
+use herd_model::{PlayStats, StreamStats};
+
 use super::count;
-use crate::report::{PlayStats, StreamStats};
 use crate::units::latency as duration_us;
 
 /// `  stream events.subscribe (sse): 1 204 events (move 1 000, chat 204), first event p50
@@ -93,7 +94,7 @@ fn stream_line(s: &StreamStats) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::{GroupStats, Latency};
+    use herd_model::{GroupStats, Latency};
 
     #[test]
     fn a_stream_and_groups() {
@@ -119,7 +120,7 @@ mod tests {
                 failed: 1,
                 abandoned: 1,
             },
-            check_failures: vec![crate::report::CheckFailure {
+            check_failures: vec![herd_model::CheckFailure {
                 op: "layer.get".into(),
                 resource: "/v2/app/blobs/sha256:ab".into(),
                 count: 3,

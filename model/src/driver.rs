@@ -1,17 +1,16 @@
-//! The typed result stream: what the driver tells a run recorder, a progress printer or a
-//! test, every interval, at every phase's end and once at the end. Latencies cross this
+//! The driver's rows: the typed result stream (every interval, every phase's end, the whole
+//! run) that a run recorder, a progress printer or a test reads. Latencies cross this
 //! boundary twice: as percentiles for readers, and as [`LatencyHistogram`]s that merge
 //! exactly, so whole-run and cross-run percentiles are computed, never averaged.
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, fmt};
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::measure::{
-    histogram::{HistogramError, LatencyHistogram},
-    play::{CheckFailure, GroupStats, PlayStats, StreamStats},
+use crate::{
+    histogram::{HistogramError, Latency, LatencyHistogram},
+    outcome::Outcome,
 };
-use crate::{outcome::Outcome, scenario::PhaseKind};
 
 /// One event of a run, in order: intervals as they pass, each phase's totals when all of its
 /// ops have finished, and the whole run last.
@@ -19,29 +18,12 @@ use crate::{outcome::Outcome, scenario::PhaseKind};
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum DriverEvent {
     /// One interval of the timeline (1 s by default).
-    Interval(IntervalReport),
+    Interval(DriverInterval),
     /// A phase of the plan (or the hammer) ended and every op it started has been recorded.
     #[serde(alias = "step_end")]
-    PhaseEnd(PhaseReport),
+    PhaseEnd(PhaseResult),
     /// The run is over.
-    Done(Box<RunReport>),
-}
-
-/// Latency percentiles in microseconds, from an HdrHistogram with 3 significant digits.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct Latency {
-    /// Median.
-    pub p50_us: u64,
-    /// 90th percentile.
-    pub p90_us: u64,
-    /// 99th percentile.
-    pub p99_us: u64,
-    /// 99.9th percentile.
-    pub p999_us: u64,
-    /// Largest.
-    pub max_us: u64,
-    /// Mean.
-    pub mean_us: f64,
+    Done(Box<RunResult>),
 }
 
 /// One outcome of one op in one phase.
@@ -75,7 +57,7 @@ pub struct OpStats {
 
 /// A phase's (or the hammer's) totals.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PhaseReport {
+pub struct PhaseResult {
     /// `step 1`, `soak 2`, `soak hold`, `stop`, `rate 1`, `catalog <op>` or `hammer`.
     pub phase: String,
     /// What kind of phase it was (older results without it are steps).
@@ -83,7 +65,7 @@ pub struct PhaseReport {
     pub kind: PhaseKind,
     /// An open-model (rate) phase's arrivals: sent, late and dropped starts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub open: Option<crate::shapes::OpenStats>,
+    pub open: Option<OpenStats>,
     /// The phase's index in the plan's sequence (`Scenario::plan`); none for the hammer.
     #[serde(alias = "step")]
     pub index: Option<usize>,
@@ -188,9 +170,22 @@ pub struct DriverHealth {
     pub saturated: bool,
 }
 
+/// Lag p99 at or above this means the runtime could not run ready tasks on time: a
+/// timer on an idle tokio runtime is late by about its 1 ms granularity.
+pub const LAG_SATURATED_US: u64 = 10_000;
+
+/// CPU at or above this share of the driver's cores means it had no headroom left.
+pub const CPU_SATURATED_SHARE: f64 = 0.9;
+
+/// True when the driver, not the system under test, limited the interval.
+pub fn saturated(cpu_percent: f64, cores: usize, lag_p99_us: u64) -> bool {
+    lag_p99_us >= LAG_SATURATED_US
+        || cpu_percent >= CPU_SATURATED_SHARE * 100.0 * cores.max(1) as f64
+}
+
 /// One interval of the timeline.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct IntervalReport {
+pub struct DriverInterval {
     /// 0, 1, 2, ...
     pub index: u64,
     /// The interval's end, since the run's start.
@@ -234,7 +229,7 @@ pub struct IntervalReport {
 
 /// A whole run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RunReport {
+pub struct RunResult {
     /// The scenario file.
     pub scenario: String,
     /// `host:port` of the target.
@@ -268,19 +263,19 @@ pub struct RunReport {
     pub saturated_intervals: u64,
     /// Per phase, then the hammer.
     #[serde(alias = "steps")]
-    pub phases: Vec<PhaseReport>,
+    pub phases: Vec<PhaseResult>,
     /// Each op's expected outcomes (`[outcome] expected`, an op's `expected`): part of
     /// normal play, counted apart from `ok` and from errors.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub expected: BTreeMap<String, Vec<Outcome>>,
     /// The timeline.
-    pub intervals: Vec<IntervalReport>,
+    pub intervals: Vec<DriverInterval>,
     /// Streams, long polls and groups over the whole run.
     #[serde(flatten)]
     pub play: PlayStats,
 }
 
-impl RunReport {
+impl RunResult {
     /// When every connect of the run failed and none succeeded: the target was never reached,
     /// so the run measured nothing about it. Says so with the numbers and what to check.
     pub fn unreachable(&self) -> Option<String> {
@@ -321,5 +316,199 @@ impl RunReport {
             .filter(|o| o.op == op)
             .map(|o| o.count)
             .sum()
+    }
+}
+
+/// What kind of phase a phase report (and a plan phase) is.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum PhaseKind {
+    /// A `[[step]]` of players.
+    #[default]
+    Step,
+    /// One step of a `[soak]` (compiled into player steps).
+    Soak,
+    /// The `[stop]` spread: players leaving one by one at the plan's end.
+    Stop,
+    /// An open-model `[[rate]]` step.
+    Rate,
+    /// One route of the `[catalog]`.
+    Catalog,
+    /// The `[hammer]`.
+    Hammer,
+}
+
+impl fmt::Display for PhaseKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Step => "step",
+            Self::Soak => "soak",
+            Self::Stop => "stop",
+            Self::Rate => "rate",
+            Self::Catalog => "catalog",
+            Self::Hammer => "hammer",
+        })
+    }
+}
+
+/// An open-model phase's arrivals. Every arrival is either sent or dropped; a sent one may
+/// also be late. Latencies of sent arrivals count from their intended time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OpenStats {
+    /// The target rate, arrivals per second.
+    pub rate: f64,
+    /// Arrivals whose intended time fell in the phase (fewer than planned after a stop).
+    pub scheduled: u64,
+    /// Arrivals sent.
+    pub sent: u64,
+    /// Sent more than `late_after_us` after their intended time: the driver (or, with
+    /// `when_full = "queue"`, the in-flight bound) held them back.
+    pub late_starts: u64,
+    /// Not sent because `max_in_flight` requests were already out (`when_full = "drop"`).
+    pub dropped_starts: u64,
+    /// The in-flight bound.
+    pub max_in_flight: usize,
+    /// Most requests in flight at one arrival.
+    pub peak_in_flight: usize,
+    /// The lateness threshold.
+    pub late_after_us: u64,
+}
+
+/// Streams, long polls and groups over one step, one interval or the whole run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PlayStats {
+    /// One entry per stream or long-poll op that opened or failed, in the scenario's order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub streams: Vec<StreamStats>,
+    /// Group counts (all zero without a `[group]`).
+    #[serde(default, skip_serializing_if = "GroupStats::is_zero")]
+    pub groups: GroupStats,
+    /// Checks that failed, by op and by the resource (request path) they were about.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub check_failures: Vec<CheckFailure>,
+}
+
+/// Responses to one op on one resource that failed a check (`check_failed`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckFailure {
+    /// The op's name.
+    pub op: String,
+    /// The request path, e.g. `/v2/library/app/blobs/sha256:…`; `other` once an op has
+    /// [`MAX_TYPES`] distinct ones.
+    pub resource: String,
+    /// How many responses failed.
+    pub count: u64,
+}
+
+impl PlayStats {
+    /// True when nothing was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.streams.is_empty() && self.groups.is_zero() && self.check_failures.is_empty()
+    }
+
+    /// The entry for stream or long-poll op `op`.
+    pub fn stream(&self, op: &str) -> Option<&StreamStats> {
+        self.streams.iter().find(|s| s.op == op)
+    }
+}
+
+fn none(n: &u64) -> bool {
+    *n == 0
+}
+
+/// One stream or long-poll op.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StreamStats {
+    /// The op's name.
+    pub op: String,
+    /// `sse`, `ndjson`, `chunks` or `long_poll`.
+    pub kind: String,
+    /// Openings that got a 2xx answer (long poll: polls answered).
+    pub opened: u64,
+    /// Openings after a player's first one: the stream broke or ended and was reopened
+    /// (long poll: polls re-issued after a failure).
+    pub reconnects: u64,
+    /// Openings the player's stop cut short: sent, and no answer came before it stopped (a
+    /// stream's head, a long poll's reply). The server saw them, so `opened` + this +
+    /// failed openings is what it counts; a long poll in flight at the end is one.
+    #[serde(default, skip_serializing_if = "none")]
+    pub cut_by_stop: u64,
+    /// Events received, all types (long poll: answers, `no_news` included).
+    pub events: u64,
+    /// Events per type (the `event:` field, the `event_type` pointer, `chunk`, or for a
+    /// long poll `no_news`).
+    pub by_type: BTreeMap<String, u64>,
+    /// Failures per class: `transport_error.*`, `timeout`, `http_4xx`…, `ended` (the server
+    /// closed the stream), `bad_event` (an event that did not parse).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub errors: BTreeMap<String, u64>,
+    /// From sending the request to the opening's first event.
+    pub first_event: Option<Latency>,
+}
+
+/// How groups fared.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupStats {
+    /// Groups whose every member created or joined (`ok`), so play began.
+    pub formed: u64,
+    /// Groups that met their finish condition and left the rotation.
+    pub finished: u64,
+    /// Groups whose create or a join did not end `ok`; their players went back to form new
+    /// ones.
+    pub failed: u64,
+    /// Groups a member left (retired by a step or stopped) before they finished.
+    pub abandoned: u64,
+}
+
+impl GroupStats {
+    /// True when every count is zero.
+    pub fn is_zero(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// One objective: an op's latency percentile (or its error share) must stay under a limit.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Slo {
+    /// The op.
+    pub op: String,
+    /// What is measured.
+    pub metric: SloMetric,
+    /// The limit: microseconds for latencies, a share (0–1) for errors.
+    pub limit: f64,
+    /// The objective as written, e.g. `p99 < 500ms`.
+    pub text: String,
+}
+
+/// What an [`Slo`] measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SloMetric {
+    /// Median latency.
+    P50,
+    /// 90th percentile.
+    P90,
+    /// 99th percentile.
+    P99,
+    /// 99.9th percentile.
+    P999,
+    /// Largest latency.
+    Max,
+    /// Share of outcomes that are not `ok`.
+    Errors,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn saturation_thresholds() {
+        assert!(!saturated(50.0, 2, 1_200));
+        assert!(saturated(185.0, 2, 1_200));
+        assert!(saturated(20.0, 2, 15_000));
+        assert!(saturated(95.0, 0, 0));
     }
 }

@@ -1,17 +1,22 @@
-//! Plain-text rendering of a run's result: the per-step × op table at the end (the live
-//! view of each interval is herd's, in `herd/src/live.rs`).
+//! Plain text for a terminal: the end-of-run table of a driver result (per phase × op), the
+//! play lines under it, and [`render`], which turns any [`Table`] of the report's one table
+//! model into aligned columns — the live view (`herd/src/output/live.rs`) renders through it
+//! too.
 
 use std::fmt::Write as _;
 
+use herd_model::{OpStats, Outcome, PhaseKind, PhaseResult, RunResult};
+
+pub mod play;
+mod shapes;
+pub mod tls;
+
+pub use shapes::open_heading;
+
 use crate::{
-    outcome::Outcome,
-    report::{OpStats, PhaseReport, RunReport},
-    scenario::PhaseKind,
+    doc::{Align, Column, Row, Table, Value},
+    units::latency as duration_us,
 };
-
-mod play;
-
-use crate::units::latency as duration_us;
 
 /// A count with thin groups of three: `564 979`.
 pub fn count(n: u64) -> String {
@@ -55,44 +60,83 @@ fn outcomes(op: &OpStats, expected: &[Outcome]) -> String {
 
 /// An op's figures as every table prints them: count, req/s, p50, p99, max and outcomes
 /// (`expected`: the op's expected outcomes).
-pub(crate) fn op_cells(o: &OpStats, expected: &[Outcome]) -> [String; 6] {
+pub fn op_cells(o: &OpStats, expected: &[Outcome]) -> [Value; 6] {
     [
-        count(o.count),
-        format!("{:.1}", o.rate),
-        duration_us(o.latency.p50_us),
-        duration_us(o.latency.p99_us),
-        duration_us(o.latency.max_us),
-        outcomes(o, expected),
+        Value::plain(count(o.count)),
+        Value::plain(format!("{:.1}", o.rate)),
+        Value::plain(duration_us(o.latency.p50_us)),
+        Value::plain(duration_us(o.latency.p99_us)),
+        Value::plain(duration_us(o.latency.max_us)),
+        Value::plain(outcomes(o, expected)),
     ]
 }
 
-/// A table's lines, each column as wide as its widest cell: names (the first column) and
-/// outcomes (the last) read left to right, numbers line up on the right.
-pub(crate) fn aligned<const N: usize>(rows: &[[String; N]]) -> String {
-    let mut width = [0usize; N];
-    for r in rows {
+/// The columns of an op table after its first (`op`, `route`, …): the figures of
+/// [`op_cells`].
+pub fn op_columns() -> [Column; 6] {
+    [
+        Column::right("count"),
+        Column::right("req/s"),
+        Column::right("p50"),
+        Column::right("p99"),
+        Column::right("max"),
+        Column::left("outcomes"),
+    ]
+}
+
+/// A table's lines for a terminal: the header, then every row, each column as wide as its
+/// widest cell. Left columns (names, outcomes) read left to right, right columns (numbers)
+/// line up on the right; the last column is not padded. A group row is its title alone.
+pub fn render(t: &Table) -> String {
+    let n = t.columns.len();
+    let header: Vec<&str> = t.columns.iter().map(|c| c.name.as_str()).collect();
+    let rows: Vec<Vec<&str>> = std::iter::once(header)
+        .chain(t.rows.iter().filter_map(|r| match r {
+            Row::Cells(cells) => Some(cells.iter().map(|c| c.text.as_str()).collect()),
+            Row::Group(_) => None,
+        }))
+        .collect();
+    let mut width = vec![0usize; n];
+    for r in &rows {
         for (w, c) in width.iter_mut().zip(r) {
             *w = (*w).max(c.chars().count());
         }
     }
-    let mut out = String::new();
-    for r in rows {
+    let line = |out: &mut String, r: &[&str]| {
         out.push(' ');
         for (i, c) in r.iter().enumerate() {
+            out.push_str(if i == 0 { " " } else { "  " });
             let pad = " ".repeat(width[i] - c.chars().count());
-            let _ = match i {
-                0 => write!(out, " {c}{pad}"),
-                _ if i == N - 1 => write!(out, "  {c}"),
-                _ => write!(out, "  {pad}{c}"),
-            };
+            match t.columns[i].align {
+                Align::Right => {
+                    out.push_str(&pad);
+                    out.push_str(c);
+                }
+                Align::Left if i == n - 1 => out.push_str(c),
+                Align::Left => {
+                    out.push_str(c);
+                    out.push_str(&pad);
+                }
+            }
         }
         out.push('\n');
+    };
+    let mut out = String::new();
+    line(&mut out, &rows[0]);
+    let mut cells = rows[1..].iter();
+    for r in &t.rows {
+        match r {
+            Row::Cells(_) => line(&mut out, cells.next().expect("one per cell row")),
+            Row::Group(title) => {
+                let _ = writeln!(out, "  {title}");
+            }
+        }
     }
     out
 }
 
-fn step_heading(s: &PhaseReport) -> String {
-    if let Some(h) = crate::shapes::text::open_heading(s) {
+fn step_heading(s: &PhaseResult) -> String {
+    if let Some(h) = open_heading(s) {
         return h;
     }
     let who = if s.index.is_some() {
@@ -113,7 +157,7 @@ fn step_heading(s: &PhaseReport) -> String {
 
 /// The end-of-run table: per step (and the hammer), one row per op with count, req/s,
 /// p50, p99, max and outcomes.
-pub fn table(report: &RunReport) -> String {
+pub fn table(report: &RunResult) -> String {
     let mut out = format!(
         "{} → {} ({}, {}): {} requests in {:.1}s{}\n",
         report.scenario,
@@ -145,30 +189,31 @@ pub fn table(report: &RunReport) -> String {
             report.connect_backoff_ms as f64 / 1e3
         );
     }
-    let header = ["op", "count", "req/s", "p50", "p99", "max", "outcomes"];
-    out.push_str(&crate::shapes::text::catalog_table(report));
+    out.push_str(&shapes::catalog_table(report));
     for s in report
         .phases
         .iter()
         .filter(|s| s.kind != PhaseKind::Catalog)
     {
         let _ = writeln!(out, "\n{}", step_heading(s));
-        let rows: Vec<[String; 7]> = s
-            .ops
-            .iter()
-            .map(|o| {
-                let [n, rate, p50, p99, max, outs] = op_cells(o, report.expected_of(&o.op));
-                [o.op.clone(), n, rate, p50, p99, max, outs]
-            })
-            .collect();
-        if rows.is_empty() {
+        if s.ops.is_empty() {
             out.push_str("  (no ops)\n");
             out.push_str(&play::lines(&s.play));
             continue;
         }
-        let mut lines = vec![header.map(String::from)];
-        lines.extend(rows);
-        out.push_str(&aligned(&lines));
+        let mut t = Table::new(
+            std::iter::once(Column::left("op"))
+                .chain(op_columns())
+                .collect(),
+        );
+        for o in &s.ops {
+            t.row(
+                std::iter::once(Value::plain(o.op.clone()))
+                    .chain(op_cells(o, report.expected_of(&o.op)))
+                    .collect(),
+            );
+        }
+        out.push_str(&render(&t));
         out.push_str(&play::lines(&s.play));
     }
     out
@@ -178,7 +223,7 @@ pub fn table(report: &RunReport) -> String {
 mod tests {
 
     use super::*;
-    use crate::report::{Latency, OutcomeStats};
+    use herd_model::{Latency, OutcomeStats};
 
     fn lat(p50: u64, p99: u64, max: u64) -> Latency {
         Latency {
@@ -207,7 +252,7 @@ mod tests {
             count: n,
             latency: l,
         };
-        let report = RunReport {
+        let report = RunResult {
             expected: Default::default(),
             scenario: "game.toml".into(),
             target: "127.0.0.1:8081".into(),
@@ -224,7 +269,7 @@ mod tests {
             connect_backoff_ms: 0,
             saturated_intervals: 0,
             phases: vec![
-                PhaseReport {
+                PhaseResult {
                     phase: "step 1".into(),
                     kind: PhaseKind::Step,
                     open: None,
@@ -252,7 +297,7 @@ mod tests {
                     connect_errors: 0,
                     play: Default::default(),
                 },
-                PhaseReport {
+                PhaseResult {
                     phase: "hammer".into(),
                     kind: PhaseKind::Hammer,
                     open: None,

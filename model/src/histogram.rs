@@ -1,13 +1,29 @@
 //! HdrHistograms in microseconds, their percentile summaries, and their encoded form
-//! ([`LatencyHistogram`]) that crosses the driver's boundary.
+//! ([`LatencyHistogram`]) that every driver row carries, the store keeps and the report merges.
 
 use base64::Engine as _;
 use hdrhistogram::{
     Histogram,
     serialization::{Deserializer, Serializer as _, V2DeflateSerializer},
 };
+use serde::{Deserialize, Serialize};
 
-use crate::report::Latency;
+/// Latency percentiles in microseconds, from an HdrHistogram with 3 significant digits.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Latency {
+    /// Median.
+    pub p50_us: u64,
+    /// 90th percentile.
+    pub p90_us: u64,
+    /// 99th percentile.
+    pub p99_us: u64,
+    /// 99.9th percentile.
+    pub p999_us: u64,
+    /// Largest.
+    pub max_us: u64,
+    /// Mean.
+    pub mean_us: f64,
+}
 
 /// A latency histogram (µs) in HdrHistogram's standard compressed V2 encoding, base64 — the
 /// form HdrHistogram's own log tools read. Phase and interval results carry one, the store

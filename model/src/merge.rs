@@ -8,23 +8,19 @@
 use std::collections::BTreeMap;
 
 use crate::{
-    measure::{
-        histogram::{HistogramError, LatencyHistogram, latency},
-        play::{GroupStats, PlayStats, StreamStats},
+    driver::{
+        CheckFailure, DriverHealth, DriverInterval, GroupStats, IntervalOp, OpStats, OpenStats,
+        OutcomeStats, PhaseResult, PlayStats, RunResult, StreamStats,
     },
-    report::{
-        DriverHealth, IntervalOp, IntervalReport, Latency, OpStats, OutcomeStats, PhaseReport,
-        RunReport,
-    },
-    shapes::OpenStats,
+    histogram::{HistogramError, Latency, LatencyHistogram, latency},
 };
 
 /// Merges the phase totals of several shards: one row per phase (matched by index and name;
 /// the hammer has no index), in the order they first appear.
 pub fn phases<'a>(
-    parts: impl IntoIterator<Item = &'a [PhaseReport]>,
-) -> Result<Vec<PhaseReport>, HistogramError> {
-    let mut groups: Vec<Vec<&PhaseReport>> = Vec::new();
+    parts: impl IntoIterator<Item = &'a [PhaseResult]>,
+) -> Result<Vec<PhaseResult>, HistogramError> {
+    let mut groups: Vec<Vec<&PhaseResult>> = Vec::new();
     for part in parts {
         for p in part {
             match groups
@@ -39,7 +35,7 @@ pub fn phases<'a>(
     groups.into_iter().map(|g| phase(&g)).collect()
 }
 
-fn phase(ps: &[&PhaseReport]) -> Result<PhaseReport, HistogramError> {
+fn phase(ps: &[&PhaseResult]) -> Result<PhaseResult, HistogramError> {
     let first = ps[0];
     let start_ms = ps.iter().map(|p| p.start_ms).min().unwrap_or(0);
     let end_ms = ps
@@ -48,7 +44,7 @@ fn phase(ps: &[&PhaseReport]) -> Result<PhaseReport, HistogramError> {
         .max()
         .unwrap_or(0);
     let open: Vec<&OpenStats> = ps.iter().filter_map(|p| p.open.as_ref()).collect();
-    Ok(PhaseReport {
+    Ok(PhaseResult {
         phase: first.phase.clone(),
         kind: first.kind,
         open: (!open.is_empty()).then(|| open_stats(&open)),
@@ -221,13 +217,11 @@ fn play<'a>(ps: impl Iterator<Item = &'a PlayStats>) -> PlayStats {
     }
     let check_failures = checks
         .into_iter()
-        .map(
-            |((op, resource), count)| crate::measure::play::CheckFailure {
-                op,
-                resource,
-                count,
-            },
-        )
+        .map(|((op, resource), count)| CheckFailure {
+            op,
+            resource,
+            count,
+        })
         .collect();
     PlayStats {
         streams,
@@ -239,9 +233,9 @@ fn play<'a>(ps: impl Iterator<Item = &'a PlayStats>) -> PlayStats {
 /// Merges the timelines of several shards interval by interval (matched by index: the
 /// shards' intervals are timed from one agreed start).
 pub fn intervals<'a>(
-    parts: impl IntoIterator<Item = &'a [IntervalReport]>,
-) -> Result<Vec<IntervalReport>, HistogramError> {
-    let mut by_index: BTreeMap<u64, Vec<&IntervalReport>> = BTreeMap::new();
+    parts: impl IntoIterator<Item = &'a [DriverInterval]>,
+) -> Result<Vec<DriverInterval>, HistogramError> {
+    let mut by_index: BTreeMap<u64, Vec<&DriverInterval>> = BTreeMap::new();
     for part in parts {
         for iv in part {
             by_index.entry(iv.index).or_default().push(iv);
@@ -250,9 +244,9 @@ pub fn intervals<'a>(
     by_index.into_values().map(|g| interval(&g)).collect()
 }
 
-fn interval(ivs: &[&IntervalReport]) -> Result<IntervalReport, HistogramError> {
+fn interval(ivs: &[&DriverInterval]) -> Result<DriverInterval, HistogramError> {
     let first = ivs[0];
-    let sum = |f: fn(&IntervalReport) -> u64| ivs.iter().map(|i| f(i)).sum::<u64>();
+    let sum = |f: fn(&DriverInterval) -> u64| ivs.iter().map(|i| f(i)).sum::<u64>();
     let ops = by_name(ivs.iter().flat_map(|i| &i.ops), |o| &o.op)
         .into_iter()
         .map(|g| {
@@ -287,7 +281,7 @@ fn interval(ivs: &[&IntervalReport]) -> Result<IntervalReport, HistogramError> {
         lag_max_us: ivs.iter().map(|i| i.driver.lag_max_us).max().unwrap_or(0),
         saturated: ivs.iter().any(|i| i.driver.saturated),
     };
-    Ok(IntervalReport {
+    Ok(DriverInterval {
         index: first.index,
         end_ms: ivs.iter().map(|i| i.end_ms).max().unwrap_or(0),
         duration_ms: ivs.iter().map(|i| i.duration_ms).max().unwrap_or(0),
@@ -333,9 +327,9 @@ pub enum MergeError {
 
 /// Merges the final reports of a run's shards into the report one process would have
 /// written.
-pub fn runs(parts: &[RunReport]) -> Result<RunReport, MergeError> {
+pub fn runs(parts: &[RunResult]) -> Result<RunResult, MergeError> {
     let first = parts.first().ok_or(MergeError::Empty)?;
-    let what = |r: &RunReport| format!("{} against {}", r.scenario, r.target);
+    let what = |r: &RunResult| format!("{} against {}", r.scenario, r.target);
     for (index, r) in parts.iter().enumerate() {
         if r.target != first.target || r.scenario != first.scenario {
             return Err(MergeError::NotOneRun {
@@ -345,7 +339,7 @@ pub fn runs(parts: &[RunReport]) -> Result<RunReport, MergeError> {
             });
         }
     }
-    let sum = |f: fn(&RunReport) -> u64| parts.iter().map(f).sum::<u64>();
+    let sum = |f: fn(&RunResult) -> u64| parts.iter().map(f).sum::<u64>();
     let start = parts.iter().map(|r| r.started_unix_ms).min().unwrap_or(0);
     let end = parts
         .iter()
@@ -358,7 +352,7 @@ pub fn runs(parts: &[RunReport]) -> Result<RunReport, MergeError> {
             expected.entry(k.clone()).or_insert_with(|| v.clone());
         }
     }
-    Ok(RunReport {
+    Ok(RunResult {
         scenario: first.scenario.clone(),
         target: first.target.clone(),
         transport: first.transport.clone(),
@@ -378,7 +372,7 @@ pub fn runs(parts: &[RunReport]) -> Result<RunReport, MergeError> {
         saturated_intervals: 0,
         play: play(parts.iter().map(|r| &r.play)),
     })
-    .map(|mut r: RunReport| {
+    .map(|mut r: RunResult| {
         r.saturated_intervals = r.intervals.iter().filter(|i| i.driver.saturated).count() as u64;
         r
     })

@@ -1,15 +1,16 @@
 //! Text for the shapes: a rate phase's heading with its arrivals, and the catalog's table
 //! (one row per route).
 
+use herd_model::{PhaseKind, PhaseResult, RunResult};
+
+use super::{count, op_cells, op_columns, render};
 use crate::{
-    report::{PhaseReport, RunReport},
-    scenario::PhaseKind,
-    text::{aligned, count, op_cells},
+    doc::{Column, Table, Value},
     units::latency as duration_us,
 };
 
 /// A rate phase's heading: target and sent rate, late and dropped starts.
-pub(crate) fn open_heading(s: &PhaseReport) -> Option<String> {
+pub fn open_heading(s: &PhaseResult) -> Option<String> {
     let o = s.open.as_ref()?;
     let secs = (s.duration_ms as f64 / 1e3).max(1e-3);
     Some(format!(
@@ -39,8 +40,8 @@ fn trim(x: f64) -> String {
 
 /// The catalog: one row per route with concurrency, count, req/s, p50, p99, max and
 /// outcomes; empty without catalog phases.
-pub(crate) fn catalog_table(report: &RunReport) -> String {
-    let routes: Vec<&PhaseReport> = report
+pub(crate) fn catalog_table(report: &RunResult) -> String {
+    let routes: Vec<&PhaseResult> = report
         .phases
         .iter()
         .filter(|s| s.kind == PhaseKind::Catalog)
@@ -48,47 +49,40 @@ pub(crate) fn catalog_table(report: &RunReport) -> String {
     if routes.is_empty() {
         return String::new();
     }
-    let header = [
-        "route", "conc", "count", "req/s", "p50", "p99", "max", "outcomes",
-    ]
-    .map(String::from);
-    let mut rows = vec![header];
+    let mut t = Table::new(
+        [Column::left("route"), Column::right("conc")]
+            .into_iter()
+            .chain(op_columns())
+            .collect(),
+    );
     for s in &routes {
-        let route = s
-            .phase
-            .strip_prefix("catalog ")
-            .unwrap_or(&s.phase)
-            .to_owned();
+        let route = s.phase.strip_prefix("catalog ").unwrap_or(&s.phase);
+        let head = [Value::plain(route), Value::plain(s.players.to_string())];
         match s.ops.first() {
-            Some(o) => {
-                let [n, rate, p50, p99, max, outs] = op_cells(o, report.expected_of(&o.op));
-                rows.push([route, s.players.to_string(), n, rate, p50, p99, max, outs]);
-            }
-            None => rows.push([
-                route,
-                s.players.to_string(),
-                "0".into(),
-                "-".into(),
-                "-".into(),
-                "-".into(),
-                "-".into(),
-                "(no requests)".into(),
-            ]),
+            Some(o) => t.row(
+                head.into_iter()
+                    .chain(op_cells(o, report.expected_of(&o.op)))
+                    .collect(),
+            ),
+            None => t.row(
+                head.into_iter()
+                    .chain(["0", "-", "-", "-", "-", "(no requests)"].map(Value::plain))
+                    .collect(),
+            ),
         }
     }
     let mut out = format!("\ncatalog: {} routes, one after another\n", routes.len());
-    out.push_str(&aligned(&rows));
+    out.push_str(&render(&t));
     out
 }
 
 #[cfg(test)]
 mod tests {
-    use crate::{
-        report::{Latency, OpStats, OutcomeStats, PhaseReport, RunReport},
-        scenario::PhaseKind,
-        shapes::OpenStats,
-        text::table,
+    use herd_model::{
+        Latency, OpStats, OpenStats, OutcomeStats, PhaseKind, PhaseResult, RunResult,
     };
+
+    use crate::text::table;
 
     fn phase(
         name: &str,
@@ -96,7 +90,7 @@ mod tests {
         players: usize,
         count: u64,
         outcome: &str,
-    ) -> PhaseReport {
+    ) -> PhaseResult {
         let latency = Latency {
             p50_us: 800,
             p90_us: 1_500,
@@ -105,7 +99,7 @@ mod tests {
             max_us: 9_000,
             mean_us: 900.0,
         };
-        PhaseReport {
+        PhaseResult {
             phase: name.into(),
             kind,
             open: None,
@@ -146,7 +140,7 @@ mod tests {
             peak_in_flight: 50,
             late_after_us: 10_000,
         });
-        let report = RunReport {
+        let report = RunResult {
             expected: Default::default(),
             play: Default::default(),
             scenario: "s.toml".into(),
