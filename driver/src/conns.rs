@@ -9,10 +9,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Semaphore;
 
-use crate::{
-    measure::aggregator::Counters,
-    transport::{Connection, Request, Response, Streaming, Transport, TransportError},
-};
+use crate::measure::aggregator::Counters;
+use herd_http::{Connection, Request, Response, Streaming, Transport, TransportError};
 
 /// The first wait before connecting again after a failed connect; it doubles with each
 /// consecutive failure up to [`BACKOFF_MAX`], and a successful connect resets it. Without it a

@@ -19,8 +19,6 @@
 #![deny(missing_docs)]
 
 mod conns;
-#[doc(hidden)]
-pub mod fuzzing;
 mod groups;
 pub mod limits;
 pub mod measure;

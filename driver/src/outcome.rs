@@ -7,7 +7,9 @@ use bytes::Bytes;
 use herd_model::Outcome;
 use sha2::{Digest as _, Sha256};
 
-use crate::{scenario::Op, template::Vars, transport::Headers};
+use herd_http::Headers;
+
+use crate::{scenario::Op, template::Vars};
 
 /// Longest domain code kept as its own outcome; longer ones are not codes but messages.
 const MAX_CODE_LEN: usize = 64;

@@ -15,12 +15,15 @@ use tokio::{sync::watch, time::Sleep};
 
 use crate::{
     conns::Conns,
-    measure::aggregator::{Counters, Gate, Msg},
+    measure::{
+        aggregator::{Counters, Msg},
+        gate::Gate,
+    },
     outcome::classify,
     scenario::{Op, Scenario},
     template::Vars,
-    transport::{Request, Transport},
 };
+use herd_http::{Request, Transport};
 use herd_model::Outcome;
 
 /// Returned when a player must end its turn: the run is stopping, its step retired it, its
@@ -306,7 +309,7 @@ impl Session {
         let (outcome, status, body, pause) = match result {
             Err(Ended::Aborted) => (Outcome::Cancelled, None, Bytes::new(), None),
             Err(Ended::TimedOut) => (Outcome::Timeout, None, Bytes::new(), None),
-            Ok(Err(e)) => (Outcome::TransportError(e.kind()), None, Bytes::new(), None),
+            Ok(Err(e)) => (crate::transport::outcome(&e), None, Bytes::new(), None),
             Ok(Ok(r)) => {
                 let (outcome, pause) = classify(o, r.status, &r.headers, &r.body, &mut self.vars);
                 (outcome, Some(r.status), r.body, pause)

@@ -20,12 +20,14 @@ use crate::{
     groups::Lobby,
     measure::play::{PlayAcc, stream_kind},
     measure::{
-        aggregator::{Aggregator, Counters, Gate, Live, Msg, Setup},
+        aggregator::{Aggregator, Counters, Live, Msg, Setup},
+        gate::Gate,
         health,
     },
     player::{FilePlayer, HammerPlayer, Player, Role, Session, Shared},
     scenario::{Arrival, Connections, Hammer, Pace, PhaseWork, Scenario},
     shapes, transport,
+    units::sleep_until,
 };
 use herd_model::{DriverEvent, RunResult, Shard};
 
@@ -368,17 +370,6 @@ where
     let report = aggregator.await;
     lag.abort();
     Ok(report?)
-}
-
-/// Sleeps until `at`; false if the run halted first.
-pub(crate) async fn sleep_until(at: Instant, halt: &mut watch::Receiver<bool>) -> bool {
-    if *halt.borrow() {
-        return false;
-    }
-    tokio::select! {
-        _ = tokio::time::sleep_until(at.into()) => true,
-        r = halt.wait_for(|h| *h) => r.is_err(),
-    }
 }
 
 /// One player's life: turns, paced, until it is stopped.

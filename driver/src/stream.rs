@@ -27,8 +27,8 @@ use crate::{
     player::{Session, Shared},
     scenario::{Backoff, OpKind, StreamFormat},
     template::{GROUP_PREFIX, Vars},
-    transport::{Request, Streaming},
 };
+use herd_http::{Request, Streaming};
 use herd_model::Outcome;
 
 /// Longest partial line (or SSE event) kept while waiting for its end; a stream that sends
@@ -131,7 +131,7 @@ impl Session {
 
 struct Task {
     shared: Arc<Shared>,
-    gate: Arc<crate::measure::aggregator::Gate>,
+    gate: Arc<crate::measure::gate::Gate>,
     op: usize,
     req: Request,
     vars: Vars,
@@ -268,7 +268,7 @@ impl Task {
         };
         let head = match head {
             Err(_) => return self.failed(Outcome::Timeout, sent.elapsed()),
-            Ok(Err(e)) => return self.failed(Outcome::TransportError(e.kind()), sent.elapsed()),
+            Ok(Err(e)) => return self.failed(crate::transport::outcome(&e), sent.elapsed()),
             Ok(Ok(h)) => h,
         };
         match &op.kind {
@@ -322,7 +322,7 @@ impl Task {
             };
             let class = match frame {
                 None => "ended".to_owned(),
-                Some(Err(e)) => Outcome::TransportError(e.kind()).to_string(),
+                Some(Err(e)) => crate::transport::outcome(&e).to_string(),
                 Some(Ok(data)) => {
                     let play = &self.shared.play;
                     let op = self.op;
@@ -359,7 +359,7 @@ impl Task {
         };
         let body = match body {
             Err(_) => return self.failed(Outcome::Timeout, sent.elapsed()),
-            Ok(Err(e)) => return self.failed(Outcome::TransportError(e.kind()), sent.elapsed()),
+            Ok(Err(e)) => return self.failed(crate::transport::outcome(&e), sent.elapsed()),
             Ok(Ok(b)) => b,
         };
         let waited = sent.elapsed();

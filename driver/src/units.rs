@@ -1,7 +1,9 @@
 //! Durations as people write them: one parser for every duration on herd's command lines
 //! and in scenarios, bounded so that no deadline can overflow.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
 
 /// The longest duration herd accepts anywhere (a step, a timeout, a think time, `--grace`):
 /// 366 days. A bound keeps every `Instant + Duration` in range (`18446744073709551615s` would
@@ -38,6 +40,17 @@ pub fn parse_interval(s: &str) -> Result<Duration, String> {
         return Err(format!("{s} is below the 100ms minimum interval"));
     }
     Ok(d)
+}
+
+/// Sleeps until `at`; false if the run halted first.
+pub(crate) async fn sleep_until(at: Instant, halt: &mut watch::Receiver<bool>) -> bool {
+    if *halt.borrow() {
+        return false;
+    }
+    tokio::select! {
+        _ = tokio::time::sleep_until(at.into()) => true,
+        r = halt.wait_for(|h| *h) => r.is_err(),
+    }
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
 //! The HTTP/2 frame reader on the fuzzer's bytes, arriving a few at a time.
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| herd_driver::fuzzing::h2_frames(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| herd_http::fuzzing::h2_frames(data));

@@ -3,5 +3,6 @@
 //! streams and groups count into [`play`], one short lock per event.
 
 pub(crate) mod aggregator;
+pub(crate) mod gate;
 pub mod health;
 pub mod play;

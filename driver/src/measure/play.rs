@@ -13,7 +13,7 @@ use herd_model::{
     histogram::{latency, new_histogram, record},
 };
 
-use super::aggregator::Gate;
+use super::gate::Gate;
 use crate::scenario::{OpKind, StreamFormat};
 
 /// What happened to a group, for [`PlayAcc::group`].

@@ -17,7 +17,7 @@ use tokio::{sync::watch, task::JoinHandle};
 
 use crate::{
     conns::{Conns, Own, Pool},
-    measure::aggregator::{Gate, Live},
+    measure::{aggregator::Live, gate::Gate},
     player::{Role, Session, Shared},
     scenario::PhaseWork,
 };
@@ -101,7 +101,7 @@ pub(crate) fn leave(
         for (i, r) in leaving.iter().enumerate() {
             let at = from + spacing * i as u32;
             // A halt stops every player anyway; the rest leave with it.
-            if !crate::run::sleep_until(at, &mut halt).await {
+            if !crate::units::sleep_until(at, &mut halt).await {
                 break;
             }
             r.send_replace(true);

@@ -19,8 +19,8 @@ use super::Ctx;
 use crate::{
     measure::aggregator::Msg,
     player::Session,
-    run::sleep_until,
     scenario::{RateStep, WhenFull},
+    units::sleep_until,
 };
 use herd_model::OpenStats;
 

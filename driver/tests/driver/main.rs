@@ -6,7 +6,6 @@ mod support_stream;
 mod counts;
 mod flows;
 mod groups;
-mod h2_differential;
 mod hammer;
 mod latency;
 mod outcomes;

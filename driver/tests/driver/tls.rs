@@ -323,7 +323,7 @@ async fn no_connect_resumes_an_earlier_session() {
         let t = transport::for_target(&s.target);
         for _ in 0..3 {
             let mut c = t.connect().await.unwrap();
-            let req = transport::Request {
+            let req = herd_http::Request {
                 method: http::Method::GET,
                 path: "/ok".into(),
                 headers: http::HeaderMap::new(),

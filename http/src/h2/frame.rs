@@ -3,7 +3,7 @@
 
 use bytes::{Buf as _, Bytes, BytesMut};
 
-use crate::transport::TransportError;
+use crate::TransportError;
 
 pub(super) const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 

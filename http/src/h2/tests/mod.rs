@@ -14,7 +14,7 @@ use tokio::{
 };
 
 use super::{conn::STREAMS_BEFORE_SETTINGS, frame::*, hpack::tests::hex, *};
-use herd_model::TransportErrorKind;
+use crate::ErrorKind;
 
 /// Long enough for anything a test waits on here; a hang fails instead of stalling.
 const PATIENCE: Duration = Duration::from_secs(10);

@@ -12,23 +12,23 @@ mod table;
 
 use http::HeaderName;
 
-pub(in crate::transport) use decoder::Decoder;
-pub(in crate::transport) use encoder::encode_request;
+pub(crate) use decoder::Decoder;
+pub(crate) use encoder::encode_request;
 
 /// The dynamic table size every HPACK encoder starts with (SETTINGS_HEADER_TABLE_SIZE's
 /// default), which the server may use until it acknowledges ours.
-pub(in crate::transport) const DEFAULT_TABLE_SIZE: usize = 4096;
+pub(crate) const DEFAULT_TABLE_SIZE: usize = 4096;
 /// The largest header list we keep, as RFC 9113 §6.5.2 counts it for
 /// SETTINGS_MAX_HEADER_LIST_SIZE (which `h2_raw` advertises with it): every field's name
 /// and value lengths plus 32. Responses with more are rare and no load test's business.
-pub(in crate::transport) const MAX_LIST_SIZE: usize = 64 * 1024;
+pub(crate) const MAX_LIST_SIZE: usize = 64 * 1024;
 /// The most fields in a header list we keep: more than any real response carries (h1_raw
 /// takes 100), few enough that one-byte indexed fields cannot fill memory (nor the
 /// `HeaderMap`, which panics past 24 576).
-pub(in crate::transport) const MAX_LIST_FIELDS: usize = 1000;
+pub(crate) const MAX_LIST_FIELDS: usize = 1000;
 /// A header field's name as the decoder resolves it.
 #[derive(Debug, Clone, PartialEq)]
-pub(in crate::transport) enum Name {
+pub(crate) enum Name {
     /// `:status`, the one pseudo-header a response carries.
     Status,
     /// Any other pseudo-header (`:path`, `:method`…): malformed in a response.
@@ -41,11 +41,11 @@ pub(in crate::transport) enum Name {
 /// A header block that cannot be decoded: the connection's HPACK state is lost with it, so
 /// this is a connection error (COMPRESSION_ERROR).
 #[derive(Debug, PartialEq)]
-pub(in crate::transport) struct Error(pub &'static str);
+pub(crate) struct Error(pub &'static str);
 
 /// What became of a header block that was valid HPACK.
 #[derive(Debug, PartialEq)]
-pub(in crate::transport) enum Decoded {
+pub(crate) enum Decoded {
     /// Its fields are in the output.
     Whole,
     /// Its header list is over [`MAX_LIST_FIELDS`] or [`MAX_LIST_SIZE`]: it was decoded to
@@ -55,4 +55,4 @@ pub(in crate::transport) enum Decoded {
 }
 
 #[cfg(test)]
-pub(in crate::transport) mod tests;
+pub(crate) mod tests;

@@ -13,7 +13,7 @@ use super::{
     },
     hpack,
 };
-use crate::transport::TransportError;
+use crate::TransportError;
 
 /// Our SETTINGS_HEADER_TABLE_SIZE. 0: the server then indexes nothing for us. Servers like
 /// nginx add every response's `date`, `server`, `content-type` and `content-length` to the

@@ -24,7 +24,7 @@ async fn goaway_fails_the_streams_it_did_not_take_and_closes_the_connection() {
     let a = tokio::spawn(async move { within(c.send(get("a"))).await.map(|r| r.body) });
     tokio::time::sleep(Duration::from_millis(20)).await;
     let b = within(other.send(get("b"))).await.unwrap_err();
-    assert_eq!(b.kind(), TransportErrorKind::Reset, "{b}");
+    assert_eq!(b.kind(), ErrorKind::Reset, "{b}");
     assert!(
         b.to_string().contains("GOAWAY (NO_ERROR: shutting down)"),
         "{b}"
@@ -32,7 +32,7 @@ async fn goaway_fails_the_streams_it_did_not_take_and_closes_the_connection() {
     assert_eq!(&a.await.unwrap().unwrap()[..], b"one");
     assert!(other.is_closed());
     let e = within(other.send(get("c"))).await.unwrap_err();
-    assert_eq!(e.kind(), TransportErrorKind::Reset, "{e}");
+    assert_eq!(e.kind(), ErrorKind::Reset, "{e}");
     within(server).await.unwrap();
 }
 
@@ -60,7 +60,7 @@ async fn pings_are_answered_and_a_connection_error_fails_every_handle() {
     assert_eq!(&r.body[..], b"ok");
     let other = c.share().unwrap();
     let e = within(c.send(get("broken"))).await.unwrap_err();
-    assert_eq!(e.kind(), TransportErrorKind::Protocol, "{e}");
+    assert_eq!(e.kind(), ErrorKind::Protocol, "{e}");
     assert!(other.is_closed() && c.is_closed());
     within(server).await.unwrap();
 }
@@ -78,7 +78,7 @@ async fn an_http_1_server_is_a_protocol_error_whether_it_answers_or_hangs_up() {
         s.write_all(answer).await.unwrap();
         drop(s);
         let e = within(c.send(get("h1"))).await.unwrap_err();
-        assert_eq!(e.kind(), TransportErrorKind::Protocol, "{e}");
+        assert_eq!(e.kind(), ErrorKind::Protocol, "{e}");
         assert!(e.to_string().contains("HTTP/1.1 server?"), "{e}");
         assert!(c.is_closed());
     }
@@ -95,7 +95,7 @@ async fn over_tls_a_server_that_hangs_up_unheard_is_a_reset() {
     s.read_exact(&mut [0; PREFACE.len()]).await.unwrap();
     drop(s);
     let e = within(c.send(get("h2"))).await.unwrap_err();
-    assert_eq!(e.kind(), TransportErrorKind::Reset, "{e}");
+    assert_eq!(e.kind(), ErrorKind::Reset, "{e}");
     assert!(!e.to_string().contains("HTTP/1.1"), "{e}");
     assert!(c.is_closed());
 }
@@ -108,7 +108,7 @@ async fn a_server_that_closes_after_speaking_http2_is_a_reset() {
     })
     .await;
     let e = within(c.send(get("x"))).await.unwrap_err();
-    assert_eq!(e.kind(), TransportErrorKind::Reset, "{e}");
+    assert_eq!(e.kind(), ErrorKind::Reset, "{e}");
     within(server).await.unwrap();
 }
 
@@ -167,7 +167,7 @@ async fn after_a_goaway_the_queued_call_fails_and_the_one_in_flight_is_answered(
     let mut h = c.share().unwrap();
     let b = tokio::spawn(async move { h.send(get("b")).await });
     let e = within(b).await.unwrap().unwrap_err();
-    assert_eq!(e.kind(), TransportErrorKind::Reset, "{e}");
+    assert_eq!(e.kind(), ErrorKind::Reset, "{e}");
     assert!(e.to_string().contains("GOAWAY"), "{e}");
     let r = tokio::time::timeout(Duration::from_secs(2), a)
         .await
@@ -209,7 +209,7 @@ async fn no_data_follows_our_goaway() {
     req.method = Method::POST;
     req.body = vec![b'x'; 100_000].into();
     let e = within(c.send(req)).await.unwrap_err();
-    assert_eq!(e.kind(), TransportErrorKind::Protocol, "{e}");
+    assert_eq!(e.kind(), ErrorKind::Protocol, "{e}");
     drop(c);
     within(server).await.unwrap();
 }

@@ -20,7 +20,7 @@ use super::{
     handoff::set_waker_in,
     hpack::{self, Name},
 };
-use crate::transport::{Request, TransportError};
+use crate::{Request, TransportError};
 
 /// The largest response header block (HEADERS and its CONTINUATIONs) we assemble. Larger
 /// than any list within [`hpack::MAX_LIST_SIZE`] codes to (Huffman codes take up to 30

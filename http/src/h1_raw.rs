@@ -23,8 +23,8 @@ use tokio::{
     net::TcpStream,
 };
 
-use super::{
-    BoxFuture, Connection, Dial, Headers, Request, Response, Streaming, TransportError,
+use crate::{
+    BoxFuture, Connection, Dial, Headers, Request, Response, Streaming, Transport, TransportError,
     h1::{Hyper, hyper_handshake},
     itoa,
 };
@@ -34,6 +34,19 @@ use super::{
 const MAX_HEAD: usize = 400 * 1024;
 /// Response headers parsed at most (hyper's limit).
 const MAX_HEADERS: usize = 100;
+
+/// The HTTP/1.1 transport over plain TCP.
+pub(crate) struct H1(pub Dial);
+
+impl Transport for H1 {
+    fn connect(&self) -> BoxFuture<'_, Result<Box<dyn Connection>, TransportError>> {
+        Box::pin(async move { connection(&self.0, self.0.tcp().await?) })
+    }
+
+    fn multiplexed(&self) -> bool {
+        false
+    }
+}
 
 /// A fresh HTTP/1.1 connection on `stream`.
 pub(super) fn connection(
@@ -417,7 +430,7 @@ mod tests {
         net::TcpListener,
     };
 
-    use herd_model::TransportErrorKind;
+    use crate::ErrorKind;
 
     use super::*;
 
@@ -536,15 +549,12 @@ mod tests {
     #[tokio::test]
     async fn garbage_is_a_protocol_error_and_a_cut_response_a_reset() {
         for (answer, kind) in [
-            (
-                &b"SSH-2.0-OpenSSH_9.6\r\n\r\n"[..],
-                TransportErrorKind::Protocol,
-            ),
+            (&b"SSH-2.0-OpenSSH_9.6\r\n\r\n"[..], ErrorKind::Protocol),
             (
                 b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort",
-                TransportErrorKind::Reset,
+                ErrorKind::Reset,
             ),
-            (b"HTTP/1.1 200 OK\r\nContent-Le", TransportErrorKind::Reset),
+            (b"HTTP/1.1 200 OK\r\nContent-Le", ErrorKind::Reset),
         ] {
             let (dial, _server) = server(vec![answer]).await;
             let mut c = connection(&dial, dial.tcp().await.unwrap()).unwrap();
@@ -559,6 +569,6 @@ mod tests {
         let (dial, _server) = server(vec![]).await;
         let mut c = connection(&dial, dial.tcp().await.unwrap()).unwrap();
         let e = c.send(get("/a b")).await.unwrap_err();
-        assert_eq!(e.kind(), TransportErrorKind::Protocol, "{e}");
+        assert_eq!(e.kind(), ErrorKind::Protocol, "{e}");
     }
 }

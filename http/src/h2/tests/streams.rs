@@ -74,10 +74,10 @@ async fn rst_stream_fails_that_stream_by_its_code_and_the_connection_goes_on() {
     })
     .await;
     let e = within(c.send(get("1"))).await.unwrap_err();
-    assert_eq!(e.kind(), TransportErrorKind::Reset, "{e}");
+    assert_eq!(e.kind(), ErrorKind::Reset, "{e}");
     assert!(e.to_string().contains("REFUSED_STREAM"), "{e}");
     let e = within(c.send(get("2"))).await.unwrap_err();
-    assert_eq!(e.kind(), TransportErrorKind::Protocol, "{e}");
+    assert_eq!(e.kind(), ErrorKind::Protocol, "{e}");
     assert!(!c.is_closed(), "a reset ends one stream only");
     let r = within(c.send(get("3"))).await.unwrap();
     assert_eq!(&r.body[..], b"fine");
@@ -178,7 +178,7 @@ async fn the_dynamic_table_and_huffman_over_the_wire() {
     assert_eq!(r.headers.to_map()["content-encoding"], "gzip");
     assert_eq!(r.headers.to_map()["cache-control"], "private");
     let e = within(c.send(get("4"))).await.unwrap_err();
-    assert_eq!(e.kind(), TransportErrorKind::Protocol, "{e}");
+    assert_eq!(e.kind(), ErrorKind::Protocol, "{e}");
     assert!(e.to_string().contains("HPACK"), "{e}");
     assert!(c.is_closed());
     within(server).await.unwrap();
@@ -255,7 +255,7 @@ async fn a_header_list_past_our_limit_fails_its_stream_only() {
     })
     .await;
     let e = within(c.send(get("huge"))).await.unwrap_err();
-    assert_eq!(e.kind(), TransportErrorKind::Protocol, "{e}");
+    assert_eq!(e.kind(), ErrorKind::Protocol, "{e}");
     assert!(
         e.to_string().contains("SETTINGS_MAX_HEADER_LIST_SIZE"),
         "{e}"
@@ -311,11 +311,11 @@ async fn stream_errors_keep_a_whole_response_and_carry_their_own_codes() {
     let r = within(c.send(get("whole"))).await.unwrap();
     assert_eq!(&r.body[..], b"whole");
     let e = within(c.send(get("window"))).await.unwrap_err();
-    assert_eq!(e.kind(), TransportErrorKind::Protocol, "{e}");
+    assert_eq!(e.kind(), ErrorKind::Protocol, "{e}");
     assert!(e.to_string().contains("past 2^31-1"), "{e}");
     assert!(!c.is_closed());
     let e = within(c.send(get("ping"))).await.unwrap_err();
-    assert_eq!(e.kind(), TransportErrorKind::Protocol, "{e}");
+    assert_eq!(e.kind(), ErrorKind::Protocol, "{e}");
     assert!(e.to_string().contains("PING on stream"), "{e}");
     assert!(c.is_closed());
     within(server).await.unwrap();

@@ -21,15 +21,23 @@ use rustls::{
 };
 use tokio_rustls::TlsConnector;
 
-use super::{BoxFuture, Connection, Dial, Transport, TransportError, h1, h2};
-use crate::scenario::{self, TransportKind};
-use herd_model::TlsProblem;
+use crate::{BoxFuture, Connection, Dial, Protocol, TlsProblem, Transport, TransportError, h1, h2};
+
+/// How a TLS transport checks the server's certificate.
+#[derive(Debug, Clone, Default)]
+pub struct TlsConfig {
+    /// CA certificates trusted besides the system's roots (a private CA).
+    pub ca_certs: Vec<CertificateDer<'static>>,
+    /// Accept any certificate, self-signed or for another name; the handshake's signatures
+    /// are still checked.
+    pub insecure: bool,
+}
 
 /// What to do about a certificate from an unknown CA.
-const TRUST_HINT: &str = "pass --insecure (or set target.insecure = true) to accept it, \
+pub const TRUST_HINT: &str = "pass --insecure (or set target.insecure = true) to accept it, \
                           or target.ca = \"ca.pem\" to trust the CA that signed it";
 /// What to do about any other certificate the driver refused.
-const ACCEPT_HINT: &str = "pass --insecure (or set target.insecure = true) to accept it";
+pub const ACCEPT_HINT: &str = "pass --insecure (or set target.insecure = true) to accept it";
 
 /// HTTP/1.1 or HTTP/2 over TLS to one target.
 pub(crate) struct Tls {
@@ -43,8 +51,8 @@ pub(crate) struct Tls {
 
 impl Tls {
     /// A TLS transport trusting the system's roots plus `tls.ca_certs`, or anything with
-    /// `tls.insecure`; `kind` picks the protocol ALPN asks for.
-    pub(crate) fn new(dial: Dial, tls: &scenario::Tls, kind: TransportKind) -> Self {
+    /// `tls.insecure`; `protocol` picks the protocol ALPN asks for.
+    pub(crate) fn new(dial: Dial, tls: &TlsConfig, protocol: Protocol) -> Self {
         let provider = Arc::new(ring::default_provider());
         let builder = ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
@@ -66,7 +74,7 @@ impl Tls {
         // another's skip the full handshake, or 10 000 players would cost the server one
         // handshake's work and many cheap resumptions. A reconnect does a full one too.
         config.resumption = Resumption::disabled();
-        let h2 = kind == TransportKind::H2;
+        let h2 = protocol == Protocol::H2;
         // For h2, http/1.1 is offered too, so a server without HTTP/2 says what it speaks
         // instead of failing the handshake with no protocol in common.
         config.alpn_protocols = if h2 {

@@ -16,11 +16,7 @@ use std::{
 
 use bytes::Bytes;
 use h2::{Reason, RecvStream, SendStream, server::SendResponse};
-use herd_driver::{
-    Scenario,
-    transport::{self, Connection, Request},
-};
-use herd_model::TransportErrorKind;
+use herd_http::{Connection, Endpoint, ErrorKind, Protocol, Request, TransportError};
 use http::{HeaderMap, HeaderName, HeaderValue, Method};
 use tokio::{
     net::{TcpListener, TcpStream},
@@ -338,7 +334,7 @@ enum Seen {
         headers: HeaderMap,
         body: Body,
     },
-    Failed(TransportErrorKind),
+    Failed(ErrorKind),
 }
 
 /// A body, shown by its length and first bytes: a mismatch of megabytes stays readable.
@@ -364,7 +360,7 @@ async fn call(c: &mut Box<dyn Connection>, e: &Exchange) -> (Seen, String) {
         headers: e.headers.clone(),
         body: e.body.clone(),
     };
-    let failed = |err: transport::TransportError| (Seen::Failed(err.kind()), err.to_string());
+    let failed = |err: TransportError| (Seen::Failed(err.kind()), err.to_string());
     let seen = if e.streamed {
         match tokio::time::timeout(PATIENCE, async {
             let s = c.open(req).await?;
@@ -411,8 +407,8 @@ fn expected(answer: &Answer) -> Seen {
             headers: headers.clone(),
             body: Body(body.clone()),
         },
-        Answer::Reset(Reason::PROTOCOL_ERROR) => Seen::Failed(TransportErrorKind::Protocol),
-        Answer::Reset(_) | Answer::ResetAfterHead(_) => Seen::Failed(TransportErrorKind::Reset),
+        Answer::Reset(Reason::PROTOCOL_ERROR) => Seen::Failed(ErrorKind::Protocol),
+        Answer::Reset(_) | Answer::ResetAfterHead(_) => Seen::Failed(ErrorKind::Reset),
     }
 }
 
@@ -440,21 +436,16 @@ fn get(path: &str) -> Request {
     }
 }
 
-fn scenario(port: u16) -> Scenario {
-    let src = format!(
-        r#"
-[target]
-url = "http://127.0.0.1:{port}"
-transport = "h2c"
-[[op]]
-name = "ok"
-path = "/"
-[[step]]
-players = 1
-duration = "1s"
-"#
-    );
-    Scenario::parse("h2-differential.toml", &src, &[]).unwrap_or_else(|e| panic!("{e}"))
+/// herd's h2c transport to the server on `port`.
+fn h2c(port: u16) -> std::sync::Arc<dyn herd_http::Transport> {
+    let endpoint = Endpoint {
+        host: "127.0.0.1".into(),
+        port,
+        authority: format!("127.0.0.1:{port}"),
+        connect_timeout: Duration::from_secs(5),
+        source_addrs: Vec::new(),
+    };
+    herd_http::connector(&endpoint, Protocol::H2c, None)
 }
 
 /// The plan holds every case the header promises.
@@ -531,10 +522,7 @@ async fn the_client_sees_what_the_h2_server_sent_and_sends_what_it_received() {
         release.clone(),
         goaway_rx,
     ));
-    let conn = transport::for_target(&scenario(port).target)
-        .connect()
-        .await
-        .unwrap();
+    let conn = h2c(port).connect().await.unwrap();
 
     // One call first, so the client has the server's SETTINGS. Before them it may open up
     // to 100 streams (RFC 9113 §6.5.2's least); those past the server's limit are refused
@@ -623,7 +611,7 @@ async fn the_client_sees_what_the_h2_server_sent_and_sends_what_it_received() {
         .await
         .unwrap()
         .unwrap_err();
-    assert_eq!(e.kind(), TransportErrorKind::Reset, "{e}");
+    assert_eq!(e.kind(), ErrorKind::Reset, "{e}");
     assert!(e.to_string().contains("GOAWAY"), "{e}");
     release.add_permits(HELD);
     for (k, h) in held.into_iter().enumerate() {

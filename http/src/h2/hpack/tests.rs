@@ -10,7 +10,7 @@ use super::{
 };
 
 /// Bytes from hex digits, whitespace ignored (the RFC's examples as printed).
-pub(in crate::transport) fn hex(s: &str) -> Vec<u8> {
+pub(crate) fn hex(s: &str) -> Vec<u8> {
     let s: String = s.split_whitespace().collect();
     (0..s.len())
         .step_by(2)

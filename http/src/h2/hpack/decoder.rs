@@ -34,7 +34,7 @@ pub(super) struct Entry {
 }
 
 /// The response side of a connection's HPACK state.
-pub(in crate::transport) struct Decoder {
+pub(crate) struct Decoder {
     /// Newest first, as the indexes count.
     pub(super) table: VecDeque<Entry>,
     pub(super) size: usize,

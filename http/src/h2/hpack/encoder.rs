@@ -4,12 +4,12 @@
 use http::{HeaderMap, Method, header};
 
 use super::table::HEADERS;
-use crate::transport::itoa;
+use crate::itoa;
 
 /// Encodes a request's header block onto `out`: pseudo-headers first, then `headers` less
 /// those HTTP/2 forbids (RFC 9113 §8.2.2) and `host` (the `:authority` is the transport's),
 /// then `content-length` if `length` is given.
-pub(in crate::transport) fn encode_request(
+pub(crate) fn encode_request(
     out: &mut Vec<u8>,
     method: &Method,
     https: bool,

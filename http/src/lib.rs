@@ -1,27 +1,37 @@
-//! How a player's requests reach the target: a [`Transport`] opens [`Connection`]s.
+//! herd's HTTP client: HTTP/1.1, HTTP/2 over cleartext TCP (h2c, prior knowledge) and
+//! either over TLS (h2 by ALPN), as a library of its own in the way h2 and hyper are: it
+//! knows nothing of scenarios, players or reports. A [`Transport`] (made by [`connector`]
+//! from an [`Endpoint`], a [`Protocol`] and, for TLS, a [`TlsConfig`]) opens
+//! [`Connection`]s; a connection sends [`Request`]s and returns whole [`Response`]s or a
+//! [`Streaming`] head whose body arrives as it comes. Failures are [`TransportError`]s,
+//! sorted by the part of the exchange that failed ([`ErrorKind`]); the driver maps them to
+//! its outcomes.
 //!
-//! One file per protocol ([`h1`], [`h2c`]); [`tls`] puts either HTTP/1.1 or HTTP/2 over
-//! TLS (h2 by ALPN) and is picked in [`for_target`] for `https://` targets. HTTP/2, over
-//! TCP or TLS, is the hand-written client in `h2` (a file per protocol layer, HPACK in
-//! `h2::hpack`); so are plain HTTP/1.1 calls (`h1_raw`).
+//! One file per protocol: `h1_raw` (plain HTTP/1.1 calls written and parsed in the caller's
+//! task), `h1` (hyper's HTTP/1.1, for streams and TLS), `h2` (the hand-written HTTP/2
+//! client, split by protocol layer as h2 is: `frame`, `hpack`, `conn`, `streams`, `flow`,
+//! `handoff`), `h2c`, and `tls`.
+#![deny(missing_docs)]
 
-pub mod h1;
+mod dial;
+#[doc(hidden)]
+pub mod fuzzing;
+mod h1;
 mod h1_raw;
-pub(crate) mod h2;
-pub mod h2c;
+mod h2;
+mod h2c;
 mod headers;
-pub mod tls;
+mod tls;
 
-use std::{error::Error as _, future::Future, pin::Pin, sync::Arc, time::Duration};
+use std::{error::Error as _, future::Future, pin::Pin, sync::Arc};
 
 use bytes::Bytes;
 use http::{HeaderMap, Method};
-use tokio::net::TcpStream;
 
+pub(crate) use dial::Dial;
+pub use dial::Endpoint;
 pub use headers::Headers;
-
-use crate::scenario::{Target, TransportKind};
-use herd_model::{TlsProblem, TransportErrorKind};
+pub use tls::{ACCEPT_HINT, TRUST_HINT, TlsConfig};
 
 /// A boxed, sendable future, so [`Transport`] and [`Connection`] stay object-safe.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -127,16 +137,55 @@ pub enum TransportError {
     },
 }
 
+/// Which part of a connection failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// The TCP connect or the HTTP handshake failed (refused, unreachable, timed out).
+    Connect,
+    /// The connection ended under the request: RST, EOF, or the peer closed it.
+    Reset,
+    /// The peer spoke something other than the HTTP expected.
+    Protocol,
+    /// The TLS handshake failed, for this reason.
+    Tls(TlsProblem),
+}
+
+/// Why a TLS handshake failed: each has its own remedy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TlsProblem {
+    /// The certificate chains to no CA the client trusts: self-signed, or a private CA.
+    UnknownCa,
+    /// The certificate is not for the host the client asked for.
+    NameMismatch,
+    /// The certificate has expired or is not valid yet.
+    Expired,
+    /// Anything else: an alert from the server, a peer that does not speak TLS, another
+    /// certificate problem.
+    Handshake,
+}
+
 impl TransportError {
-    /// The outcome sub-kind.
-    pub fn kind(&self) -> TransportErrorKind {
+    /// The part of the exchange that failed.
+    pub fn kind(&self) -> ErrorKind {
         match self {
-            Self::Connect { .. } => TransportErrorKind::Connect,
-            Self::Reset(_) => TransportErrorKind::Reset,
-            Self::Protocol(_) => TransportErrorKind::Protocol,
-            Self::Tls { problem, .. } => TransportErrorKind::Tls(*problem),
+            Self::Connect { .. } => ErrorKind::Connect,
+            Self::Reset(_) => ErrorKind::Reset,
+            Self::Protocol(_) => ErrorKind::Protocol,
+            Self::Tls { problem, .. } => ErrorKind::Tls(*problem),
         }
     }
+}
+
+/// Which HTTP a [`Transport`] speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Protocol {
+    /// HTTP/1.1, one request at a time per connection.
+    H1,
+    /// HTTP/2 over cleartext TCP with prior knowledge (no upgrade): many streams per
+    /// connection.
+    H2c,
+    /// HTTP/2 over TLS, chosen by ALPN.
+    H2,
 }
 
 /// Opens connections to one target.
@@ -161,119 +210,20 @@ pub trait Connection: Send + 'static {
     fn share(&self) -> Option<Box<dyn Connection>>;
 }
 
-/// The transport the target asks for.
-pub fn for_target(target: &Target) -> Arc<dyn Transport> {
-    let dial = Dial {
-        host: target.host.clone(),
-        port: target.port,
-        authority: target.authority.clone(),
-        timeout: target.connect_timeout,
-        sources: target.source_addrs.clone().into(),
-        next_source: Default::default(),
-    };
-    match (&target.tls, target.transport) {
-        (Some(tls), kind) => Arc::new(tls::Tls::new(dial, tls, kind)),
-        (None, TransportKind::H1) => Arc::new(h1::H1(dial)),
-        (None, TransportKind::H2c) => Arc::new(h2c::H2c(dial)),
-        // The scenario gives every h2 target its TLS settings; a hand-built one gets the
-        // defaults (system roots, certificates checked).
-        (None, TransportKind::H2) => Arc::new(tls::Tls::new(
-            dial,
-            &crate::scenario::Tls::default(),
-            TransportKind::H2,
-        )),
-    }
-}
-
-/// Where and how long to dial.
-#[derive(Debug, Clone)]
-pub(crate) struct Dial {
-    pub host: String,
-    pub port: u16,
-    pub authority: String,
-    pub timeout: Duration,
-    /// `target.source_addrs`, taken in turn.
-    pub sources: Arc<[std::net::IpAddr]>,
-    pub next_source: Arc<std::sync::atomic::AtomicUsize>,
-}
-
-impl Dial {
-    /// A TCP connection with Nagle off: a request is one small write that must not wait for
-    /// the previous segment's ACK.
-    pub async fn tcp(&self) -> Result<TcpStream, TransportError> {
-        let connect = async {
-            if self.sources.is_empty() {
-                return TcpStream::connect((self.host.as_str(), self.port)).await;
-            }
-            let n = self
-                .next_source
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            self.tcp_from(self.sources[n % self.sources.len()]).await
-        };
-        let stream = tokio::time::timeout(self.timeout, connect)
-            .await
-            .map_err(|_| self.failed(format!("no answer within {:?}", self.timeout)))?
-            .map_err(|e| self.failed(e.to_string()))?;
-        stream
-            .set_nodelay(true)
-            .map_err(|e| self.failed(e.to_string()))?;
-        Ok(stream)
-    }
-
-    /// Connects from source address `src`: the first of the host's addresses of its family.
-    async fn tcp_from(&self, src: std::net::IpAddr) -> std::io::Result<TcpStream> {
-        let to = tokio::net::lookup_host((self.host.as_str(), self.port))
-            .await?
-            .find(|a| a.is_ipv4() == src.is_ipv4())
-            .ok_or_else(|| {
-                std::io::Error::other(format!(
-                    "{} has no {} address for source address {src}",
-                    self.host,
-                    if src.is_ipv4() { "IPv4" } else { "IPv6" }
-                ))
-            })?;
-        let socket = if src.is_ipv4() {
-            tokio::net::TcpSocket::new_v4()?
-        } else {
-            tokio::net::TcpSocket::new_v6()?
-        };
-        // Without IP_BIND_ADDRESS_NO_PORT, bind() to port 0 picks the port there and then,
-        // unique for the source address whatever the destination (inet_csk_get_port), so one
-        // source address would cap every destination together at the ephemeral range; with
-        // it the port is picked at connect() per 4-tuple (__inet_hash_connect), as for an
-        // unbound socket. Linux ≥ 4.2.
-        let on: libc::c_int = 1;
-        // SAFETY: setsockopt on a socket this function owns, with a c_int option value.
-        let rc = unsafe {
-            libc::setsockopt(
-                std::os::fd::AsRawFd::as_raw_fd(&socket),
-                libc::IPPROTO_IP,
-                libc::IP_BIND_ADDRESS_NO_PORT,
-                (&on as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        if rc != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        socket
-            .bind(std::net::SocketAddr::new(src, 0))
-            .map_err(|e| {
-                std::io::Error::new(
-                    e.kind(),
-                    format!(
-                        "binding source address {src} (target.source_addrs; is it local?): {e}"
-                    ),
-                )
-            })?;
-        socket.connect(to).await
-    }
-
-    pub fn failed(&self, reason: String) -> TransportError {
-        TransportError::Connect {
-            addr: format!("{}:{}", self.host, self.port),
-            reason,
-        }
+/// The transport that reaches `endpoint` in `protocol`: over TLS with `tls` when given (and
+/// always for [`Protocol::H2`], with [`TlsConfig::default`]'s system roots when `tls` is
+/// `None`), over plain TCP otherwise.
+pub fn connector(
+    endpoint: &Endpoint,
+    protocol: Protocol,
+    tls: Option<&TlsConfig>,
+) -> Arc<dyn Transport> {
+    let dial = Dial::new(endpoint);
+    match (tls, protocol) {
+        (Some(tls), p) => Arc::new(tls::Tls::new(dial, tls, p)),
+        (None, Protocol::H1) => Arc::new(h1_raw::H1(dial)),
+        (None, Protocol::H2c) => Arc::new(h2c::H2c(dial)),
+        (None, Protocol::H2) => Arc::new(tls::Tls::new(dial, &TlsConfig::default(), Protocol::H2)),
     }
 }
 

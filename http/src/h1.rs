@@ -1,5 +1,5 @@
-//! HTTP/1.1: one request at a time per connection. Over plain TCP a player's calls take
-//! [`super::h1_raw`]'s hand-written path; over TLS, and for streams, hyper's client here.
+//! HTTP/1.1 run by hyper: over TLS, and for streams and long polls over plain TCP (a plain
+//! connection's calls take `h1_raw`'s hand-written path until one of those hands it here).
 
 use bytes::Bytes;
 use http::{HeaderValue, header::HOST};
@@ -8,23 +8,9 @@ use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use super::{
-    Body, BoxFuture, Connection, Dial, Request, Response, Streaming, Transport, TransportError,
-    from_hyper,
+use crate::{
+    Body, BoxFuture, Connection, Dial, Request, Response, Streaming, TransportError, from_hyper,
 };
-
-/// The HTTP/1.1 transport.
-pub(crate) struct H1(pub Dial);
-
-impl Transport for H1 {
-    fn connect(&self) -> BoxFuture<'_, Result<Box<dyn Connection>, TransportError>> {
-        Box::pin(async move { super::h1_raw::connection(&self.0, self.0.tcp().await?) })
-    }
-
-    fn multiplexed(&self) -> bool {
-        false
-    }
-}
 
 /// HTTP/1.1 over an open byte stream: plain TCP here, TLS in [`super::tls`].
 pub(super) async fn handshake<S>(

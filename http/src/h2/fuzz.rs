@@ -30,7 +30,7 @@ use super::{
     },
     handshake, hpack,
 };
-use crate::transport::{Connection, Dial, Request, Response, TransportError};
+use crate::{Connection, Dial, Request, Response, TransportError};
 
 /// HPACK: `data` is the largest table size the decoder allows (its first byte × 32), then
 /// header blocks, each after its length in two bytes, decoded in turn through one

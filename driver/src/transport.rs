@@ -1,0 +1,50 @@
+//! Where the driver meets its HTTP client (herd-http): a scenario's target made into a
+//! transport, and the client's failures made into outcomes.
+
+use std::sync::Arc;
+
+use herd_http::{Endpoint, ErrorKind, Protocol, TlsConfig, Transport, TransportError};
+use herd_model::{Outcome, TlsProblem, TransportErrorKind};
+
+use crate::scenario::{Target, TransportKind};
+
+/// The transport `target` asks for: its protocol, over TLS for `https://` targets.
+pub fn for_target(target: &Target) -> Arc<dyn Transport> {
+    let endpoint = Endpoint {
+        host: target.host.clone(),
+        port: target.port,
+        authority: target.authority.clone(),
+        connect_timeout: target.connect_timeout,
+        source_addrs: target.source_addrs.clone(),
+    };
+    let protocol = match target.transport {
+        TransportKind::H1 => Protocol::H1,
+        TransportKind::H2c => Protocol::H2c,
+        TransportKind::H2 => Protocol::H2,
+    };
+    let tls = target.tls.as_ref().map(|t| TlsConfig {
+        ca_certs: t.ca_certs.clone(),
+        insecure: t.insecure,
+    });
+    herd_http::connector(&endpoint, protocol, tls.as_ref())
+}
+
+/// The outcome of an op whose connection failed with `e`.
+pub fn outcome(e: &TransportError) -> Outcome {
+    Outcome::TransportError(kind(e.kind()))
+}
+
+/// The outcome's name for a failed part of the exchange.
+pub fn kind(k: ErrorKind) -> TransportErrorKind {
+    match k {
+        ErrorKind::Connect => TransportErrorKind::Connect,
+        ErrorKind::Reset => TransportErrorKind::Reset,
+        ErrorKind::Protocol => TransportErrorKind::Protocol,
+        ErrorKind::Tls(p) => TransportErrorKind::Tls(match p {
+            herd_http::TlsProblem::UnknownCa => TlsProblem::UnknownCa,
+            herd_http::TlsProblem::NameMismatch => TlsProblem::NameMismatch,
+            herd_http::TlsProblem::Expired => TlsProblem::Expired,
+            herd_http::TlsProblem::Handshake => TlsProblem::Handshake,
+        }),
+    }
+}
