@@ -47,7 +47,11 @@ pub fn messages(data: &[u8]) {
     for m in &got {
         encode(m, Encoding::Identity, &mut framed);
     }
-    assert_eq!(&body[..framed.len()], &framed[..], "messages differ from the body");
+    assert_eq!(
+        &body[..framed.len()],
+        &framed[..],
+        "messages differ from the body"
+    );
     match d.finish() {
         Ok(()) => assert_eq!(framed.len(), body.len(), "bytes left unread"),
         Err(_) => assert!(framed.len() < body.len(), "truncated with nothing left"),

@@ -43,7 +43,10 @@ pub enum ProtoError {
     #[error("`{0}` is not a gRPC method: write it as `package.Service/Method`")]
     MethodName(String),
     /// No service of that name in the files.
-    #[error("no service `{service}` in the .proto files; they define: {}", list(known))]
+    #[error(
+        "no service `{service}` in the .proto files; they define: {}",
+        list(known)
+    )]
     UnknownService {
         /// The service asked for.
         service: String,
@@ -51,7 +54,10 @@ pub enum ProtoError {
         known: Vec<String>,
     },
     /// The service has no method of that name.
-    #[error("service `{service}` has no method `{method}`; its methods: {}", list(known))]
+    #[error(
+        "service `{service}` has no method `{method}`; its methods: {}",
+        list(known)
+    )]
     UnknownMethod {
         /// The service, by full name.
         service: String,
@@ -153,9 +159,19 @@ impl Protos {
                 }
             }
         }
-        let mut compiler = protox::Compiler::new(&includes).map_err(|e| compile_error(&e, &includes))?;
+        let mut compiler =
+            protox::Compiler::new(&includes).map_err(|e| compile_error(&e, &includes))?;
         compiler.include_imports(true);
         for f in files {
+            // protox says a missing file is "not in any include path"; say what is wrong.
+            if let Err(e) = std::fs::metadata(f) {
+                return Err(ProtoError::Compile {
+                    file: f.display().to_string(),
+                    line: None,
+                    column: None,
+                    cause: format!("cannot read it: {e}"),
+                });
+            }
             compiler
                 .open_file(f)
                 .map_err(|e| compile_error(&e, &includes))?;
@@ -254,7 +270,11 @@ impl fmt::Debug for Method {
 impl Method {
     /// `package.Service/Method`.
     pub fn name(&self) -> String {
-        format!("{}/{}", self.desc.parent_service().full_name(), self.desc.name())
+        format!(
+            "{}/{}",
+            self.desc.parent_service().full_name(),
+            self.desc.name()
+        )
     }
 
     /// The request's `:path`: `/package.Service/Method`.
@@ -264,7 +284,10 @@ impl Method {
 
     /// How its messages flow.
     pub fn streaming(&self) -> Streaming {
-        match (self.desc.is_client_streaming(), self.desc.is_server_streaming()) {
+        match (
+            self.desc.is_client_streaming(),
+            self.desc.is_server_streaming(),
+        ) {
             (false, false) => Streaming::Unary,
             (false, true) => Streaming::Server,
             (true, false) => Streaming::Client,
@@ -295,10 +318,18 @@ impl Method {
             de,
             &DeserializeOptions::new().deny_unknown_fields(true),
         )
-        .map_err(|e| ProtoError::Json {
-            message: desc.full_name().to_owned(),
-            path: track.path().to_string(),
-            cause: e.to_string(),
+        .map_err(|e| {
+            let path = track.path();
+            let mut cause = e.to_string();
+            if cause.starts_with("unrecognized field name") {
+                let at = message_at(&desc, &path);
+                cause = format!("{cause}; `{}` has {}", at.full_name(), field_list(&at));
+            }
+            ProtoError::Json {
+                message: desc.full_name().to_owned(),
+                path: path.to_string(),
+                cause,
+            }
         })?;
         Ok(message.encode_to_vec())
     }
@@ -322,6 +353,57 @@ impl Method {
         options: JsonOptions,
     ) -> Result<serde_json::Value, Error> {
         to_json(&self.desc.input(), bytes, options)
+    }
+}
+
+/// The message a JSON path leads into: as deep as the path names message fields.
+fn message_at(top: &MessageDescriptor, path: &serde_path_to_error::Path) -> MessageDescriptor {
+    use serde_path_to_error::Segment;
+    let mut at = top.clone();
+    let mut segments = path.iter();
+    while let Some(Segment::Map { key }) = segments.next() {
+        let Some(field) = at
+            .get_field_by_json_name(key)
+            .or_else(|| at.get_field_by_name(key))
+        else {
+            break;
+        };
+        let kind = if field.is_map() {
+            segments.next(); // the map's key
+            let Some(entry) = field.kind().as_message().cloned() else {
+                break;
+            };
+            entry.map_entry_value_field().kind()
+        } else {
+            if field.is_list() {
+                segments.next(); // the element's index
+            }
+            field.kind()
+        };
+        let Some(m) = kind.as_message() else {
+            break;
+        };
+        at = m.clone();
+    }
+    at
+}
+
+/// A message's fields, as a request body may name them.
+fn field_list(m: &MessageDescriptor) -> String {
+    let names: Vec<String> = m
+        .fields()
+        .map(|f| {
+            if f.json_name() == f.name() {
+                f.name().to_owned()
+            } else {
+                format!("{} ({})", f.json_name(), f.name())
+            }
+        })
+        .collect();
+    if names.is_empty() {
+        "no fields".to_owned()
+    } else {
+        format!("fields {}", names.join(", "))
     }
 }
 
@@ -430,7 +512,11 @@ message Profile { string country = 1; uint32 age = 2; }
         assert_eq!(join.output(), "game.v1.JoinReply");
         let kinds: Vec<Streaming> = ["Join", "Watch", "Upload", "Chat"]
             .iter()
-            .map(|m| p.method(&format!("/game.v1.Lobby/{m}")).unwrap().streaming())
+            .map(|m| {
+                p.method(&format!("/game.v1.Lobby/{m}"))
+                    .unwrap()
+                    .streaming()
+            })
             .collect();
         assert_eq!(
             kinds,
@@ -478,9 +564,7 @@ message Profile { string country = 1; uint32 age = 2; }
             "at": "2024-01-02T03:04:05Z",
         });
         let bytes = join.encode_request(&body).unwrap();
-        let back = join
-            .decode_request(&bytes, JsonOptions::default())
-            .unwrap();
+        let back = join.decode_request(&bytes, JsonOptions::default()).unwrap();
         assert_eq!(back["playerName"], "ana");
         assert_eq!(back["team"], "BLUE");
         assert_eq!(back["scores"]["x"], 12);
@@ -489,11 +573,14 @@ message Profile { string country = 1; uint32 age = 2; }
         assert_eq!(back["profile"]["age"], 30);
         assert_eq!(back["at"], "2024-01-02T03:04:05Z");
         // The .proto's own field names are taken too.
-        let bytes = join
-            .encode_request(&json!({"player_name": "bo"}))
-            .unwrap();
+        let bytes = join.encode_request(&json!({"player_name": "bo"})).unwrap();
         let back = join
-            .decode_request(&bytes, JsonOptions { proto_field_names: true })
+            .decode_request(
+                &bytes,
+                JsonOptions {
+                    proto_field_names: true,
+                },
+            )
             .unwrap();
         assert_eq!(back["player_name"], "bo");
         // Defaults are written out, so a pointer finds a field left at 0.
@@ -507,7 +594,9 @@ message Profile { string country = 1; uint32 age = 2; }
         let join = p.method("game.v1.Lobby/Join").unwrap();
         // JoinReply{player_name: "ana", seat: 3}: field 1 (LEN "ana"), field 2 (varint 3).
         let reply = [0x0a, 3, b'a', b'n', b'a', 0x10, 3];
-        let v = join.decode_response(&reply, JsonOptions::default()).unwrap();
+        let v = join
+            .decode_response(&reply, JsonOptions::default())
+            .unwrap();
         assert_eq!(
             v,
             json!({"playerName": "ana", "seat": 3, "team": "TEAM_UNSPECIFIED", "full": false})
@@ -532,7 +621,21 @@ message Profile { string country = 1; uint32 age = 2; }
             text.starts_with("request body for `game.v1.JoinRequest`"),
             "{text}"
         );
-        assert!(text.contains("plyer"), "{text}");
+        assert!(
+            text.ends_with(
+                "unrecognized field name 'plyer'; `game.v1.JoinRequest` has fields playerName \
+                 (player_name), level, team, tags, scores, profile, token, big, at"
+            ),
+            "{text}"
+        );
+        let e = join
+            .encode_request(&json!({"profile": {"country": "PT", "town": "x"}}))
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .ends_with("`common.Profile` has fields country, age"),
+            "{e}"
+        );
         let e = join
             .encode_request(&json!({"profile": {"age": "old"}}))
             .unwrap_err();
@@ -553,7 +656,10 @@ message Profile { string country = 1; uint32 age = 2; }
             "syntax = \"proto3\";\npackage p;\n\nmessage M {\n  strin name = 1;\n}\n",
         )]);
         let e = Protos::compile(&[dir.path("bad.proto")], &[]).unwrap_err();
-        let ProtoError::Compile { file, line, column, .. } = &e else {
+        let ProtoError::Compile {
+            file, line, column, ..
+        } = &e
+        else {
             panic!("{e:?}")
         };
         assert_eq!(file, &dir.path("bad.proto").display().to_string());
@@ -588,6 +694,12 @@ message Profile { string country = 1; uint32 age = 2; }
     fn a_missing_file_says_which() {
         let dir = Dir::new(&[]);
         let e = Protos::compile(&[dir.path("nowhere.proto")], &[]).unwrap_err();
-        assert!(e.to_string().contains("nowhere.proto"), "{e}");
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "{}: cannot read it: No such file or directory (os error 2)",
+                dir.path("nowhere.proto").display()
+            )
+        );
     }
 }

@@ -253,7 +253,8 @@ pub fn percent_decode(value: &[u8]) -> String {
     let mut i = 0;
     while i < value.len() {
         if value[i] == b'%'
-            && let Some((Some(hi), Some(lo))) = value.get(i + 1..i + 3).map(|p| (hex(p[0]), hex(p[1])))
+            && let Some((Some(hi), Some(lo))) =
+                value.get(i + 1..i + 3).map(|p| (hex(p[0]), hex(p[1])))
         {
             out.push(hi << 4 | lo);
             i += 3;
@@ -359,7 +360,10 @@ mod tests {
     fn heads() {
         let ok = headers(&[("content-type", "application/grpc+proto")]);
         assert_eq!(head(200, &ok).unwrap(), Head::Messages(Encoding::Identity));
-        let gz = headers(&[("content-type", "application/grpc"), ("grpc-encoding", "gzip")]);
+        let gz = headers(&[
+            ("content-type", "application/grpc"),
+            ("grpc-encoding", "gzip"),
+        ]);
         assert_eq!(head(200, &gz).unwrap(), Head::Messages(Encoding::Gzip));
         let only = headers(&[
             ("content-type", "application/grpc"),

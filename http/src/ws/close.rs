@@ -153,9 +153,7 @@ mod tests {
 
     #[test]
     fn which_codes_a_frame_may_carry() {
-        let sendable: Vec<u16> = (0..=5000)
-            .filter(|&c| CloseCode(c).is_sendable())
-            .collect();
+        let sendable: Vec<u16> = (0..=5000).filter(|&c| CloseCode(c).is_sendable()).collect();
         assert_eq!(sendable.len(), 4 + 8 + 2000);
         for c in [999, 1004, 1005, 1006, 1015, 1016, 2999, 5000] {
             assert!(!CloseCode(c).is_sendable(), "{c}");

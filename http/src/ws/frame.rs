@@ -224,7 +224,16 @@ mod tests {
             write(&mut out, true, Opcode::Binary, &payload, None);
             let h = head(&out).unwrap().unwrap();
             assert_eq!(h.len, n as u64);
-            assert_eq!(h.head_len, if n < 126 { 2 } else if n <= 0xffff { 4 } else { 10 });
+            assert_eq!(
+                h.head_len,
+                if n < 126 {
+                    2
+                } else if n <= 0xffff {
+                    4
+                } else {
+                    10
+                }
+            );
             assert_eq!(out.len(), h.head_len + n);
             // Any prefix of the head is not yet a head.
             for cut in 0..h.head_len {
@@ -258,17 +267,25 @@ mod tests {
         assert_eq!(h.opcode, Opcode::Ping);
         // 256 bytes in a 16-bit length; 64 KiB in a 64-bit one.
         assert_eq!(head(&[0x82, 0x7e, 0x01, 0x00]).unwrap().unwrap().len, 256);
-        let h = head(&[0x82, 0x7f, 0, 0, 0, 0, 0, 1, 0, 0]).unwrap().unwrap();
+        let h = head(&[0x82, 0x7f, 0, 0, 0, 0, 0, 1, 0, 0])
+            .unwrap()
+            .unwrap();
         assert_eq!(h.len, 65_536);
     }
 
     #[test]
     fn broken_rules_are_named() {
         let cases: [(&[u8], &str); 8] = [
-            (&[0xc1, 0], "reserved bits 0x40 set, and no extension was negotiated"),
+            (
+                &[0xc1, 0],
+                "reserved bits 0x40 set, and no extension was negotiated",
+            ),
             (&[0x83, 0], "opcode 0x3 is reserved"),
             (&[0x81, 0x80, 0, 0, 0, 0], "a masked frame from the server"),
-            (&[0x81, 0x7e, 0, 5], "length 5 in a longer form than it needs"),
+            (
+                &[0x81, 0x7e, 0, 5],
+                "length 5 in a longer form than it needs",
+            ),
             (
                 &[0x82, 0x7f, 0, 0, 0, 0, 0, 0, 0xff, 0xff],
                 "length 65535 in a longer form than it needs",
@@ -278,7 +295,10 @@ mod tests {
                 "a 64-bit length with its top bit set",
             ),
             (&[0x09, 0], "a Ping frame in fragments"),
-            (&[0x88, 0x7e, 0, 126], "a Close frame of 126 bytes, over 125"),
+            (
+                &[0x88, 0x7e, 0, 126],
+                "a Close frame of 126 bytes, over 125",
+            ),
         ];
         for (bytes, text) in cases {
             assert_eq!(head(bytes).unwrap_err().to_string(), text, "{bytes:?}");

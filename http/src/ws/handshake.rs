@@ -105,7 +105,10 @@ impl Handshake {
         line("sec-websocket-key", self.key.as_bytes());
         line("sec-websocket-version", b"13");
         if !self.protocols.is_empty() {
-            line("sec-websocket-protocol", self.protocols.join(", ").as_bytes());
+            line(
+                "sec-websocket-protocol",
+                self.protocols.join(", ").as_bytes(),
+            );
         }
         for (name, value) in &self.headers {
             if !OWN.contains(&name.as_str()) {
@@ -340,6 +343,9 @@ mod tests {
         while buf.len() <= MAX_HEAD {
             buf.extend_from_slice(b"x-pad: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n");
         }
-        assert!(matches!(h.read_response(&buf), Err(Error::Head(_) | Error::HeadTooLarge(_))));
+        assert!(matches!(
+            h.read_response(&buf),
+            Err(Error::Head(_) | Error::HeadTooLarge(_))
+        ));
     }
 }

@@ -200,9 +200,19 @@ mod tests {
     fn conversation() -> Vec<u8> {
         let mut b = Vec::new();
         frame(&mut b, false, Opcode::Text, "héllo ".as_bytes());
-        frame(&mut b, false, Opcode::Continuation, &"wörld".as_bytes()[..2]);
+        frame(
+            &mut b,
+            false,
+            Opcode::Continuation,
+            &"wörld".as_bytes()[..2],
+        );
         frame(&mut b, true, Opcode::Ping, b"p");
-        frame(&mut b, false, Opcode::Continuation, &"wörld".as_bytes()[2..]);
+        frame(
+            &mut b,
+            false,
+            Opcode::Continuation,
+            &"wörld".as_bytes()[2..],
+        );
         frame(&mut b, true, Opcode::Pong, b"");
         frame(&mut b, true, Opcode::Continuation, b"!");
         frame(&mut b, true, Opcode::Binary, &[0, 1, 2]);
@@ -303,10 +313,7 @@ mod tests {
         let mut b = Vec::new();
         frame(&mut b, false, Opcode::Text, b"\xc3");
         frame(&mut b, true, Opcode::Continuation, b"\xa9");
-        assert_eq!(
-            read_all(&b, 100).unwrap(),
-            [Message::Text("é".into())]
-        );
+        assert_eq!(read_all(&b, 100).unwrap(), [Message::Text("é".into())]);
     }
 
     #[test]

@@ -9,9 +9,7 @@
 
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 
-use super::{
-    Accepted, Close, Error, Handshake, Masks, Message, Opcode, Reader, frame::write,
-};
+use super::{Accepted, Close, Error, Handshake, Masks, Message, Opcode, Reader, frame::write};
 
 /// Read buffer room kept free before a read; a buffer grown past [`KEEP`] by a large
 /// message is given back once it empties, so an idle socket holds little.
@@ -102,7 +100,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Socket<S> {
     /// Sends a ping (at most 125 bytes of payload); its pong comes back through
     /// [`Socket::recv`].
     pub async fn ping(&mut self, payload: &[u8]) -> Result<(), Error> {
-        assert!(payload.len() <= super::frame::MAX_CONTROL, "a ping's payload is at most 125 bytes");
+        assert!(
+            payload.len() <= super::frame::MAX_CONTROL,
+            "a ping's payload is at most 125 bytes"
+        );
         self.send(Opcode::Ping, payload).await
     }
 
@@ -365,7 +366,10 @@ mod tests {
             accept(&mut server, &[]).await;
             let close = client_frame(&mut server).await;
             // A message still in flight, then the answer.
-            server.write_all(&[0x82, 1, 7, 0x88, 2, 0x03, 0xe8]).await.unwrap();
+            server
+                .write_all(&[0x82, 1, 7, 0x88, 2, 0x03, 0xe8])
+                .await
+                .unwrap();
             close
         });
         let (mut ws, _) = Socket::connect(client, &hs, Masks::new(), 1024)
