@@ -9,6 +9,9 @@ one a line, and answers each with one JSON line on stdout:
   reset           counters back to zero
   fail CODE N     the next N Join calls end with CODE (e.g. RESOURCE_EXHAUSTED)
 At the end of stdin (the test process gone) it stops.
+
+Metadata `herd-compress: gzip` on a call has its response messages gzip-compressed; with
+--gzip, every call's are.
 """
 
 import argparse
@@ -71,6 +74,7 @@ def counted(method, streaming_in):
     def wrap(fn):
         def unary_out(self, request, context):
             COUNTERS.add(method, "calls")
+            compress_if_asked(context)
             if streaming_in:
                 request = counting(method, request)
             else:
@@ -86,6 +90,7 @@ def counted(method, streaming_in):
 
         def stream_out(self, request, context):
             COUNTERS.add(method, "calls")
+            compress_if_asked(context)
             if streaming_in:
                 request = counting(method, request)
             else:
@@ -118,6 +123,12 @@ def wrap_kind(fn, unary_out, stream_out):
 def streams(fn):
     fn.streams = True
     return fn
+
+
+def compress_if_asked(context):
+    """Metadata `herd-compress: gzip` has this call's response messages gzip-compressed."""
+    if ("herd-compress", "gzip") in context.invocation_metadata():
+        context.set_compression(grpc.Compression.Gzip)
 
 
 def counting(method, requests):
@@ -197,9 +208,11 @@ def make_servicer(protos, services):
             until = time.monotonic() + request.delay_ms / 1000
             while time.monotonic() < until:
                 if not context.is_active():
-                    context.set_code(grpc.StatusCode.DEADLINE_EXCEEDED
-                                     if (context.time_remaining() or 1) <= 0
-                                     else grpc.StatusCode.CANCELLED)
+                    left = context.time_remaining()
+                    expired = left is not None and left <= 0.001
+                    context.set_code(
+                        grpc.StatusCode.DEADLINE_EXCEEDED if expired else grpc.StatusCode.CANCELLED
+                    )
                     raise RuntimeError("the call ended while it slept")
                 time.sleep(0.005)
             return protos.JoinReply(player="slow")

@@ -334,9 +334,9 @@ impl Method {
         Ok(message.encode_to_vec())
     }
 
-    /// A response message as JSON: proto3 JSON mapping, every field present (defaults
-    /// included, so a pointer to a field that is 0 or empty finds it), 64-bit integers as
-    /// numbers. Bytes that do not decode as the method's output type are the server's error.
+    /// A response message as JSON: proto3 JSON mapping, scalar, repeated and map fields
+    /// present at their defaults too (so a pointer to a field that is 0 or empty finds it;
+    /// an unset message field is absent), 64-bit integers as numbers. Bytes that do not decode as the method's output type are the server's error.
     pub fn decode_response(
         &self,
         bytes: &[u8],
