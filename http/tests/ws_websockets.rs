@@ -21,8 +21,8 @@ async fn open(
     let tcp = TcpStream::connect(server.addr()).await.unwrap();
     tcp.set_nodelay(true).unwrap();
     let mut masks = Masks::new();
-    let hs = Handshake::new(&server.addr().to_string(), path, &mut masks)
-        .protocols(protocols.iter().map(|p| p.to_string()).collect());
+    let hs = Handshake::new(&server.addr().to_string(), path, &mut masks)?
+        .protocols(protocols.iter().map(|p| p.to_string()).collect())?;
     Socket::connect(tcp, &hs, masks, DEFAULT_MAX_MESSAGE).await
 }
 

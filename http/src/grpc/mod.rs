@@ -144,7 +144,8 @@ impl Error {
 /// `:path` (the HTTP/2 client's): `content-type: application/grpc`, `te: trailers`,
 /// `grpc-timeout` for a deadline, `grpc-encoding` when the messages are compressed,
 /// `grpc-accept-encoding: gzip` (the server may compress its answer), then `metadata` (the
-/// scenario's headers; `-bin` keys carry base64 values, as the spec has them).
+/// scenario's headers; `-bin` keys carry base64 values, as the spec has them). Metadata
+/// cannot replace the call's own headers: its copies of them are left out.
 pub fn request_headers(
     deadline: Option<Duration>,
     encoding: Encoding,
@@ -173,10 +174,21 @@ pub fn request_headers(
         HeaderValue::from_static("gzip"),
     );
     for (k, v) in metadata {
-        h.append(k, v.clone());
+        if !OWN.contains(&k.as_str()) {
+            h.append(k, v.clone());
+        }
     }
     h
 }
+
+/// The headers [`request_headers`] writes itself.
+const OWN: [&str; 5] = [
+    "content-type",
+    "te",
+    "grpc-timeout",
+    "grpc-encoding",
+    "grpc-accept-encoding",
+];
 
 #[cfg(test)]
 mod tests {
@@ -186,6 +198,8 @@ mod tests {
     fn request_headers_carry_the_call() {
         let mut meta = HeaderMap::new();
         meta.insert("authorization", "Bearer t".parse().unwrap());
+        meta.insert("te", "gzip".parse().unwrap());
+        meta.insert("content-type", "application/json".parse().unwrap());
         let h = request_headers(Some(Duration::from_millis(250)), Encoding::Gzip, &meta);
         assert_eq!(h["content-type"], "application/grpc");
         assert_eq!(h["te"], "trailers");
@@ -193,6 +207,8 @@ mod tests {
         assert_eq!(h["grpc-encoding"], "gzip");
         assert_eq!(h["grpc-accept-encoding"], "gzip");
         assert_eq!(h["authorization"], "Bearer t");
+        assert_eq!(h.get_all("te").iter().count(), 1);
+        assert_eq!(h.get_all("content-type").iter().count(), 1);
         let h = request_headers(None, Encoding::Identity, &HeaderMap::new());
         assert!(!h.contains_key("grpc-timeout"));
         assert!(!h.contains_key("grpc-encoding"));

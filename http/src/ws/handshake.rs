@@ -56,24 +56,43 @@ const OWN: [&str; 7] = [
 
 impl Handshake {
     /// A handshake for `path` (origin form, `/chat?room=1`) at `authority` (`host:port`,
-    /// the `Host` header), with a fresh key from `masks`.
-    pub fn new(authority: &str, path: &str, masks: &mut Masks) -> Self {
+    /// the `Host` header), with a fresh key from `masks`. A path or authority a request
+    /// cannot carry (spaces, line breaks, no leading `/`) is [`Error::Request`].
+    pub fn new(authority: &str, path: &str, masks: &mut Masks) -> Result<Self, Error> {
+        let path = if path.is_empty() { "/" } else { path };
+        if !path.starts_with('/') || path.parse::<http::uri::PathAndQuery>().is_err() {
+            return Err(Error::Request(format!("path `{path}`")));
+        }
+        if authority.parse::<http::uri::Authority>().is_err() {
+            return Err(Error::Request(format!("host `{authority}`")));
+        }
         let mut nonce = [0u8; 16];
         nonce[..8].copy_from_slice(&masks.next_u64().to_ne_bytes());
         nonce[8..].copy_from_slice(&masks.next_u64().to_ne_bytes());
-        Self {
+        Ok(Self {
             authority: authority.to_owned(),
-            path: if path.is_empty() { "/" } else { path }.to_owned(),
+            path: path.to_owned(),
             protocols: Vec::new(),
             headers: HeaderMap::new(),
             key: base64::engine::general_purpose::STANDARD.encode(nonce),
-        }
+        })
     }
 
-    /// Offers these subprotocols (`Sec-WebSocket-Protocol`), in order of preference.
-    pub fn protocols(mut self, protocols: Vec<String>) -> Self {
+    /// Offers these subprotocols (`Sec-WebSocket-Protocol`), in order of preference. A
+    /// name must be an HTTP token (RFC 6455 §4.1): one that is not is [`Error::Request`].
+    pub fn protocols(mut self, protocols: Vec<String>) -> Result<Self, Error> {
+        let token = |p: &str| {
+            !p.is_empty()
+                && p.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+        };
+        if let Some(bad) = protocols.iter().find(|p| !token(p)) {
+            return Err(Error::Request(format!(
+                "subprotocol `{bad}` (not an HTTP token)"
+            )));
+        }
         self.protocols = protocols;
-        self
+        Ok(self)
     }
 
     /// Adds headers to the request (`Origin`, `Authorization`, cookies); those the
@@ -222,7 +241,7 @@ mod tests {
     use super::*;
 
     fn handshake() -> Handshake {
-        let mut h = Handshake::new("example.com:80", "/chat", &mut Masks::new());
+        let mut h = Handshake::new("example.com:80", "/chat", &mut Masks::new()).unwrap();
         // RFC 6455 §1.3's key, so its accept value is the RFC's.
         h.key = "dGhlIHNhbXBsZSBub25jZQ==".to_owned();
         h
@@ -242,8 +261,8 @@ mod tests {
     #[test]
     fn a_fresh_key_is_16_bytes_in_base64() {
         let mut m = Masks::new();
-        let a = Handshake::new("h", "/", &mut m);
-        let b = Handshake::new("h", "/", &mut m);
+        let a = Handshake::new("h", "/", &mut m).unwrap();
+        let b = Handshake::new("h", "/", &mut m).unwrap();
         assert_ne!(a.key(), b.key());
         let raw = base64::engine::general_purpose::STANDARD
             .decode(a.key())
@@ -258,6 +277,7 @@ mod tests {
         extra.insert("upgrade", "h2c".parse().unwrap());
         let h = handshake()
             .protocols(vec!["chat".into(), "superchat".into()])
+            .unwrap()
             .headers(extra);
         let mut out = Vec::new();
         h.write(&mut out);
@@ -286,6 +306,7 @@ mod tests {
     fn refused(response: &str) -> String {
         handshake()
             .protocols(vec!["chat".into()])
+            .unwrap()
             .read_response(response.as_bytes())
             .unwrap_err()
             .to_string()
@@ -327,13 +348,33 @@ mod tests {
 
     #[test]
     fn tokens_are_case_insensitive_and_the_chosen_protocol_is_kept() {
-        let h = handshake().protocols(vec!["a".into(), "b".into()]);
+        let h = handshake().protocols(vec!["a".into(), "b".into()]).unwrap();
         let r = OK
             .replace("Upgrade: websocket", "upgrade: WebSocket")
             .replace("Connection: Upgrade", "Connection: keep-alive, UPGRADE")
             .replace("\r\n\r\n", "\r\nsec-websocket-protocol: b\r\n\r\n");
         let (a, _) = h.read_response(r.as_bytes()).unwrap().unwrap();
         assert_eq!(a.protocol.as_deref(), Some("b"));
+    }
+
+    #[test]
+    fn a_request_that_cannot_be_written_is_refused_before_it_is() {
+        let mut m = Masks::new();
+        for (host, path) in [
+            ("h:1", "/a b"),
+            ("h:1", "/a\r\nx: y"),
+            ("h:1", "chat"),
+            ("h 1", "/"),
+        ] {
+            let e = Handshake::new(host, path, &mut m).unwrap_err();
+            assert!(matches!(e, Error::Request(_)), "{host} {path}: {e}");
+        }
+        assert_eq!(Handshake::new("h:1", "", &mut m).unwrap().path, "/");
+        let e = handshake().protocols(vec!["a b".into()]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "cannot ask for a WebSocket at subprotocol `a b` (not an HTTP token)"
+        );
     }
 
     #[test]

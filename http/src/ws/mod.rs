@@ -150,6 +150,13 @@ pub enum Error {
     /// The socket was used after it closed.
     #[error("the socket is closed")]
     Closed,
+    /// The handshake request cannot be written: a path or host that a request line or
+    /// `Host` header cannot carry. The caller's mistake, found before anything is sent.
+    #[error("cannot ask for a WebSocket at {0}")]
+    Request(String),
+    /// [`Socket::send`] asked to send a Close or a bare continuation.
+    #[error("{0:?} is not a message to send: Socket::close closes")]
+    NotAMessage(Opcode),
 }
 
 fn token(header: &str) -> &'static str {
@@ -190,7 +197,9 @@ impl Error {
             | Self::Extension(_)
             | Self::Dropped
             | Self::Io(_)
-            | Self::Closed => None,
+            | Self::Closed
+            | Self::Request(_)
+            | Self::NotAMessage(_) => None,
         }
     }
 

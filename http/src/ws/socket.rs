@@ -97,20 +97,26 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Socket<S> {
         self.send(Opcode::Binary, data).await
     }
 
-    /// Sends a ping (at most 125 bytes of payload); its pong comes back through
-    /// [`Socket::recv`].
+    /// Sends a ping; its pong comes back through [`Socket::recv`]. A payload over 125
+    /// bytes is refused ([`Error::ControlTooLong`]) and sends nothing.
     pub async fn ping(&mut self, payload: &[u8]) -> Result<(), Error> {
-        assert!(
-            payload.len() <= super::frame::MAX_CONTROL,
-            "a ping's payload is at most 125 bytes"
-        );
         self.send(Opcode::Ping, payload).await
     }
 
-    /// Sends one frame with FIN set: a whole message, or a ping or pong.
+    /// Sends one frame with FIN set: a whole text or binary message, a ping or a pong. Not
+    /// a Close: [`Socket::close`] runs the closing handshake.
     pub async fn send(&mut self, opcode: Opcode, payload: &[u8]) -> Result<(), Error> {
         if self.state != State::Open {
             return Err(Error::Closed);
+        }
+        if opcode.is_control() && payload.len() > super::frame::MAX_CONTROL {
+            return Err(Error::ControlTooLong {
+                opcode,
+                len: payload.len() as u64,
+            });
+        }
+        if matches!(opcode, Opcode::Close | Opcode::Continuation) {
+            return Err(Error::NotAMessage(opcode));
         }
         self.wbuf.clear();
         let key = self.masks.key();
@@ -302,7 +308,7 @@ mod tests {
     #[tokio::test]
     async fn pings_are_ponged_and_a_close_is_echoed() {
         let (client, mut server) = duplex(1 << 16);
-        let hs = Handshake::new("h:1", "/", &mut Masks::new());
+        let hs = Handshake::new("h:1", "/", &mut Masks::new()).unwrap();
         // A ping and a text right behind the 101, in the same write.
         let server_task = tokio::spawn(async move {
             accept(&mut server, &[0x89, 2, b'h', b'i', 0x81, 2, b'o', b'k']).await;
@@ -334,7 +340,7 @@ mod tests {
     #[tokio::test]
     async fn a_protocol_error_fails_with_its_close_code() {
         let (client, mut server) = duplex(1 << 16);
-        let hs = Handshake::new("h:1", "/", &mut Masks::new());
+        let hs = Handshake::new("h:1", "/", &mut Masks::new()).unwrap();
         let server_task = tokio::spawn(async move {
             accept(&mut server, &[0x81, 1, 0xff]).await;
             client_frame(&mut server).await
@@ -350,7 +356,7 @@ mod tests {
     #[tokio::test]
     async fn an_end_without_close_is_dropped_and_our_close_waits_for_theirs() {
         let (client, mut server) = duplex(1 << 16);
-        let hs = Handshake::new("h:1", "/", &mut Masks::new());
+        let hs = Handshake::new("h:1", "/", &mut Masks::new()).unwrap();
         let server_task = tokio::spawn(async move {
             accept(&mut server, &[]).await;
             drop(server);
