@@ -8,7 +8,7 @@
 use super::{Decoder, Encoding, encode};
 
 /// `data[0]`: bit 0 picks gzip, bits 1–7 the piece size (1–128 bytes); `data[1]` the limit
-/// (2^(data[1] % 20) bytes); the rest is the body.
+/// (2^(`data[1]` % 20) bytes); the rest is the body.
 pub fn messages(data: &[u8]) {
     let [mode, limit, body @ ..] = data else {
         return;

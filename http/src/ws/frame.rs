@@ -1,7 +1,7 @@
 //! WebSocket frames (RFC 6455 §5.2): the head — FIN, three reserved bits, the opcode, the
 //! mask bit and a 7-, 16- or 64-bit length, then the masking key — and the payload.
 //!
-//! [`write`] writes one frame (a client's are masked with a fresh key from [`Masks`]);
+//! [`write()`] writes one frame (a client's are masked with a fresh key from [`Masks`]);
 //! [`parse_head`] reads a head off the front of a buffer and checks every rule a frame
 //! from a server must keep.
 

@@ -12,7 +12,7 @@ use super::{
     frame::{MAX_CONTROL, write},
 };
 
-/// `data[0]`: the piece size (1–256 bytes); `data[1]`: the message limit (2^(data[1] % 24));
+/// `data[0]`: the piece size (1–256 bytes); `data[1]`: the message limit (2^(`data[1]` % 24));
 /// the rest is the server's bytes, read twice: as frames, and as messages.
 pub fn frames(data: &[u8]) {
     let [piece, limit, bytes @ ..] = data else {
