@@ -24,6 +24,7 @@ At the end of stdin (the test process gone) it stops.
 import asyncio
 import json
 import logging
+import os
 import sys
 import threading
 from urllib.parse import parse_qs, urlsplit
@@ -151,6 +152,8 @@ async def serve_forever(ready):
         port = server.sockets[0].getsockname()[1]
         ready(port)
         await asyncio.get_running_loop().run_in_executor(None, control)
+        # The test process is gone: no closing handshakes with clients that may be gone too.
+        os._exit(0)
 
 
 def control():
