@@ -213,3 +213,48 @@ async fn a_dropped_socket_and_chosen_close_codes() {
     );
     assert!(c.get("forbidden").is_none());
 }
+
+#[tokio::test]
+async fn wss_over_tls_with_a_private_ca() {
+    use rustls_pki_types::{CertificateDer, ServerName, pem::PemObject as _};
+
+    let dir = herd_testkit::TempDir::new("wss");
+    let ca = herd_testkit::TestCa::new();
+    let (cert, key) = ca.server_cert(&["localhost"]).write_pem(dir.path());
+    let mut server = PyServer::websocket_tls(&cert, &key);
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(ca.pem().as_bytes()).unwrap())
+        .unwrap();
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    // HTTP/1.1 only: the upgrade is an HTTP/1.1 request (WebSocket over h2 is RFC 8441).
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let tcp = TcpStream::connect(server.addr()).await.unwrap();
+    let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap();
+    let mut masks = Masks::new();
+    let hs = Handshake::new(&format!("localhost:{}", server.port()), "/echo", &mut masks).unwrap();
+    let (mut ws, _) = Socket::connect(tls, &hs, masks, DEFAULT_MAX_MESSAGE)
+        .await
+        .unwrap();
+    for i in 0..50 {
+        let text = format!("over tls {i} {}", "x".repeat(i * 100));
+        ws.send_text(&text).await.unwrap();
+        assert_eq!(ws.recv().await.unwrap(), Message::Text(text));
+    }
+    let theirs = ws
+        .close(Close::new(CloseCode::GOING_AWAY, ""))
+        .await
+        .unwrap();
+    assert_eq!(theirs.code, CloseCode::GOING_AWAY);
+    let c = counters_once(&mut server, |c| c["echo"]["close_received"] != json!({})).await;
+    assert_eq!(c["echo"]["received"], 50);
+    assert_eq!(c["echo"]["close_received"], json!({"1001": 1}));
+}

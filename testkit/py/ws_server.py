@@ -1,6 +1,7 @@
 """A real WebSocket server for herd's tests: Python's `websockets` (asyncio).
 
-Prints {"port": N} on stdout once it listens on 127.0.0.1. The path picks the behaviour:
+Prints {"port": N} on stdout once it listens on 127.0.0.1 (ws://, or wss:// with --cert
+and --key). The path picks the behaviour:
   /echo                    every message sent back as it came (text or binary)
   /push?count=N&rate=R&types=a,b&fragments=K&hold=1
                            N JSON text events {"type": t, "seq": i}, types in turn, R a
@@ -21,10 +22,12 @@ Then reads commands on stdin, one a line, each answered with one JSON line on st
 At the end of stdin (the test process gone) it stops.
 """
 
+import argparse
 import asyncio
 import json
 import logging
 import os
+import ssl
 import sys
 import threading
 from urllib.parse import parse_qs, urlsplit
@@ -139,11 +142,12 @@ async def handler(ws):
             count(mode, "close_received", sub=str(rcvd.code) if rcvd else "none")
 
 
-async def serve_forever(ready):
+async def serve_forever(ready, tls):
     async with serve(
         handler,
         "127.0.0.1",
         0,
+        ssl=tls,
         select_subprotocol=select_subprotocol,
         process_request=process_request,
         ping_interval=None,
@@ -174,8 +178,17 @@ def control():
 
 
 def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--cert", help="serve wss:// with this certificate (PEM)")
+    ap.add_argument("--key", help="and this key (PEM)")
+    args = ap.parse_args()
+    tls = None
+    if args.cert:
+        tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        tls.load_cert_chain(args.cert, args.key)
     logging.basicConfig(level=logging.CRITICAL)
-    asyncio.run(serve_forever(lambda port: print(json.dumps({"port": port}), flush=True)))
+    ready = lambda port: print(json.dumps({"port": port}), flush=True)
+    asyncio.run(serve_forever(ready, tls))
 
 
 if __name__ == "__main__":

@@ -73,6 +73,17 @@ impl PyServer {
         Self::start("ws_server.py", &[], "the websockets server")
     }
 
+    /// The same over TLS (`wss://`), with this certificate and key (PEM files: a
+    /// [`crate::ServerCert`] written with `write_pem`).
+    pub fn websocket_tls(cert: &Path, key: &Path) -> Self {
+        let (cert, key) = (cert.display().to_string(), key.display().to_string());
+        Self::start(
+            "ws_server.py",
+            &["--cert", &cert, "--key", &key],
+            "the websockets server (TLS)",
+        )
+    }
+
     fn start(script: &str, args: &[&str], what: &'static str) -> Self {
         let mut cmd = Command::new(python());
         cmd.arg(py_dir().join(script));

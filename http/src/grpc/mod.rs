@@ -8,6 +8,13 @@
 //! the head alone (Trailers-Only). Messages are built from JSON and read back to JSON with
 //! the `.proto` files compiled at load time ([`Protos`], [`Method`]).
 //!
+//! What the HTTP/2 client must carry for it, beyond a plain request: the response's
+//! trailers (where `grpc-status` is for any call that sent a message), a request body that
+//! keeps streaming after the head (client and bidi calls: DATA frames as the player sends,
+//! END_STREAM only when it is done), and no `content-length` on such a body. A unary or
+//! server-streaming call needs only the trailers; until the client hands them over, only a
+//! Trailers-Only status (in the head) can be read through it.
+//!
 //! One file per layer: [`frame`] the message framing and compression, [`status`] codes,
 //! statuses and the response head, [`timeout`] `grpc-timeout`, [`proto`] the `.proto`
 //! files and JSON. gzip is the one compression herd speaks; deflate, snappy and zstd
