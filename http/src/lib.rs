@@ -1,6 +1,7 @@
-//! herd's HTTP client: HTTP/1.1, HTTP/2 over cleartext TCP (h2c, prior knowledge) and
-//! either over TLS (h2 by ALPN), as a library of its own in the way h2 and hyper are: it
-//! knows nothing of scenarios, players or reports. A [`Transport`] (made by [`connector`]
+//! herd's protocol clients: HTTP/1.1, HTTP/2 over cleartext TCP (h2c, prior knowledge) and
+//! either over TLS (h2 by ALPN), with gRPC ([`grpc`]) and WebSocket ([`ws`]) on top — a
+//! library of its own in the way h2 and hyper are: it knows nothing of scenarios, players
+//! or reports. A [`Transport`] (made by [`connector`]
 //! from an [`Endpoint`], a [`Protocol`] and, for TLS, a [`TlsConfig`]) opens
 //! [`Connection`]s; a connection sends [`Request`]s and returns whole [`Response`]s or a
 //! [`Streaming`] head whose body arrives as it comes. Failures are [`TransportError`]s,
@@ -10,18 +11,22 @@
 //! One file per protocol: `h1_raw` (plain HTTP/1.1 calls written and parsed in the caller's
 //! task), `h1` (hyper's HTTP/1.1, for streams and TLS), `h2` (the hand-written HTTP/2
 //! client, split by protocol layer as h2 is: `frame`, `hpack`, `conn`, `streams`, `flow`,
-//! `handoff`), `h2c`, and `tls`.
+//! `handoff`), `h2c`, and `tls`; `grpc` (message framing, status, deadlines, `.proto` files
+//! compiled at load time and read and written as JSON) and `ws` (RFC 6455: the upgrade,
+//! frames both ways, a socket over TCP or TLS).
 #![deny(missing_docs)]
 
 mod dial;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod grpc;
 mod h1;
 mod h1_raw;
 mod h2;
 mod h2c;
 mod headers;
 mod tls;
+pub mod ws;
 
 use std::{error::Error as _, future::Future, pin::Pin, sync::Arc};
 

@@ -28,8 +28,9 @@ struct Cli {
 #[derive(Subcommand)]
 enum Task {
     /// Install the pinned nightly with rust-src, bpf-linker (built against that nightly's LLVM,
-    /// into target/tools), cargo-fuzz (into target/tools) and the Debian packages the tests
-    /// and benchmarks use.
+    /// into target/tools), cargo-fuzz (into target/tools), the Debian packages the tests
+    /// and benchmarks use, and the Python packages of xtask/requirements.txt (into a venv at
+    /// target/py).
     Setup,
     /// Setup, then every gate: fmt, clippy (host and eBPF), unit tests, the privileged
     /// integration tests, the same tests on Debian's other kernels in QEMU, and a short run
@@ -117,6 +118,11 @@ const DEBIAN_PACKAGES: &[(&str, &str)] = &[
     (
         "busybox-static",
         "the shell and tools of that guest's initramfs (static: no libraries to copy)",
+    ),
+    (
+        "python3-venv",
+        "the venv at target/py for the Python test servers (grpcio, websockets; \
+         xtask/requirements.txt)",
     ),
     (
         "prometheus",
@@ -312,10 +318,47 @@ fn setup() -> Result<()> {
                 .env("DEBIAN_FRONTEND", "noninteractive"),
         )?;
     }
+    // 6. The Python packages the tests' real servers run on, into a venv under target/.
+    python_venv()?;
     eprintln!(
         "xtask: setup complete in {:.1}s",
         started.elapsed().as_secs_f64()
     );
+    Ok(())
+}
+
+/// The venv at target/py with xtask/requirements.txt installed. Idempotent: a venv whose
+/// stamp matches the file is left as it is.
+fn python_venv() -> Result<()> {
+    let venv = root().join("target/py");
+    let requirements = root().join("xtask/requirements.txt");
+    let wanted = std::fs::read_to_string(&requirements)
+        .with_context(|| format!("reading {}", requirements.display()))?;
+    let stamp = venv.join("requirements.installed");
+    let python = venv.join("bin/python");
+    let works = output(Command::new(&python).args(["-c", "import sys"])).is_some();
+    if works && std::fs::read_to_string(&stamp).is_ok_and(|s| s == wanted) {
+        return Ok(());
+    }
+    if !works {
+        // Debian's python3, which python3-venv serves; any python3 elsewhere.
+        let system = if Path::new("/usr/bin/python3").exists() {
+            "/usr/bin/python3"
+        } else {
+            "python3"
+        };
+        status(
+            Command::new(system)
+                .args(["-m", "venv", "--clear"])
+                .arg(&venv),
+        )?;
+    }
+    status(
+        Command::new(venv.join("bin/pip"))
+            .args(["install", "--disable-pip-version-check", "-q", "-r"])
+            .arg(&requirements),
+    )?;
+    std::fs::write(&stamp, wanted).with_context(|| format!("writing {}", stamp.display()))?;
     Ok(())
 }
 
