@@ -13,7 +13,6 @@ pub mod k8s;
 pub mod live;
 pub mod log;
 pub mod metrics;
-pub mod quick;
 pub mod run_metrics;
 pub mod session;
 pub mod signals;

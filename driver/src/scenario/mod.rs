@@ -17,6 +17,7 @@ mod flow;
 mod op;
 mod overrides;
 mod players;
+pub mod quick;
 mod raw;
 pub mod seed;
 pub mod shapes;

@@ -69,7 +69,7 @@ pub struct DriveArgs {
     pub listen: Option<std::net::SocketAddr>,
     /// Quick mode: SCENARIO is a URL.
     #[command(flatten)]
-    pub quick: crate::quick::QuickArgs,
+    pub quick: super::quick::QuickArgs,
     /// Run shard I of N of the plan (0-based: 0/3, 1/3, 2/3), so that N processes send what
     /// one would; `herd merge` merges their --json results. Without a store the shards start
     /// when started: `herd run --shard` starts them together.
@@ -79,13 +79,13 @@ pub struct DriveArgs {
 
 /// Runs `herd drive`.
 pub fn run(args: &DriveArgs) -> Result<()> {
-    let quick = crate::quick::scenario_text(&args.scenario, &args.quick, "drive")?;
+    let quick = super::quick::scenario_text(&args.scenario, &args.quick, "drive")?;
     if args.quick.print_scenario {
         print!("{}", quick.unwrap_or_default());
         return Ok(());
     }
     let mut scenario = crate::signals::at_once(|| match &quick {
-        Some(text) => Scenario::parse(crate::quick::FILE, text, &args.set),
+        Some(text) => Scenario::parse(super::quick::FILE, text, &args.set),
         None => Scenario::load(&args.scenario, &args.set),
     })?;
     herd_driver::limits::check_host(&scenario, args.shard.unwrap_or_default())?;

@@ -7,6 +7,7 @@ pub mod import;
 pub mod launch;
 pub mod merge;
 pub mod probe;
+pub mod quick;
 pub mod report;
 pub mod run;
 pub mod seed;

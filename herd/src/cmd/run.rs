@@ -81,7 +81,7 @@ pub struct RunArgs {
     pub listen: Option<std::net::SocketAddr>,
     /// Quick mode: SCENARIO is a URL.
     #[command(flatten)]
-    pub quick: crate::quick::QuickArgs,
+    pub quick: super::quick::QuickArgs,
     /// Run shard I of N of the plan (0-based: 0/3, 1/3, 2/3): its players, hammer workers,
     /// catalog requests and open-model arrivals, so that N processes send what one would.
     /// Needs --run-key and a PostgreSQL --store shared by the shards (docs/scale-out.md).
@@ -146,9 +146,9 @@ impl RunArgs {
 
     /// The run these options describe: the scenario loaded with its `--set`s.
     pub fn config(&self) -> Result<RunConfig> {
-        let quick = crate::quick::scenario_text(&self.scenario, &self.quick, "run")?;
+        let quick = super::quick::scenario_text(&self.scenario, &self.quick, "run")?;
         let mut scenario = crate::signals::at_once(|| match &quick {
-            Some(text) => Scenario::parse(crate::quick::FILE, text, &self.set),
+            Some(text) => Scenario::parse(super::quick::FILE, text, &self.set),
             None => Scenario::load(&self.scenario, &self.set),
         })?;
         herd_driver::limits::check_host(&scenario, self.shard().unwrap_or_default())?;
@@ -195,7 +195,7 @@ impl RunArgs {
 /// Runs `herd run`.
 pub fn run(args: &RunArgs) -> Result<()> {
     if args.quick.print_scenario {
-        let text = crate::quick::scenario_text(&args.scenario, &args.quick, "run")?;
+        let text = super::quick::scenario_text(&args.scenario, &args.quick, "run")?;
         print!("{}", text.unwrap_or_default());
         return Ok(());
     }

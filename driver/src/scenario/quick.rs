@@ -1,0 +1,346 @@
+//! Quick mode's scenario: `herd drive URL -c 50 -z 10s`, the first command people type into
+//! oha or wrk, without a scenario file. The options become a scenario's TOML text, which is
+//! checked and compiled exactly as a file is (same engine, same tables, same report), and
+//! which `--print-scenario` prints so it can be saved and run as a file.
+//!
+//! The options mean what oha's do: `concurrency` players running at once, each on its own
+//! connection; `requests` in total across all of them; `duration` how long to send; `rate`
+//! requests per second across all of them.
+
+use std::{fmt::Write as _, time::Duration};
+
+/// What a generated scenario is called in messages, tables and the heading.
+pub const FILE: &str = "quick mode";
+
+/// oha's default request count when neither a count nor a duration is given.
+pub const DEFAULT_REQUESTS: u64 = 200;
+
+/// oha's default concurrency.
+pub const DEFAULT_CONCURRENCY: usize = 50;
+
+/// The longest a counted run may take: a bound on every load loop, far beyond a quick check.
+const MAX_COUNTED: &str = "1h";
+
+/// Quick mode's options, as `herd drive URL` and `herd run URL` take them (`-c -n -z -q --h2c
+/// --h2 -m -H -d`); absent ones take oha's defaults.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Quick {
+    /// Players sending at once (`-c`).
+    pub concurrency: Option<usize>,
+    /// Requests in total across all players (`-n`).
+    pub requests: Option<u64>,
+    /// How long to send (`-z`).
+    pub duration: Option<Duration>,
+    /// Requests per second across all players (`-q`).
+    pub rate: Option<f64>,
+    /// HTTP/2 over cleartext with prior knowledge (`--h2c`).
+    pub h2c: bool,
+    /// HTTP/2 over TLS (`--h2`).
+    pub h2: bool,
+    /// The request's method (`-m`).
+    pub method: Option<String>,
+    /// Request headers as typed, `name: value` (`-H`).
+    pub headers: Vec<String>,
+    /// The request's body (`-d`).
+    pub body: Option<String>,
+}
+
+/// A URL or an option quick mode cannot make a scenario of: a usage error, with what to
+/// write instead.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QuickError {
+    /// The URL is not one herd can drive.
+    #[error(
+        "`{url}` is not a URL herd can drive: {why}; write e.g. `herd {command} http://127.0.0.1:8080/ -c 50 -z 10s`"
+    )]
+    Url {
+        /// The URL as given.
+        url: String,
+        /// What is wrong with it.
+        why: String,
+        /// `drive` or `run`, for the example.
+        command: String,
+    },
+    /// An option does not fit the URL.
+    #[error("{0}")]
+    Option(String),
+}
+
+/// The scenario file `url` and `q` describe, for `herd COMMAND` (named in the file's first
+/// line and in errors).
+pub fn scenario(url: &str, q: &Quick, command: &str) -> Result<String, QuickError> {
+    let parsed = parse_url(url).map_err(|why| QuickError::Url {
+        url: url.to_owned(),
+        why,
+        command: command.to_owned(),
+    })?;
+    toml(&parsed, q, command).map_err(QuickError::Option)
+}
+
+/// A URL split the way a scenario wants it: `target.url` and the op's path.
+#[derive(Debug, PartialEq)]
+struct Url {
+    https: bool,
+    base: String,
+    path: String,
+}
+
+fn parse_url(s: &str) -> Result<Url, String> {
+    if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err("it contains a space or a control character".into());
+    }
+    let (scheme, rest) = s
+        .split_once("://")
+        .ok_or("it has no scheme (http:// or https://)")?;
+    let https = match scheme.to_ascii_lowercase().as_str() {
+        "http" => false,
+        "https" => true,
+        other => return Err(format!("the scheme `{other}` is neither http nor https")),
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    if authority.is_empty() {
+        return Err("it has no host".into());
+    }
+    if authority.contains('@') {
+        return Err("it carries a user name or password; send credentials with -H".into());
+    }
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(v6) => {
+            let (addr, after) = v6.split_once(']').ok_or("its IPv6 address has no `]`")?;
+            if addr.parse::<std::net::Ipv6Addr>().is_err() {
+                return Err(format!("`{addr}` is not an IPv6 address"));
+            }
+            match after {
+                "" => (authority, None),
+                p => (
+                    &authority[..authority.len() - p.len()],
+                    Some(p.strip_prefix(':').ok_or("junk after its IPv6 address")?),
+                ),
+            }
+        }
+        None => match authority.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (authority, None),
+        },
+    };
+    if host.is_empty() {
+        return Err("it has no host".into());
+    }
+    if !host.starts_with('[')
+        && !host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'))
+    {
+        return Err(format!("`{host}` is not a host name or address"));
+    }
+    if let Some(p) = port
+        && p.parse::<u16>().map_or(true, |p| p == 0)
+    {
+        return Err(format!("`{p}` is not a port (1-65535)"));
+    }
+    let tail = tail.split('#').next().unwrap_or_default();
+    let path = match tail {
+        "" => "/".to_owned(),
+        t if t.starts_with('?') => format!("/{t}"),
+        t => t.to_owned(),
+    };
+    Ok(Url {
+        https,
+        base: format!("{}://{authority}", if https { "https" } else { "http" }),
+        path,
+    })
+}
+
+/// A TOML basic string: `"`, `\` and control characters escaped.
+fn quoted(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if c.is_control() => {
+                let _ = write!(out, "\\u{:04X}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// `s` as a template that reads no variable: quick mode sends what was typed, so a `{`
+/// that would start a `{name}` (or a `{{`) is doubled.
+fn literal(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        out.push(c);
+        if c == '{'
+            && chars
+                .peek()
+                .is_some_and(|&n| n == '{' || n == '_' || n.is_ascii_alphabetic())
+        {
+            out.push('{');
+        }
+    }
+    out
+}
+
+/// The whole scenario file the flags describe.
+fn toml(url: &Url, q: &Quick, command: &str) -> Result<String, String> {
+    if q.h2c && url.https {
+        return Err(format!(
+            "--h2c is HTTP/2 over cleartext, for http:// URLs; for {} use --h2",
+            url.base
+        ));
+    }
+    if q.h2 && !url.https {
+        return Err(format!(
+            "--h2 is HTTP/2 over TLS, for https:// URLs; for {} use --h2c",
+            url.base
+        ));
+    }
+    let method = q.method.as_deref().unwrap_or("GET").to_ascii_uppercase();
+    let c = q.concurrency.unwrap_or(DEFAULT_CONCURRENCY);
+    let name = format!("{method} {}", url.path.split('?').next().unwrap_or("/"));
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "# made by `herd {command}` quick mode: {}",
+        flags_line(url, q)
+    );
+    let _ = writeln!(t, "[target]\nurl = {}", quoted(&url.base));
+    if q.h2c {
+        t.push_str("transport = \"h2c\"\n");
+    } else if q.h2 {
+        t.push_str("transport = \"h2\"\n");
+    }
+    let _ = writeln!(
+        t,
+        "\n[[op]]\nname = {}\nmethod = {}\npath = {}",
+        quoted(&name),
+        quoted(&method),
+        quoted(&literal(&url.path))
+    );
+    if !q.headers.is_empty() {
+        let mut pairs = Vec::new();
+        for h in &q.headers {
+            let (k, v) = h
+                .split_once(':')
+                .filter(|(k, _)| !k.trim().is_empty())
+                .ok_or_else(|| format!("-H `{h}` is not a header: write -H 'name: value'"))?;
+            pairs.push(format!(
+                "{} = {}",
+                quoted(k.trim()),
+                quoted(&literal(v.trim()))
+            ));
+        }
+        let _ = writeln!(t, "headers = {{ {} }}", pairs.join(", "));
+    }
+    if let Some(b) = &q.body {
+        let _ = writeln!(t, "body = {}", quoted(&literal(b)));
+    }
+    t.push('\n');
+    match (q.duration, q.rate) {
+        (Some(z), None) => {
+            // oha starts every worker at once: a burst, held for the duration.
+            let _ = writeln!(
+                t,
+                "[[step]]\nplayers = {c}\nduration = {}\narrival = \"burst\"",
+                quoted(&humantime::format_duration(z).to_string())
+            );
+        }
+        (Some(z), Some(rate)) => {
+            let _ = writeln!(
+                t,
+                "[[rate]]\nrate = {rate}\nduration = {}\nmax_in_flight = {c}\nwhen_full = \"queue\"",
+                quoted(&humantime::format_duration(z).to_string())
+            );
+        }
+        (None, None) => {
+            let n = q.requests.unwrap_or(DEFAULT_REQUESTS);
+            let _ = writeln!(
+                t,
+                "[catalog]\nrequests = {n}\nconcurrency = {c}\nmax_duration = \"{MAX_COUNTED}\""
+            );
+        }
+        (None, Some(rate)) => {
+            // A rate step schedules round(rate × duration) arrivals: to the nanosecond,
+            // n / rate gives back exactly n.
+            let n = q.requests.unwrap_or(DEFAULT_REQUESTS);
+            let ns = (n as f64 / rate * 1e9).round() as u64;
+            let _ = writeln!(
+                t,
+                "[[rate]]\nrate = {rate}\nduration = \"{ns}ns\"\nmax_in_flight = {c}\nwhen_full = \"queue\""
+            );
+        }
+    }
+    Ok(t)
+}
+
+/// The quick-mode flags as typed, for the generated file's first line.
+fn flags_line(url: &Url, q: &Quick) -> String {
+    let mut s = format!("{}{}", url.base, url.path);
+    if let Some(c) = q.concurrency {
+        let _ = write!(s, " -c {c}");
+    }
+    if let Some(n) = q.requests {
+        let _ = write!(s, " -n {n}");
+    }
+    if let Some(z) = q.duration {
+        let _ = write!(s, " -z {}", humantime::format_duration(z));
+    }
+    if let Some(r) = q.rate {
+        let _ = write!(s, " -q {r}");
+    }
+    if q.h2c {
+        s.push_str(" --h2c");
+    }
+    if q.h2 {
+        s.push_str(" --h2");
+    }
+    if let Some(m) = &q.method {
+        let _ = write!(s, " -m {m}");
+    }
+    // Headers and the body may hold secrets: the comment does not repeat them.
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_split_into_target_and_path() {
+        let u = parse_url("http://127.0.0.1:8080").unwrap();
+        assert_eq!(
+            (u.base.as_str(), u.path.as_str()),
+            ("http://127.0.0.1:8080", "/")
+        );
+        let u = parse_url("HTTPS://[::1]:8443/a/b?x=1#frag").unwrap();
+        assert_eq!(
+            (u.base.as_str(), u.path.as_str()),
+            ("https://[::1]:8443", "/a/b?x=1")
+        );
+        assert!(u.https);
+        assert_eq!(parse_url("http://h?q=1").unwrap().path, "/?q=1");
+        for bad in [
+            "http//x",
+            "ftp://x/",
+            "http:///x",
+            "http://x:99999/",
+            "http://x:0/",
+            "http://a b/",
+            "http://u:p@x/",
+            "http://[::1/",
+            "http://ex%ample/",
+        ] {
+            assert!(parse_url(bad).is_err(), "{bad}");
+        }
+    }
+}
