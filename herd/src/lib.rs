@@ -8,15 +8,11 @@ mod attach;
 pub mod cmd;
 #[cfg(feature = "demo")]
 pub mod demo;
-pub mod docker;
-pub mod k8s;
-pub mod live;
+pub mod launch;
 pub mod log;
-pub mod metrics;
-pub mod run_metrics;
+pub mod output;
 pub mod session;
 pub mod signals;
-pub mod swarm;
 pub mod usage;
 
 use std::process::ExitCode;

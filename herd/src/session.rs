@@ -32,7 +32,7 @@ use herd_seed::{Cleaned, RunSeeding, Seeded};
 use herd_store::{Recorder, Row, Rows, Source, Store, Writer};
 use tokio::sync::{mpsc, watch};
 
-use crate::{attach, live::Live, run_metrics::RunEndpoint, signals};
+use crate::{attach, output::live::Live, output::metrics::RunEndpoint, signals};
 
 /// What one run does. Build it with [`RunConfig::new`] and adjust the fields.
 #[derive(Debug, Clone)]
@@ -199,42 +199,15 @@ const LAST_SCRAPE: Duration = Duration::from_secs(10);
 /// Drives `scenario`'s players until the plan ends or a stop signal, showing the live view.
 pub fn drive(scenario: Scenario, config: &DriveConfig) -> Result<RunResult> {
     // Bound before the first request: a port in use costs nothing but its message.
-    let mut endpoint = config
+    let endpoint = config
         .listen
         .map(|a| RunEndpoint::bind(a, &scenario))
         .transpose()?;
     let cores = cores();
     runtime(cores)?.block_on(async {
-        let live = Arc::new(Mutex::new(Live::for_stdout(&scenario)));
-        let (stop_rx, hurry_rx, watcher) = {
-            let live = live.clone();
-            stop_channel(move || {
-                // Under the block: the next one is drawn below this line, not over it.
-                let mut live = live.lock().expect("the live view's lock");
-                tracing::info!("stopping: no new requests; in-flight ones get the grace to finish");
-                live.written_below();
-            })
-        };
+        let mut watch = Watchers::new(&scenario, config.live, endpoint);
+        let (stop_rx, hurry_rx, watcher) = stop_channel(watch.on_stop());
         let (events_tx, mut events) = mpsc::unbounded_channel();
-        let show = config.live;
-        let printer = tokio::spawn(async move {
-            while let Some(e) = events.recv().await {
-                if let (DriverEvent::Interval(iv), Some(ep)) = (&e, endpoint.as_mut()) {
-                    ep.driver_interval(iv);
-                }
-                match e {
-                    DriverEvent::Interval(iv) if show => {
-                        let mut live = live.lock().expect("the live view's lock");
-                        let mut out = std::io::stdout().lock();
-                        let _ = out.write_all(live.interval(&iv).as_bytes());
-                        let _ = out.flush();
-                    }
-                    DriverEvent::Done(_) => return endpoint,
-                    _ => {}
-                }
-            }
-            endpoint
-        });
         let opts = RunOptions {
             stop: Some(stop_rx),
             hurry: Some(hurry_rx),
@@ -244,12 +217,11 @@ pub fn drive(scenario: Scenario, config: &DriveConfig) -> Result<RunResult> {
             cores,
             shard: config.shard,
         };
-        let report = herd_driver::run(scenario, opts).await;
+        let driver = tokio::spawn(herd_driver::run(scenario, opts));
+        follow(&mut events, None, &mut watch, None).await?;
         watcher.abort();
-        if let Ok(Some(ep)) = printer.await {
-            ep.finish(LAST_SCRAPE).await;
-        }
-        Ok(report?)
+        watch.finish().await;
+        Ok(driver.await.context("the driver task panicked")??)
     })
 }
 
@@ -415,7 +387,7 @@ async fn record(
     store: &Store,
     seeded: Option<&Seeded>,
     cores: usize,
-    mut endpoint: Option<RunEndpoint>,
+    endpoint: Option<RunEndpoint>,
 ) -> Result<RunOutcome> {
     let scenario = &config.scenario;
     let meta = match &config.run_key {
@@ -506,7 +478,8 @@ async fn record(
         rec.start_at(herd_probe::clock::now_ns());
         started = Some(std::time::SystemTime::now());
     }
-    let (stop_rx, hurry_rx, watcher) = stop_channel(|| ());
+    let mut watch = Watchers::new(scenario, config.live, endpoint);
+    let (stop_rx, hurry_rx, watcher) = stop_channel(watch.on_stop());
     let (events_tx, mut events) = mpsc::unbounded_channel();
     let driver = tokio::spawn(herd_driver::run(
         scenario.clone(),
@@ -524,50 +497,17 @@ async fn record(
         store.shard_started(meta.id, shard.index, at).await?;
     }
 
-    let mut live = config.live.then(|| Live::for_stdout(scenario));
-    let (mut driver_open, mut probe_open) = (true, probe_thread.is_some());
-    let mut final_report = None;
-    while driver_open || probe_open {
-        tokio::select! {
-            e = events.recv(), if driver_open => match e {
-                Some(e) => {
-                    if let (DriverEvent::Interval(iv), Some(live)) = (&e, live.as_mut()) {
-                        let mut out = std::io::stdout().lock();
-                        let _ = out.write_all(live.interval(iv).as_bytes());
-                        let _ = out.flush();
-                    }
-                    if let (DriverEvent::Interval(iv), Some(ep)) = (&e, endpoint.as_mut()) {
-                        ep.driver_interval(iv);
-                    }
-                    if let Some(r) = rec.driver_event(e).await? {
-                        final_report = Some(r);
-                        // The load is over: take the probe's last interval and stop it.
-                        probe_stop.store(true, Ordering::SeqCst);
-                    }
-                }
-                None => {
-                    driver_open = false;
-                    probe_stop.store(true, Ordering::SeqCst);
-                }
-            },
-            iv = probe_rx.recv(), if probe_open => match iv {
-                Some(iv) => {
-                    if let Some(live) = live.as_mut() {
-                        live.probe(&iv);
-                    }
-                    if let (Some(ep), Some(text)) = (endpoint.as_mut(), &probe_text) {
-                        ep.probe(text.lock().map(|t| t.clone()).unwrap_or_default());
-                    }
-                    rec.probe_interval(&iv).await?
-                }
-                None => probe_open = false,
-            },
-        }
-    }
+    let final_report = follow(
+        &mut events,
+        probe_thread
+            .is_some()
+            .then_some((&mut probe_rx, probe_stop.as_ref(), probe_text.as_ref())),
+        &mut watch,
+        Some(&mut rec),
+    )
+    .await?;
     watcher.abort();
-    if let Some(ep) = endpoint {
-        ep.finish(LAST_SCRAPE).await;
-    }
+    watch.finish().await;
     let driven = driver.await.context("the driver task panicked")?;
     if let Some(t) = probe_thread {
         t.join()
@@ -608,6 +548,125 @@ async fn record(
     })
 }
 
+/// What a session shows while it drives: the live view on stdout and the `--listen`
+/// endpoint, each fed every driver interval and every probe interval.
+struct Watchers {
+    /// Shared with the stop signal's handler, which moves the next block below its message.
+    live: Option<Arc<Mutex<Live>>>,
+    endpoint: Option<RunEndpoint>,
+}
+
+impl Watchers {
+    fn new(scenario: &Scenario, live: bool, endpoint: Option<RunEndpoint>) -> Self {
+        Self {
+            live: live.then(|| Arc::new(Mutex::new(Live::for_stdout(scenario)))),
+            endpoint,
+        }
+    }
+
+    /// What the first stop signal does: says so, below the live block.
+    fn on_stop(&self) -> impl FnOnce() + Send + 'static {
+        let live = self.live.clone();
+        move || {
+            tracing::info!("stopping: no new requests; in-flight ones get the grace to finish");
+            if let Some(live) = live {
+                live.lock().expect("the live view's lock").written_below();
+            }
+        }
+    }
+
+    fn driver_interval(&mut self, iv: &herd_model::DriverInterval) {
+        if let Some(ep) = self.endpoint.as_mut() {
+            ep.driver_interval(iv);
+        }
+        if let Some(live) = &self.live {
+            let text = live.lock().expect("the live view's lock").interval(iv);
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(text.as_bytes());
+            let _ = out.flush();
+        }
+    }
+
+    fn probe_interval(&mut self, iv: &ProbeInterval, text: Option<&Arc<Mutex<String>>>) {
+        if let Some(live) = &self.live {
+            live.lock().expect("the live view's lock").probe(iv);
+        }
+        if let (Some(ep), Some(text)) = (self.endpoint.as_mut(), text) {
+            ep.probe(text.lock().map(|t| t.clone()).unwrap_or_default());
+        }
+    }
+
+    /// After the load: the endpoint waits for a last scrape of the final counts.
+    async fn finish(self) {
+        if let Some(ep) = self.endpoint {
+            ep.finish(LAST_SCRAPE).await;
+        }
+    }
+}
+
+/// The probe's side of a session: its intervals, the flag that stops it once the load is
+/// over, and the exposition text it renders for `--listen`.
+type ProbeFeed<'a> = (
+    &'a mut mpsc::UnboundedReceiver<ProbeInterval>,
+    &'a AtomicBool,
+    Option<&'a Arc<Mutex<String>>>,
+);
+
+/// The one event loop of `herd drive` and `herd run`: every driver event and every probe
+/// interval goes to the watchers and, in a run, to the recorder, until the driver's stream
+/// and the probe's have both ended. Returns the driver's final result, once it came.
+async fn follow(
+    events: &mut mpsc::UnboundedReceiver<DriverEvent>,
+    mut probe: Option<ProbeFeed<'_>>,
+    watch: &mut Watchers,
+    mut rec: Option<&mut Recorder>,
+) -> Result<Option<RunResult>> {
+    let stop_probe = |p: &Option<ProbeFeed<'_>>| {
+        if let Some((_, stop, _)) = p {
+            stop.store(true, Ordering::SeqCst);
+        }
+    };
+    let (mut driver_open, mut probe_open) = (true, probe.is_some());
+    let mut final_result = None;
+    while driver_open || probe_open {
+        tokio::select! {
+            e = events.recv(), if driver_open => match e {
+                Some(e) => {
+                    if let DriverEvent::Interval(iv) = &e {
+                        watch.driver_interval(iv);
+                    }
+                    let done = match rec.as_deref_mut() {
+                        Some(rec) => rec.driver_event(e).await?,
+                        None => match e {
+                            DriverEvent::Done(r) => Some(*r),
+                            _ => None,
+                        },
+                    };
+                    if let Some(r) = done {
+                        final_result = Some(r);
+                        // The load is over: take the probe's last interval and stop it.
+                        stop_probe(&probe);
+                    }
+                }
+                None => {
+                    driver_open = false;
+                    stop_probe(&probe);
+                }
+            },
+            iv = async { probe.as_mut().expect("open only with a probe").0.recv().await }, if probe_open => match iv {
+                Some(iv) => {
+                    watch.probe_interval(&iv, probe.as_ref().and_then(|p| p.2));
+                    if let Some(rec) = rec.as_deref_mut() {
+                        rec.probe_interval(&iv).await?;
+                    }
+                }
+                None => probe_open = false,
+            },
+        }
+    }
+    Ok(final_result)
+}
+
 /// Loads the probe and starts the sampling thread; intervals go to `tx` until `stop`.
 fn start_probe(
     config: &RunConfig,
@@ -632,12 +691,13 @@ fn start_probe(
                 until: &until,
                 stop: &signals::stop_requested,
             };
-            let mut gauges = herd_probe::prometheus::Gauges::default();
+            let mut gauges = herd_report::export::prometheus::Gauges::default();
             watch(&mut sampler, &w, |iv, sampler| {
                 if let Some(text) = &text {
                     // Rendered before the interval is sent, so the recorder's copy is current.
                     gauges.add(iv);
-                    let mut body = sampler.exposition().render();
+                    let mut body =
+                        herd_report::export::prometheus::counters(&sampler.running_totals());
                     body.push_str(&gauges.render());
                     if let Ok(mut t) = text.lock() {
                         *t = body;

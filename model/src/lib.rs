@@ -33,9 +33,10 @@ pub use histogram::{HistogramError, Latency, LatencyHistogram};
 pub use outcome::{Outcome, TlsProblem, TransportErrorKind};
 pub use probe::{
     ContainerInterval, CountMap, Counts, CpuCell, CpuInterval, InboundCell, Log2Summary, Memory,
-    PairGauges, PairInterval, ProbeInterval, PublishedPort, Service, SocketCell, Throttling,
+    PairGauges, PairInterval, ProbeInterval, ProbeTotals, PublishedPort, Service, SocketCell,
+    Throttling,
 };
-pub use probe_common::{Counter, Log2Hist, N_COUNTERS, PairStats};
+pub use probe_common::{Counter, HIST_BUCKETS, Log2Hist, Loss, N_COUNTERS, PairStats};
 pub use run::{RunData, RunMeta, ShardInfo};
 pub use seeding::{CleanupRecord, SeedRecord, TableCount};
 pub use shard::{Shard, ShardError};

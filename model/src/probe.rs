@@ -3,7 +3,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use probe_common::{Counter, Log2Hist, N_COUNTERS, PairStats};
+use probe_common::{Counter, Log2Hist, Loss, N_COUNTERS, PairStats};
 
 /// Every kernel counter of one cgroup, indexed by [`Counter`].
 pub type Counts = [u64; N_COUNTERS];
@@ -483,6 +483,18 @@ pub enum Memory {
         /// Why.
         reason: String,
     },
+}
+
+/// The probe's cumulative counters since it started: what a live endpoint exposes between
+/// intervals (`herd probe --listen`, `herd run --listen`).
+#[derive(Clone, Debug, Default)]
+pub struct ProbeTotals {
+    /// Counter totals per container, `host` last.
+    pub containers: Vec<(String, Counts)>,
+    /// Totals per (source container, destination, destination's container).
+    pub pairs: Vec<(String, SocketAddr, Option<String>, PairStats)>,
+    /// Events the kernel programs could not record, by [`Loss`].
+    pub losses: [u64; Loss::Count as usize],
 }
 
 #[cfg(test)]

@@ -20,7 +20,6 @@ mod error;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
 pub mod netstat;
-pub mod prometheus;
 pub mod sample;
 pub mod sampler;
 pub mod sockdiag;

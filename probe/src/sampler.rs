@@ -18,11 +18,10 @@ use crate::{
     cgroupfs::{CpuSampler, HostFiles},
     containers::{ContainerSet, HOST},
     netstat::NetCounters,
-    prometheus::Exposition,
     sample::interval,
     sockdiag::{DestinationGauges, NetnsCache, NetnsTarget, TcpState},
 };
-use herd_model::{CpuCell, InboundCell, PairGauges, ProbeInterval, SocketCell};
+use herd_model::{CpuCell, InboundCell, PairGauges, ProbeInterval, ProbeTotals, SocketCell};
 
 /// Samples the kernel maps into intervals.
 pub struct Sampler {
@@ -353,8 +352,8 @@ impl Sampler {
     }
 
     /// Cumulative counters for the Prometheus endpoint.
-    pub fn exposition(&self) -> Exposition {
-        Exposition {
+    pub fn running_totals(&self) -> ProbeTotals {
+        ProbeTotals {
             containers: self.totals(),
             pairs: self
                 .pair_totals

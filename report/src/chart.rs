@@ -8,7 +8,14 @@
 
 use std::fmt::Write as _;
 
-use crate::html::esc;
+/// Escapes text for XML and HTML content and attribute values (the charts' SVG, the
+/// pages).
+pub fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
 
 /// How a series' line is drawn.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -4,18 +4,9 @@
 use std::fmt::Write as _;
 
 use crate::{
+    chart::esc,
     doc::{Align, Block, Document, Inline, Row, Table, Text, Value, ValueKind},
-    model::Report,
-    sections,
 };
-
-/// Escapes text for HTML content and attribute values.
-pub fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
 
 /// One stylesheet for every page: tables, findings, missing cells, changes for the better
 /// or the worse, and the charts.
@@ -27,11 +18,6 @@ td.l,th.l{text-align:left}th{background:#f3f3f3}th.section{background:#e6e6e6;te
 svg .frame{fill:none;stroke:#888}svg .axis{stroke:#888}svg .grid{stroke:#eee}svg .phase{stroke:#999;stroke-dasharray:4 3}\
 svg .band{fill:#f4a261;fill-opacity:.28}svg text{font-size:11px}svg .tick,svg .unit,svg .mark{fill:#555}svg .empty{fill:#888;font-size:13px}\
 figure{margin:1em 0}figcaption{font-weight:600}.chartnote{margin:.1em 0;color:#666;font-size:12px}";
-
-/// The run report's page.
-pub fn render(r: &Report) -> String {
-    document(&sections::document(r))
-}
 
 /// A whole page.
 pub fn document(d: &Document) -> String {

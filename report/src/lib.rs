@@ -5,6 +5,7 @@
 //! says why it has none. No runtime, no database, no command line here: everything is
 //! tested on data built in memory.
 
+mod build;
 pub mod chart;
 pub mod compare;
 pub mod doc;
@@ -14,7 +15,6 @@ pub mod gate;
 pub mod html;
 pub mod markdown;
 pub mod model;
-pub mod play;
 pub mod sections;
 pub mod seeding;
 #[cfg(test)]
@@ -69,10 +69,10 @@ pub fn write_report(report: &Report, dir: &Path) -> Result<Written> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let base = dir.join(format!("run-{}", report.run.id));
     let md = base.with_extension("md");
-    std::fs::write(&md, markdown::render(report))
+    std::fs::write(&md, crate::sections::markdown(report))
         .with_context(|| format!("writing {}", md.display()))?;
     let html = base.with_extension("html");
-    std::fs::write(&html, html::render(report))
+    std::fs::write(&html, crate::sections::html(report))
         .with_context(|| format!("writing {}", html.display()))?;
     let json = base.with_extension("json");
     std::fs::write(&json, serde_json::to_string_pretty(report)?)

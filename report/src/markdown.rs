@@ -1,16 +1,7 @@
 //! Markdown, what a user pastes into a pull request: every [`Document`] block but charts
 //! (their numbers are in the tables).
 
-use crate::{
-    doc::{Align, Block, Document, Inline, Row, Table, Text, Value, ValueKind},
-    model::Report,
-    sections,
-};
-
-/// The run report in Markdown.
-pub fn render(r: &Report) -> String {
-    document(&sections::document(r))
-}
+use crate::doc::{Align, Block, Document, Inline, Row, Table, Text, Value, ValueKind};
 
 /// A whole page.
 pub fn document(d: &Document) -> String {

@@ -9,10 +9,20 @@ use herd_model::PhaseKind;
 use crate::{
     chart::{Band, Chart, Series, Stroke},
     doc::{Block, Column, Document, Table, Text, Value, ValueKind},
+    model::play::{self, counts},
     model::{Cell, LatencyCell, Report, TimelineContainer, TimelinePoint},
-    play::{self, counts},
     units,
 };
+
+/// The run report in Markdown.
+pub fn markdown(r: &Report) -> String {
+    crate::markdown::document(&document(r))
+}
+
+/// The run report's HTML page.
+pub fn html(r: &Report) -> String {
+    crate::html::document(&document(r))
+}
 
 /// A measured number with `digits` decimals, or why there is none.
 pub(crate) fn num(c: &Cell, digits: usize) -> Value {

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use herd_model::{Counter, Log2Hist, N_COUNTERS};
 
-use crate::{Report, compare, html, markdown};
+use crate::{Report, compare};
 use herd_model::{CleanupRecord, RunData, RunMeta, SeedRecord, TableCount};
 use herd_model::{
     ContainerInterval, CountMap, CpuCell, CpuInterval, DriverHealth, DriverInterval, GroupStats,
@@ -651,7 +651,7 @@ fn snapshot_the_run_report_in_markdown() {
             "the fixture reaches {kind}: {kinds:?}"
         );
     }
-    insta::assert_snapshot!("run_markdown", markdown::render(&r));
+    insta::assert_snapshot!("run_markdown", crate::sections::markdown(&r));
 }
 
 /// A page with one tag per line, so a change reads as a diff of the lines it touches (the
@@ -662,7 +662,7 @@ fn lines(page: &str) -> String {
 
 #[test]
 fn snapshot_the_run_report_in_html() {
-    insta::assert_snapshot!("run_html", lines(&html::render(&report(false))));
+    insta::assert_snapshot!("run_html", lines(&crate::sections::html(&report(false))));
 }
 
 #[test]
@@ -692,7 +692,7 @@ fn figure<'a>(page: &'a str, caption: &str) -> &'a str {
 fn the_run_reports_charts_show_quotas_the_port_cliff_and_phases_at_their_start() {
     use crate::chart::tests::{attrs, texts};
     let r = report(false);
-    let page = html::render(&r);
+    let page = crate::sections::html(&r);
     for f in figures(&page) {
         // Every legend entry of a line wears its line's colour.
         let lines = attrs(f, "line x1", "stroke");

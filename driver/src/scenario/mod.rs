@@ -240,6 +240,25 @@ impl Scenario {
         self.ops.iter().position(|o| o.name == name)
     }
 
+    /// The plan's length in seconds: its timed phases one after another, or the hammer's
+    /// end if later. Catalog routes last as long as their requests take and count nothing.
+    pub fn planned_secs(&self) -> f64 {
+        let phases: f64 = self
+            .plan()
+            .iter()
+            .map(|p| match p.work {
+                PhaseWork::Players(i) => self.steps[i].duration.as_secs_f64(),
+                PhaseWork::Rate(i) => self.shapes.rates[i].duration.as_secs_f64(),
+                PhaseWork::Route(_) => 0.0,
+            })
+            .sum();
+        let hammer = self
+            .hammer
+            .as_ref()
+            .map_or(0.0, |h| (h.start + h.duration).as_secs_f64());
+        phases.max(hammer)
+    }
+
     /// How long the plan runs: the steps and rate steps (the catalog, bounded by counts,
     /// adds its own time), or the hammer if it ends later.
     pub fn duration(&self) -> Duration {

@@ -1,6 +1,6 @@
 //! `herd launch`: start a sharded run on an engine users already run. `k8s` writes the
-//! Kubernetes manifests ([`crate::k8s`]) for `kubectl apply`; `swarm` runs the shards and the
-//! probes on a Docker Swarm, waits and prints the merged report ([`crate::swarm`]).
+//! Kubernetes manifests ([`crate::launch::k8s`]) for `kubectl apply`; `swarm` runs the shards and the
+//! probes on a Docker Swarm, waits and prints the merged report ([`crate::launch::swarm`]).
 
 use std::path::PathBuf;
 
@@ -147,7 +147,7 @@ fn default_name(scenario: &std::path::Path) -> String {
 }
 
 fn swarm(a: &SwarmArgs) -> Result<()> {
-    crate::swarm::launch(&crate::swarm::Launch {
+    crate::launch::swarm::launch(&crate::launch::swarm::Launch {
         scenario: a.scenario.clone(),
         shards: a.shards,
         store: a.store.clone(),
@@ -168,7 +168,7 @@ fn k8s(a: &K8sArgs) -> Result<()> {
     let text = std::fs::read_to_string(&a.scenario)
         .with_context(|| format!("reading {}", a.scenario.display()))?;
     let name = a.name.clone().unwrap_or_else(|| default_name(&a.scenario));
-    let run = crate::k8s::K8sRun {
+    let run = crate::launch::k8s::K8sRun {
         scenario_name: a.scenario.file_name().map_or_else(
             || "scenario.toml".into(),
             |s| s.to_string_lossy().into_owned(),

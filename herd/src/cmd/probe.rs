@@ -349,7 +349,22 @@ pub fn print_totals(totals: &[(String, herd_probe::Counts)]) {
 /// Runs `herd probe`.
 pub fn run(args: &ProbeArgs) -> Result<()> {
     if args.via_engine {
-        return crate::swarm::probe_via_engine(args);
+        let sidecar = crate::launch::swarm::Sidecar {
+            image: args
+                .engine_image
+                .clone()
+                .context("--via-engine needs --engine-image IMAGE, the image the probe runs in")?,
+            store: super::store_or_file(&args.store, &args.store_file)?
+                .context("--via-engine needs --store-file or --store")?,
+            key: args
+                .run_key
+                .clone()
+                .context("--via-engine needs --run-key KEY")?,
+            node: args.node.clone().unwrap_or_else(|| "node".into()),
+            engine_socket: args.engine_socket.clone(),
+            duration: args.duration,
+        };
+        return crate::launch::swarm::probe_via_engine(&sidecar);
     }
     let layout = CgroupLayout::detect().map_err(crate::environment)?;
     let mut set = ContainerSet::from_args(&layout, &args.containers)?;
@@ -377,7 +392,7 @@ pub fn run(args: &ProbeArgs) -> Result<()> {
     let over = std::cell::Cell::new(false);
     let metrics = args
         .listen
-        .map(crate::metrics::MetricsServer::start)
+        .map(crate::output::metrics::MetricsServer::start)
         .transpose()?;
     let probe = attach::probe(args.verbose)?;
     // After the probe loads: a missing capability is the one line herd prints then.
@@ -386,7 +401,9 @@ pub fn run(args: &ProbeArgs) -> Result<()> {
     }
     let mut sampler = Sampler::new(probe, set, layout)?;
     if let Some(m) = &metrics {
-        m.publish(sampler.exposition().render());
+        m.publish(herd_report::export::prometheus::counters(
+            &sampler.running_totals(),
+        ));
         tracing::info!("herd probe: metrics at http://{}/metrics", m.addr());
     }
     tracing::info!(
@@ -402,7 +419,7 @@ pub fn run(args: &ProbeArgs) -> Result<()> {
         until: &|| over.get(),
         stop: &signals::stop_requested,
     };
-    let mut gauges = herd_probe::prometheus::Gauges::default();
+    let mut gauges = herd_report::export::prometheus::Gauges::default();
     watch(&mut sampler, &w, |iv, sampler| {
         print_interval(iv, t0, args.pair_rows);
         if let Some(sink) = sink.as_mut() {
@@ -411,7 +428,7 @@ pub fn run(args: &ProbeArgs) -> Result<()> {
         }
         if let Some(m) = &metrics {
             gauges.add(iv);
-            let mut body = sampler.exposition().render();
+            let mut body = herd_report::export::prometheus::counters(&sampler.running_totals());
             body.push_str(&gauges.render());
             m.publish(body);
         }

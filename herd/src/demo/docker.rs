@@ -26,7 +26,7 @@ use anyhow::{Context as _, Result, anyhow, bail};
 
 use super::{DemoConfig, fresh_db, record};
 use crate::{
-    docker::{Kind, Made, build_image, docker, engine_answers},
+    launch::docker::{Kind, Made, build_image, docker, engine_answers},
     signals,
 };
 

@@ -1,6 +1,6 @@
 //! The sampler over scripted kernel counters ([`FakeCounters`]) and a cgroup tree in a
 //! temporary directory: what each interval attributes to which container, how pairs merge,
-//! what the running totals and the exposition add up to, and which cells say why they are
+//! what the running totals (and their Prometheus exposition) add up to, and which cells say why they are
 //! empty. The real counters are tested against the real kernel in `integration-test/`.
 
 use std::{cell::Cell, net::SocketAddr, path::Path, time::Duration};
@@ -229,7 +229,7 @@ fn deltas_per_interval_become_per_container_counts_and_pairs_merge_per_destinati
 }
 
 #[test]
-fn totals_and_the_exposition_add_up_every_interval() {
+fn running_totals_and_their_exposition_add_up_every_interval() {
     let t = Tree::new();
     let (gw, other) = (t.id("gw"), t.id("other"));
     let backend = addr("198.18.0.2:5432");
@@ -263,7 +263,7 @@ fn totals_and_the_exposition_add_up_every_interval() {
     assert_eq!(totals[0].1[Counter::Connects as usize], 40);
     // host: 2, 3, 4, 5 retransmits, minus the 0 before the first interval.
     assert_eq!(totals[3].1[Counter::Retransmits as usize], 5);
-    let e = sampler.exposition();
+    let e = sampler.running_totals();
     assert_eq!(e.containers, totals);
     let (c, remote, _, st) = e
         .pairs
@@ -275,7 +275,7 @@ fn totals_and_the_exposition_add_up_every_interval() {
         ("gw", backend, 40, 8)
     );
     assert_eq!(e.losses[Loss::SockMapFull as usize], 5);
-    let text = e.render();
+    let text = herd_report::export::prometheus::counters(&e);
     assert!(
         text.contains(r#"herd_tcp_connects_total{container="gw"} 40"#),
         "{text}"

@@ -1,5 +1,7 @@
 //! Exports for other tools: CSV of the per-phase × op table and of the timeline ([`csv`]),
-//! HdrHistogram interval logs ([`hdr`]).
+//! HdrHistogram interval logs ([`hdr`]), and the Prometheus exposition a live run serves
+//! ([`prometheus`]).
 
 pub mod csv;
 pub mod hdr;
+pub mod prometheus;

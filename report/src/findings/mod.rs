@@ -12,11 +12,8 @@ mod integrity;
 mod load;
 mod sockets;
 
-use std::collections::BTreeMap;
-
-use serde::{Deserialize, Serialize};
-
-use super::model::Report;
+pub use crate::model::Finding;
+use crate::model::Report;
 use herd_model::RunData;
 
 pub use bound::latency_not_cpu;
@@ -29,59 +26,6 @@ pub use load::{
     warm_up_across_phases,
 };
 pub use sockets::{churn_cliff, pool_pinned, stream_storm};
-
-/// One finding.
-#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct Finding {
-    /// Stable kind: `causal_chain`, `churn_cliff`, `cpu_saturated`, `throttling_bursts`,
-    /// `throughput_collapse`, `pool_pinned`, `slo_breach_without_errors`, `driver_saturated`,
-    /// `warm_up`, `stream_storm`, `target_unreachable`, `integrity_failures`, `latency_not_cpu`.
-    pub kind: String,
-    /// One line, with the numbers.
-    pub title: String,
-    /// What it means and what to do.
-    pub detail: String,
-    /// The report rows it rests on; every number of the title is in them.
-    pub evidence: Vec<String>,
-    /// The finding's numbers by name (`connects_per_s`, `time_wait_peak`, …), for tools.
-    #[serde(default)]
-    pub numbers: BTreeMap<String, f64>,
-    /// The phase it is about, when it is about one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub phase: Option<String>,
-    /// The container it is about, when it is about one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub container: Option<String>,
-}
-
-impl Finding {
-    fn new(kind: &str, title: String, detail: impl Into<String>, evidence: Vec<String>) -> Self {
-        Self {
-            kind: kind.into(),
-            title,
-            detail: detail.into(),
-            evidence,
-            numbers: BTreeMap::new(),
-            phase: None,
-            container: None,
-        }
-    }
-
-    fn number(mut self, name: &str, v: f64) -> Self {
-        self.numbers.insert(name.into(), v);
-        self
-    }
-
-    fn in_phase(mut self, phase: &str) -> Self {
-        self.phase = Some(phase.into());
-        self
-    }
-
-    fn about(mut self, container: &str) -> Self {
-        self.container = Some(container.into());
-        self
-    }
-}
 
 /// A count as findings write it: digits, no separators, so the same figure reads the same
 /// in a title and in its evidence.

@@ -281,7 +281,7 @@ pub fn stream_storm(r: &Report, d: &RunData) -> Vec<Finding> {
         }
         let errors: u64 = row.errors.values().sum();
         let secs = s.duration_ms as f64 / 1e3;
-        let classes = crate::play::counts(&row.errors);
+        let classes = crate::model::play::counts(&row.errors);
         out.push(
             Finding::new(
                 "stream_storm",

@@ -64,7 +64,7 @@ fn no_reading() -> Cell {
 
 /// Per phase × container rows from the probe intervals; `missing` says why probe cells are
 /// empty when the probe recorded nothing.
-pub(super) fn rows(
+pub(crate) fn rows(
     d: &RunData,
     load_steps: &[&PhaseResult],
     missing: &dyn Fn(&str) -> Cell,

@@ -209,12 +209,12 @@ fn histogram(o: &OpStats) -> Option<LatencyHistogram> {
 }
 
 /// What loaded a phase, in words.
-pub(super) fn load(kind: PhaseKind, players: usize, rate: Option<f64>) -> String {
-    crate::play::load(kind, players, rate)
+pub(crate) fn load(kind: PhaseKind, players: usize, rate: Option<f64>) -> String {
+    crate::model::play::load(kind, players, rate)
 }
 
 /// Per phase × op.
-pub(super) fn rows(d: &RunData) -> Vec<OpRow> {
+pub(crate) fn rows(d: &RunData) -> Vec<OpRow> {
     d.phases
         .iter()
         .flat_map(|s| {

@@ -83,7 +83,7 @@ struct GaugePeaks {
 }
 
 /// The pairs of the run; `requests` is what the driver sent (for the churn ratio).
-pub(super) fn rows(d: &RunData, duration_s: f64, requests: u64) -> Vec<PairRow> {
+pub(crate) fn rows(d: &RunData, duration_s: f64, requests: u64) -> Vec<PairRow> {
     let mut pair_acc: BTreeMap<(String, String), (String, PairStats, f64)> = BTreeMap::new();
     let mut pair_gauges: BTreeMap<(String, String), GaugePeaks> = BTreeMap::new();
     for iv in &d.probe {
@@ -235,7 +235,7 @@ pub const OTHER: &str = "other";
 /// destinations stays readable. The other row's counters and histograms are exact sums over
 /// those pairs (re-read from the stored intervals); its gauges and churn ratio are missing,
 /// since peaks of different pairs taken at different times do not add up.
-pub(super) fn bound(
+pub(crate) fn bound(
     d: &RunData,
     mut rows: Vec<PairRow>,
     limit: usize,

@@ -29,7 +29,7 @@ pub struct SloRow {
 /// Checks every objective against every load phase's totals. The latencies are the phase's
 /// (from its histogram, as the driver computed them); an `errors` objective counts errors
 /// only, not the op's expected outcomes.
-pub(super) fn rows(
+pub(crate) fn rows(
     slo: &[Slo],
     steps: &[PhaseResult],
     expected: &BTreeMap<String, Vec<Outcome>>,

@@ -132,7 +132,7 @@ fn every_table_cell_has_a_value_or_a_reason() {
     assert_eq!(r.containers.len(), 1);
     assert_eq!(r.containers[0].cpu_burst, Cell::Missing("no cgroup".into()));
     assert_eq!(r.containers[0].connects_per_s, Cell::Value(100.0));
-    let md = crate::markdown::render(&r);
+    let md = crate::sections::markdown(&r);
     for line in md.lines().filter(|l| l.starts_with('|')) {
         let cells: Vec<&str> = line.trim_matches('|').split('|').collect();
         assert!(
@@ -146,7 +146,7 @@ fn every_table_cell_has_a_value_or_a_reason() {
         "{:?}",
         r.notes
     );
-    let html = crate::html::render(&r);
+    let html = crate::sections::html(&r);
     assert!(html.contains("<svg") && !html.contains("http://") && !html.contains("https://"));
 }
 
@@ -245,7 +245,7 @@ fn pair_rows_beyond_the_limit_are_one_other_row_of_sums() {
         r.pairs.iter().map(|p| p.connects).sum::<u64>(),
         "nothing lost"
     );
-    crate::markdown::render(&r);
+    crate::sections::markdown(&r);
 }
 
 /// Issue #12: a driver aimed at a published port (`127.0.0.1:18081`, docker-proxy in between)

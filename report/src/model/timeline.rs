@@ -179,7 +179,7 @@ fn overlapping(probe: &[ProbeInterval], start: u64, end: u64) -> Option<&ProbeIn
 }
 
 /// One point per driver interval.
-pub(super) fn points(d: &RunData) -> Vec<TimelinePoint> {
+pub(crate) fn points(d: &RunData) -> Vec<TimelinePoint> {
     let mono0 = d.meta.mono_start_ns as u64;
     d.driver
         .iter()

@@ -95,8 +95,7 @@ impl Live {
         } else {
             Style::Lines
         };
-        let mut live = Self::new(style, scenario.plan().len())
-            .planned(crate::run_metrics::planned_s(scenario));
+        let mut live = Self::new(style, scenario.plan().len()).planned(scenario.planned_secs());
         live.track_width = true;
         live
     }

@@ -1,6 +1,7 @@
-//! The `--listen` endpoint: serves the latest Prometheus exposition at `/metrics` from a
-//! background thread. The sampling loop publishes a fresh rendering each interval; scrapes
-//! never touch the kernel maps.
+//! The `--listen` endpoint: serves the latest Prometheus exposition
+//! ([`herd_report::export::prometheus`]) at `/metrics` from a background thread. The
+//! sampling loop publishes a fresh rendering each interval; scrapes never touch the kernel
+//! maps. [`RunEndpoint`] is a run's: the driver's totals, then the probe's series.
 
 use std::{
     io::{Read as _, Write as _},
@@ -13,6 +14,9 @@ use std::{
 };
 
 use anyhow::{Context as _, Result};
+use herd_driver::Scenario;
+use herd_model::DriverInterval;
+use herd_report::export::prometheus::DriverTotals;
 
 /// A running endpoint. The thread ends with the process.
 pub struct MetricsServer {
@@ -97,4 +101,74 @@ fn serve(mut conn: std::net::TcpStream, body: &Mutex<String>) -> bool {
         text.len()
     );
     sent.is_ok() && scrape
+}
+
+/// The `--listen` endpoint of a run: the driver's totals, then the probe's latest
+/// exposition when a probe runs.
+pub struct RunEndpoint {
+    server: MetricsServer,
+    driver: DriverTotals,
+    probe: String,
+}
+
+impl RunEndpoint {
+    /// Binds `addr` before any load starts: a port in use is a usage error (exit 2) that
+    /// names it.
+    pub fn bind(addr: SocketAddr, scenario: &Scenario) -> Result<Self> {
+        let server = MetricsServer::start(addr).context("before any load (nothing was sent)")?;
+        tracing::info!("serving metrics on http://{}/metrics", server.addr());
+        let driver = DriverTotals::new(
+            scenario.expected_outcomes(),
+            scenario.planned_secs(),
+            scenario.plan().into_iter().map(|p| p.name).collect(),
+        );
+        server.publish(driver.render());
+        Ok(Self {
+            server,
+            driver,
+            probe: String::new(),
+        })
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.server.addr()
+    }
+
+    /// Adds a driver interval and republishes.
+    pub fn driver_interval(&mut self, iv: &DriverInterval) {
+        self.driver.add(iv);
+        self.publish();
+    }
+
+    /// Replaces the probe's part and republishes.
+    pub fn probe(&mut self, text: String) {
+        self.probe = text;
+        self.publish();
+    }
+
+    /// After the last interval: waits (at most `max`) for one more scrape, so a Prometheus
+    /// scraping every few seconds still records the run's final counts.
+    pub async fn finish(self, max: std::time::Duration) {
+        let seen = self.server.scrapes();
+        if seen == 0 {
+            // Nothing scraped during the run: nobody is waiting for the final counts.
+            return;
+        }
+        let until = tokio::time::Instant::now() + max;
+        tracing::info!(
+            "waiting up to {} for a last scrape of http://{}/metrics",
+            humantime::format_duration(max),
+            self.addr()
+        );
+        while self.server.scrapes() == seen && tokio::time::Instant::now() < until {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
+    fn publish(&self) {
+        let mut body = self.driver.render();
+        body.push_str(&self.probe);
+        self.server.publish(body);
+    }
 }

@@ -1,6 +1,6 @@
-//! The driver's side of `herd run --listen` and `herd drive --listen`: each interval the
-//! driver reports is added to running totals, rendered in the Prometheus text format and
-//! served beside the probe's (docs/metrics.md names every series).
+//! The driver's series: each interval of the driver's result stream added to running totals
+//! ([`DriverTotals`]), served by `herd run --listen` and `herd drive --listen` beside the
+//! probe's (docs/metrics.md names every series).
 //!
 //! Latency histograms have fixed buckets whose counts come from the interval's
 //! HdrHistogram, so `_count` is the op's exact request count and each `_bucket` the exact
@@ -9,14 +9,11 @@
 use std::{
     collections::{BTreeMap, BTreeSet},
     fmt::Write as _,
-    net::SocketAddr,
 };
 
-use anyhow::{Context as _, Result};
-use herd_driver::Scenario;
 use herd_model::{DriverInterval, Outcome};
 
-use crate::metrics::MetricsServer;
+use super::esc;
 
 /// The latency buckets' upper bounds, in µs (0.5 ms … 10 s): the ranges load tests talk in.
 pub const BUCKETS_US: [u64; 14] = [
@@ -57,13 +54,17 @@ pub struct DriverTotals {
 }
 
 impl DriverTotals {
-    /// Empty totals for a run of `scenario`.
-    pub fn new(scenario: &Scenario) -> Self {
-        let plan = scenario.plan();
+    /// Empty totals for a run whose ops expect `expected` (besides `ok`), whose plan lasts
+    /// `planned_s` seconds and whose phases are `phases`, in order.
+    pub fn new(
+        expected: BTreeMap<String, Vec<Outcome>>,
+        planned_s: f64,
+        phases: Vec<String>,
+    ) -> Self {
         Self {
-            expected: scenario.expected_outcomes(),
-            planned_s: planned_s(scenario),
-            phases: plan.iter().map(|p| p.name.clone()).collect(),
+            expected,
+            planned_s,
+            phases,
             ..Self::default()
         }
     }
@@ -378,99 +379,6 @@ impl DriverTotals {
     }
 }
 
-/// The plan's length in seconds: its timed phases one after another, or the hammer's end if
-/// later. Catalog routes last as long as their requests take and count nothing.
-pub fn planned_s(s: &Scenario) -> f64 {
-    use herd_driver::scenario::PhaseWork;
-    let phases: f64 = s
-        .plan()
-        .iter()
-        .map(|p| match p.work {
-            PhaseWork::Players(i) => s.steps[i].duration.as_secs_f64(),
-            PhaseWork::Rate(i) => s.shapes.rates[i].duration.as_secs_f64(),
-            PhaseWork::Route(_) => 0.0,
-        })
-        .sum();
-    let hammer = s
-        .hammer
-        .as_ref()
-        .map_or(0.0, |h| (h.start + h.duration).as_secs_f64());
-    phases.max(hammer)
-}
-
-/// Escapes a label value (backslash, quote, newline).
-fn esc(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
-/// The `--listen` endpoint of a run: the driver's totals, then the probe's latest
-/// exposition when a probe runs.
-pub struct RunEndpoint {
-    server: MetricsServer,
-    driver: DriverTotals,
-    probe: String,
-}
-
-impl RunEndpoint {
-    /// Binds `addr` before any load starts: a port in use is a usage error (exit 2) that
-    /// names it.
-    pub fn bind(addr: SocketAddr, scenario: &Scenario) -> Result<Self> {
-        let server = MetricsServer::start(addr).context("before any load (nothing was sent)")?;
-        tracing::info!("serving metrics on http://{}/metrics", server.addr());
-        let driver = DriverTotals::new(scenario);
-        server.publish(driver.render());
-        Ok(Self {
-            server,
-            driver,
-            probe: String::new(),
-        })
-    }
-
-    /// The bound address.
-    pub fn addr(&self) -> SocketAddr {
-        self.server.addr()
-    }
-
-    /// Adds a driver interval and republishes.
-    pub fn driver_interval(&mut self, iv: &DriverInterval) {
-        self.driver.add(iv);
-        self.publish();
-    }
-
-    /// Replaces the probe's part and republishes.
-    pub fn probe(&mut self, text: String) {
-        self.probe = text;
-        self.publish();
-    }
-
-    /// After the last interval: waits (at most `max`) for one more scrape, so a Prometheus
-    /// scraping every few seconds still records the run's final counts.
-    pub async fn finish(self, max: std::time::Duration) {
-        let seen = self.server.scrapes();
-        if seen == 0 {
-            // Nothing scraped during the run: nobody is waiting for the final counts.
-            return;
-        }
-        let until = tokio::time::Instant::now() + max;
-        tracing::info!(
-            "waiting up to {} for a last scrape of http://{}/metrics",
-            humantime::format_duration(max),
-            self.addr()
-        );
-        while self.server.scrapes() == seen && tokio::time::Instant::now() < until {
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
-    }
-
-    fn publish(&self) {
-        let mut body = self.driver.render();
-        body.push_str(&self.probe);
-        self.server.publish(body);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use herd_model::{
@@ -513,18 +421,18 @@ mod tests {
         }
     }
 
-    fn scenario() -> Scenario {
-        Scenario::parse(
-            "t.toml",
-            "[target]\nurl = \"http://127.0.0.1:9\"\n[[op]]\nname = \"state\"\npath = \"/\"\nexpected = [\"http_4xx\"]\n[[step]]\nplayers = 3\nduration = \"2s\"\n",
-            &[],
+    /// Totals for a run whose one op expects `http_4xx`, planned for 2 s in one phase.
+    fn totals() -> DriverTotals {
+        DriverTotals::new(
+            BTreeMap::from([("state".to_owned(), vec![Outcome::Http(4)])]),
+            2.0,
+            vec!["step 1".into()],
         )
-        .unwrap()
     }
 
     #[test]
     fn buckets_count_exactly_what_the_histograms_recorded() {
-        let mut t = DriverTotals::new(&scenario());
+        let mut t = totals();
         // Values on both sides of bounds, and one past the last bucket.
         let first = [499, 500, 501, 999, 1_000, 2_400, 12_000_000];
         t.add(&interval(

@@ -23,7 +23,7 @@ use anyhow::{Context as _, Result, anyhow, bail};
 use serde_json::{Value, json};
 
 use crate::{
-    docker::{Kind, Made, build_image, docker, docker_input, engine_answers, engine_host},
+    launch::docker::{Kind, Made, build_image, docker, docker_input, engine_answers, engine_host},
     signals,
 };
 
@@ -747,24 +747,38 @@ fn report(store: &str, run: &SwarmRun, out: &Path) -> Result<i64> {
     })
 }
 
+/// What `herd probe --via-engine` starts: the probe in a container of `image`.
+#[derive(Debug, Clone)]
+pub struct Sidecar {
+    /// The image the probe runs in (herd's own).
+    pub image: String,
+    /// The run store's URL, copied into the container as a file.
+    pub store: String,
+    /// The run key the probe finds its run by.
+    pub key: String,
+    /// This node's name, which its rows carry.
+    pub node: String,
+    /// The engine's socket as the probe container mounts it, for its container names.
+    pub engine_socket: String,
+    /// How long the probe runs at most.
+    pub duration: Duration,
+}
+
 /// `herd probe --via-engine`: the probe service's task. Starts the real probe in a container
 /// of `image` on this node's engine — eBPF's capabilities, the host's PID, network and cgroup
 /// namespaces, cgroupfs and BTF mounted, the store URL copied in as a file — waits for it,
 /// relays its output, and removes it when it exits or this task is stopped (SIGTERM).
-pub fn probe_via_engine(args: &crate::cmd::probe::ProbeArgs) -> Result<()> {
-    let image = args
-        .engine_image
-        .clone()
-        .context("--via-engine needs --engine-image IMAGE, the image the probe runs in")?;
-    let store = crate::cmd::store_or_file(&args.store, &args.store_file)?
-        .context("--via-engine needs --store-file or --store")?;
-    let key = args
-        .run_key
-        .clone()
-        .context("--via-engine needs --run-key KEY")?;
-    let node = args.node.clone().unwrap_or_else(|| "node".into());
+pub fn probe_via_engine(s: &Sidecar) -> Result<()> {
+    let Sidecar {
+        image,
+        store,
+        key,
+        node,
+        engine_socket,
+        duration,
+    } = s;
     let sock = Path::new("/var/run/docker.sock");
-    let spec = probe_container(&image, &key, &node, &args.engine_socket, args.duration);
+    let spec = probe_container(image, key, node, engine_socket, *duration);
     let name = format!("{key}-probe-{node}");
     let (status, body) = api(
         sock,

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use herd_model::{PhaseKind, PhaseResult};
 
-use super::model::Cell;
+use super::cell::Cell;
 
 /// One phase × stream (or long-poll) op.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -184,7 +184,7 @@ mod tests {
     };
 
     use super::*;
-    use crate::{Report, html, markdown, model::Cell};
+    use crate::{Report, model::Cell};
 
     /// Every `|` row of `md` has no empty cell.
     fn no_empty_cells(md: &str) {
@@ -327,7 +327,7 @@ mod tests {
         assert_eq!(r.groups.len(), 1, "only the phase with groups");
         assert_eq!(r.groups[0].abandoned, 2);
 
-        let md = markdown::render(&r);
+        let md = crate::sections::markdown(&r);
         no_empty_cells(&md);
         let ev = row(&md, "step 1", "events");
         assert_eq!(
@@ -347,7 +347,7 @@ mod tests {
         let lp = row(&md, "step 1", "lobby.wait");
         assert_eq!(lp[9], "n/a (no opening received an event)");
         assert_eq!(row(&md, "step 1", "5")[2..], ["3", "1", "2"]);
-        let html = html::render(&r);
+        let html = crate::sections::html(&r);
         assert!(html.contains("Stream and long-poll events per second"));
         assert!(html.contains("<td class=l>step 1<td class=l>events<td class=l>sse<td>340"));
         assert!(html.contains("<h2>Groups per step</h2>"));
@@ -362,7 +362,7 @@ mod tests {
             (o.scheduled, o.sent, o.late_starts, o.dropped_starts),
             (100, 97, 4, 3)
         );
-        let md = markdown::render(&r);
+        let md = crate::sections::markdown(&r);
         no_empty_cells(&md);
         let row_ = row(&md, "rate 1", "50");
         assert_eq!(
@@ -375,7 +375,7 @@ mod tests {
         let op = row(&md, "step 1", "step");
         assert_eq!(op[2], "10 players");
         assert_eq!(md.matches("intended send time").count(), 1, "{md}");
-        let html = html::render(&r);
+        let html = crate::sections::html(&r);
         assert!(html.contains("Open-model starts behind schedule"));
         assert!(html.contains("<h2>Open-model phases</h2>"));
     }
@@ -383,7 +383,7 @@ mod tests {
     #[test]
     fn the_route_catalog_is_one_table_with_a_row_per_route() {
         let r = Report::build(&data());
-        let md = markdown::render(&r);
+        let md = crate::sections::markdown(&r);
         let per_step = md
             .split("## Per step and op")
             .nth(1)
@@ -393,26 +393,29 @@ mod tests {
         assert!(md.contains("## Route catalog\n\n2 routes"));
         assert_eq!(row(&md, "game.state", "4")[1..3], ["4", "50"]);
         assert_eq!(row(&md, "game.list", "4")[1..3], ["4", "51"]);
-        assert!(html::render(&r).contains("<h2>Route catalog</h2>"));
+        assert!(crate::sections::html(&r).contains("<h2>Route catalog</h2>"));
     }
 
     #[test]
     fn seeding_is_in_the_header_and_a_run_without_streams_has_no_such_sections() {
         let r = Report::build(&data());
-        let md = markdown::render(&r);
+        let md = crate::sections::markdown(&r);
         assert!(
             md.contains(
                 "Seeded before the load (seeding 3): 10 accounts + 2 guests, 22 rows (users 12, wallets 10) in 0.25 s; removed after the run: 22 rows in 0.05 s."
             ),
             "{md}"
         );
-        assert!(html::render(&r).contains("Seeded before the load (seeding 3)"));
+        assert!(crate::sections::html(&r).contains("Seeded before the load (seeding 3)"));
         let mut d = data();
         d.seed_cleanup = Some(CleanupRecord::Kept);
-        assert!(markdown::render(&Report::build(&d)).contains("kept after the run (--keep-seed)"));
+        assert!(
+            crate::sections::markdown(&Report::build(&d))
+                .contains("kept after the run (--keep-seed)")
+        );
 
         let plain = Report::build(&crate::model::tests::data());
-        let md = markdown::render(&plain);
+        let md = crate::sections::markdown(&plain);
         for absent in [
             "Seeded",
             "Streams",
@@ -423,7 +426,7 @@ mod tests {
         ] {
             assert!(!md.contains(absent), "{absent} in\n{md}");
         }
-        let html = html::render(&plain);
+        let html = crate::sections::html(&plain);
         assert!(!html.contains("events per second") && !html.contains("behind schedule"));
         let json = serde_json::to_value(&plain).unwrap();
         assert!(json["run"].get("seeding").is_none());
@@ -463,6 +466,6 @@ mod tests {
                  per minute"
             ]
         );
-        assert!(markdown::render(&r).contains("**stream_storm**"));
+        assert!(crate::sections::markdown(&r).contains("**stream_storm**"));
     }
 }

@@ -1,24 +1,15 @@
-//! Prometheus text exposition (format 0.0.4) of the probe's cumulative counters, for live
-//! dashboards. Metric names are stable and documented in `docs/probes.md`; every series carries
-//! a `container` label (`host` for everything unnamed).
+//! The probe's series: its cumulative kernel counters per container and per pair
+//! ([`counters`]), and the gauges of its latest interval with the CPU and throttled time
+//! summed over intervals ([`Gauges`]). Every series carries a `container` label (`host` for
+//! everything unnamed).
 
 use std::fmt::Write as _;
 
-use probe_common::{Counter, HIST_BUCKETS, Log2Hist, Loss, PairStats};
+use herd_model::{
+    Counter, CpuCell, HIST_BUCKETS, Log2Hist, Loss, PairStats, ProbeTotals, SocketCell,
+};
 
-use crate::Counts;
-use herd_model::{CpuCell, SocketCell};
-
-/// Everything the endpoint exposes, cumulative since the probe started.
-#[derive(Clone, Debug, Default)]
-pub struct Exposition {
-    /// Counter totals per container.
-    pub containers: Vec<(String, Counts)>,
-    /// Totals per (source container, destination, destination container).
-    pub pairs: Vec<(String, std::net::SocketAddr, Option<String>, PairStats)>,
-    /// Lost events by reason index.
-    pub losses: [u64; Loss::Count as usize],
-}
+use super::esc;
 
 /// A per-pair counter family: name, help, and how to read it.
 type PairCounter = (&'static str, &'static str, fn(&PairStats) -> u64);
@@ -38,161 +29,152 @@ fn errno_label(c: Counter) -> Option<&'static str> {
     })
 }
 
-/// Escapes a label value (backslash, quote, newline).
-fn esc(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
-impl Exposition {
-    /// Renders the text format.
-    pub fn render(&self) -> String {
-        let mut o = String::new();
-        let simple = [
-            (
-                Counter::Connects,
-                "herd_tcp_connects_total",
-                "TCP active opens (SYN sent), by the socket's container.",
-            ),
-            (
-                Counter::Accepts,
-                "herd_tcp_accepts_total",
-                "TCP passive opens completed (SYN_RECV -> ESTABLISHED).",
-            ),
-            (
-                Counter::TimeWaitEntries,
-                "herd_tcp_time_wait_entries_total",
-                "Sockets that entered TIME_WAIT (timewait sockets created).",
-            ),
-            (
-                Counter::ResetsSent,
-                "herd_tcp_resets_sent_total",
-                "TCP resets sent.",
-            ),
-            (
-                Counter::ResetsReceived,
-                "herd_tcp_resets_received_total",
-                "TCP resets received.",
-            ),
-            (
-                Counter::Retransmits,
-                "herd_tcp_retransmits_total",
-                "TCP segments retransmitted.",
-            ),
-        ];
-        for (c, name, help) in simple {
-            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} counter");
-            for (container, counts) in &self.containers {
+/// The probe's cumulative counters (`totals`) in the text format.
+pub fn counters(totals: &ProbeTotals) -> String {
+    let mut o = String::new();
+    let simple = [
+        (
+            Counter::Connects,
+            "herd_tcp_connects_total",
+            "TCP active opens (SYN sent), by the socket's container.",
+        ),
+        (
+            Counter::Accepts,
+            "herd_tcp_accepts_total",
+            "TCP passive opens completed (SYN_RECV -> ESTABLISHED).",
+        ),
+        (
+            Counter::TimeWaitEntries,
+            "herd_tcp_time_wait_entries_total",
+            "Sockets that entered TIME_WAIT (timewait sockets created).",
+        ),
+        (
+            Counter::ResetsSent,
+            "herd_tcp_resets_sent_total",
+            "TCP resets sent.",
+        ),
+        (
+            Counter::ResetsReceived,
+            "herd_tcp_resets_received_total",
+            "TCP resets received.",
+        ),
+        (
+            Counter::Retransmits,
+            "herd_tcp_retransmits_total",
+            "TCP segments retransmitted.",
+        ),
+    ];
+    for (c, name, help) in simple {
+        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} counter");
+        for (container, counts) in &totals.containers {
+            let _ = writeln!(
+                o,
+                "{name}{{container=\"{}\"}} {}",
+                esc(container),
+                counts[c as usize]
+            );
+        }
+    }
+    let name = "herd_tcp_connect_failures_total";
+    let _ = writeln!(
+        o,
+        "# HELP {name} connect() failures by errno.\n# TYPE {name} counter"
+    );
+    for (container, counts) in &totals.containers {
+        for c in Counter::ALL {
+            if let Some(errno) = errno_label(c) {
                 let _ = writeln!(
                     o,
-                    "{name}{{container=\"{}\"}} {}",
+                    "{name}{{container=\"{}\",errno=\"{errno}\"}} {}",
                     esc(container),
                     counts[c as usize]
                 );
             }
         }
-        let name = "herd_tcp_connect_failures_total";
-        let _ = writeln!(
-            o,
-            "# HELP {name} connect() failures by errno.\n# TYPE {name} counter"
-        );
-        for (container, counts) in &self.containers {
-            for c in Counter::ALL {
-                if let Some(errno) = errno_label(c) {
-                    let _ = writeln!(
-                        o,
-                        "{name}{{container=\"{}\",errno=\"{errno}\"}} {}",
-                        esc(container),
-                        counts[c as usize]
-                    );
-                }
-            }
-        }
-        let pair_counters: [PairCounter; 4] = [
-            (
-                "herd_pair_connects_total",
-                "New connections from a container to a destination.",
-                |p| p.connects,
-            ),
-            (
-                "herd_pair_established_total",
-                "Handshakes completed toward a destination.",
-                |p| p.established,
-            ),
-            (
-                "herd_pair_time_wait_entries_total",
-                "TIME_WAIT entries of connections to a destination.",
-                |p| p.time_wait_entries,
-            ),
-            (
-                "herd_pair_closed_total",
-                "Connections to a destination that closed.",
-                |p| p.closed,
-            ),
-        ];
-        let labels = |c: &str, r: &std::net::SocketAddr, rc: &Option<String>| {
-            format!(
-                "container=\"{}\",remote=\"{r}\",remote_container=\"{}\"",
-                esc(c),
-                esc(rc.as_deref().unwrap_or(""))
-            )
-        };
-        for (name, help, f) in pair_counters {
-            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} counter");
-            for (c, r, rc, st) in &self.pairs {
-                let _ = writeln!(o, "{name}{{{}}} {}", labels(c, r, rc), f(st));
-            }
-        }
-        let hists: [PairHistogram; 2] = [
-            (
-                "herd_pair_connect_latency_seconds",
-                "SYN sent -> ESTABLISHED (log2 buckets).",
-                1e-6,
-                |p| &p.connect_latency_us,
-            ),
-            (
-                "herd_pair_lifetime_seconds",
-                "SYN sent -> CLOSE of closed connections (log2 buckets).",
-                1e-3,
-                |p| &p.lifetime_ms,
-            ),
-        ];
-        for (name, help, unit, f) in hists {
-            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} histogram");
-            for (c, r, rc, st) in &self.pairs {
-                let b = &f(st).0;
-                let l = labels(c, r, rc);
-                let mut cum = 0u64;
-                let mut sum = 0f64;
-                for (i, n) in b.iter().enumerate().take(HIST_BUCKETS - 1) {
-                    cum += n;
-                    let le = (1u64 << (i + 1)) as f64 * unit;
-                    // The bucket's midpoint approximates its values for _sum.
-                    sum += *n as f64 * (1u64 << i) as f64 * 1.5 * unit;
-                    let _ = writeln!(o, "{name}_bucket{{{l},le=\"{le}\"}} {cum}");
-                }
-                cum += b[HIST_BUCKETS - 1];
-                let _ = writeln!(o, "{name}_bucket{{{l},le=\"+Inf\"}} {cum}");
-                let _ = writeln!(o, "{name}_sum{{{l}}} {sum}");
-                let _ = writeln!(o, "{name}_count{{{l}}} {cum}");
-            }
-        }
-        let name = "herd_probe_lost_events_total";
-        let _ = writeln!(
-            o,
-            "# HELP {name} Kernel events the probe could not record.\n# TYPE {name} counter"
-        );
-        for l in Loss::ALL {
-            let _ = writeln!(
-                o,
-                "{name}{{reason=\"{}\"}} {}",
-                l.name(),
-                self.losses[l as usize]
-            );
-        }
-        o
     }
+    let pair_counters: [PairCounter; 4] = [
+        (
+            "herd_pair_connects_total",
+            "New connections from a container to a destination.",
+            |p| p.connects,
+        ),
+        (
+            "herd_pair_established_total",
+            "Handshakes completed toward a destination.",
+            |p| p.established,
+        ),
+        (
+            "herd_pair_time_wait_entries_total",
+            "TIME_WAIT entries of connections to a destination.",
+            |p| p.time_wait_entries,
+        ),
+        (
+            "herd_pair_closed_total",
+            "Connections to a destination that closed.",
+            |p| p.closed,
+        ),
+    ];
+    let labels = |c: &str, r: &std::net::SocketAddr, rc: &Option<String>| {
+        format!(
+            "container=\"{}\",remote=\"{r}\",remote_container=\"{}\"",
+            esc(c),
+            esc(rc.as_deref().unwrap_or(""))
+        )
+    };
+    for (name, help, f) in pair_counters {
+        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} counter");
+        for (c, r, rc, st) in &totals.pairs {
+            let _ = writeln!(o, "{name}{{{}}} {}", labels(c, r, rc), f(st));
+        }
+    }
+    let hists: [PairHistogram; 2] = [
+        (
+            "herd_pair_connect_latency_seconds",
+            "SYN sent -> ESTABLISHED (log2 buckets).",
+            1e-6,
+            |p| &p.connect_latency_us,
+        ),
+        (
+            "herd_pair_lifetime_seconds",
+            "SYN sent -> CLOSE of closed connections (log2 buckets).",
+            1e-3,
+            |p| &p.lifetime_ms,
+        ),
+    ];
+    for (name, help, unit, f) in hists {
+        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} histogram");
+        for (c, r, rc, st) in &totals.pairs {
+            let b = &f(st).0;
+            let l = labels(c, r, rc);
+            let mut cum = 0u64;
+            let mut sum = 0f64;
+            for (i, n) in b.iter().enumerate().take(HIST_BUCKETS - 1) {
+                cum += n;
+                let le = (1u64 << (i + 1)) as f64 * unit;
+                // The bucket's midpoint approximates its values for _sum.
+                sum += *n as f64 * (1u64 << i) as f64 * 1.5 * unit;
+                let _ = writeln!(o, "{name}_bucket{{{l},le=\"{le}\"}} {cum}");
+            }
+            cum += b[HIST_BUCKETS - 1];
+            let _ = writeln!(o, "{name}_bucket{{{l},le=\"+Inf\"}} {cum}");
+            let _ = writeln!(o, "{name}_sum{{{l}}} {sum}");
+            let _ = writeln!(o, "{name}_count{{{l}}} {cum}");
+        }
+    }
+    let name = "herd_probe_lost_events_total";
+    let _ = writeln!(
+        o,
+        "# HELP {name} Kernel events the probe could not record.\n# TYPE {name} counter"
+    );
+    for l in Loss::ALL {
+        let _ = writeln!(
+            o,
+            "{name}{{reason=\"{}\"}} {}",
+            l.name(),
+            totals.losses[l as usize]
+        );
+    }
+    o
 }
 
 /// Per-container and per-pair gauges from the latest interval (CPU, quota, throttling,
@@ -439,7 +421,7 @@ mod tests {
 
     #[test]
     fn renders_stable_names_and_labels() {
-        let mut counts = [0; probe_common::N_COUNTERS];
+        let mut counts = [0; herd_model::N_COUNTERS];
         counts[Counter::Connects as usize] = 440;
         counts[Counter::ConnectAddrNotAvail as usize] = 3;
         let mut st = PairStats {
@@ -447,7 +429,7 @@ mod tests {
             ..PairStats::default()
         };
         st.connect_latency_us.0[4] = 440; // [16, 32) us
-        let e = Exposition {
+        let e = ProbeTotals {
             containers: vec![("gate\"way".into(), counts)],
             pairs: vec![(
                 "gw".into(),
@@ -457,7 +439,7 @@ mod tests {
             )],
             losses: [0, 0, 0, 1, 0],
         };
-        let t = e.render();
+        let t = counters(&e);
         assert!(
             t.contains("herd_tcp_connects_total{container=\"gate\\\"way\"} 440\n"),
             "{t}"
