@@ -11,6 +11,7 @@
 //! This crate is a workload herd drives, not part of the profiler: `herd demo` runs it from
 //! the herd binary as the hidden `herd contour` subcommand (cargo feature `demo`, on by
 //! default), and its tests run it as the `herd-contour` binary.
+#![deny(missing_docs)]
 
 pub mod backend;
 pub mod events;

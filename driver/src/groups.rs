@@ -284,11 +284,6 @@ impl Session {
         self.group.seat.as_ref().is_some_and(Seat::playing)
     }
 
-    /// The size of this player's current group, and its seat (0 created it).
-    pub fn group_seat(&self) -> Option<(usize, usize)> {
-        self.group.seat.as_ref().map(|s| (s.size, s.index))
-    }
-
     /// Marks this player's group finished (counted once per group, whoever sees it first)
     /// and leaves it; its other players leave at their next turn.
     pub fn finish_group(&mut self) {

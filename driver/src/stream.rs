@@ -18,7 +18,7 @@ use std::{
 };
 
 use bytes::{Bytes, BytesMut};
-use tokio::{sync::watch, task::JoinHandle};
+use tokio::sync::watch;
 
 use crate::{
     conns::SideConn,
@@ -41,10 +41,10 @@ pub(crate) struct Backgrounds {
     running: Vec<Running>,
 }
 
+/// A stream or long poll running for the player; its task ends when `stop` says so.
 struct Running {
     op: usize,
     stop: watch::Sender<bool>,
-    task: JoinHandle<()>,
 }
 
 impl Backgrounds {
@@ -87,7 +87,7 @@ impl Session {
                 continue;
             };
             let (stop, stop_rx) = watch::channel(false);
-            let task = tokio::spawn(
+            tokio::spawn(
                 Task {
                     shared: shared.clone(),
                     gate: self.role.gate.clone(),
@@ -102,7 +102,7 @@ impl Session {
                 }
                 .run(),
             );
-            self.bg.running.push(Running { op: i, stop, task });
+            self.bg.running.push(Running { op: i, stop });
             opened += 1;
         }
         opened
@@ -118,14 +118,6 @@ impl Session {
                 || crate::scenario::op_reads(&shared.scenario.ops[op])
                     .any(|s| vars.name(s).starts_with(GROUP_PREFIX))
         });
-    }
-
-    /// True while a stream or long poll of op `op` runs for this player.
-    pub fn stream_open(&self, op: usize) -> bool {
-        self.bg
-            .running
-            .iter()
-            .any(|r| r.op == op && !r.task.is_finished())
     }
 }
 

@@ -52,7 +52,7 @@ pub struct DemoConfig {
 
 /// What the demo produced.
 #[derive(Debug)]
-pub struct DemoOutcome {
+pub struct DemoEnd {
     /// The run store holding every run.
     pub store: String,
     /// The runs, in `max_idle` order.
@@ -309,7 +309,7 @@ fn record(
 }
 
 /// Runs the demo: one run per `max_idle`, then the comparison of the first two.
-pub fn run(args: &DemoConfig) -> Result<DemoOutcome> {
+pub fn run(args: &DemoConfig) -> Result<DemoEnd> {
     if args.steps.is_empty() || args.steps.iter().any(|&p| p == 0 || p > 5_000) {
         bail!("--steps takes 1 to 5000 players per step, e.g. 50,200,400");
     }
@@ -354,7 +354,7 @@ pub fn run(args: &DemoConfig) -> Result<DemoOutcome> {
         }
         _ => None,
     };
-    Ok(DemoOutcome {
+    Ok(DemoEnd {
         store,
         runs,
         comparison,

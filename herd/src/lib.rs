@@ -3,6 +3,7 @@
 //! `main` parses [`Cli`] and calls [`run`]; each [`cmd`] module parses its options, builds
 //! a config, calls the library and prints. A run is [`session::run`]; the probe, the
 //! driver, the store, the report and seeding are crates of their own (docs/architecture.md).
+#![deny(missing_docs)]
 
 mod attach;
 pub mod cmd;
@@ -141,7 +142,7 @@ pub enum Command {
     /// bug; then 512, the fix), reported and compared (needs root; about 2 minutes).
     #[cfg(feature = "demo")]
     Demo(cmd::demo::DemoArgs),
-    /// Drive virtual players against a service from a scenario file and print a per-step
+    /// Drive virtual players against a service from a scenario file and print a per-phase
     /// table (latency percentiles and outcomes per op).
     Drive(cmd::drive::DriveArgs),
     /// Put a run whose store went down during it (`OUT/run-N-rows.json`, saved by `herd run`)

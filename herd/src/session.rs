@@ -32,7 +32,7 @@ use herd_seed::{Cleaned, RunSeeding, Seeded};
 use herd_store::{Recorder, Row, Rows, Source, Store, Writer};
 use tokio::sync::{mpsc, watch};
 
-use crate::{attach, output::live::Live, output::metrics::RunEndpoint, signals};
+use crate::{attach, output::live::LiveView, output::metrics::RunEndpoint, signals};
 
 /// What one run does. Build it with [`RunConfig::new`] and adjust the fields.
 #[derive(Debug, Clone)]
@@ -65,6 +65,8 @@ pub struct RunConfig {
     pub run_key: Option<String>,
     /// How long a shard waits for the others to register.
     pub shard_timeout: Duration,
+    /// Also write the run's HdrHistogram interval logs into this directory (`--hdr-log`).
+    pub hdr_log: Option<PathBuf>,
 }
 
 impl RunConfig {
@@ -89,13 +91,15 @@ impl RunConfig {
             shard: herd_model::Shard::WHOLE,
             run_key: None,
             shard_timeout: Duration::from_secs(120),
+            hdr_log: None,
         }
     }
 }
 
-/// What a run produced.
+/// How a run ended: its id and store, the report files written, its objectives, its
+/// seeding, and every row when the store was lost.
 #[derive(Debug)]
-pub struct RunOutcome {
+pub struct RunEnd {
     /// The run's id in the store.
     pub run_id: i64,
     /// The store URL.
@@ -115,6 +119,9 @@ pub struct RunOutcome {
     /// Every row of the run, when the store went down during it and stayed down: the report
     /// is built from these and they are saved beside it for `herd import`.
     pub lost: Option<Rows>,
+    /// The HdrHistogram logs written (`--hdr-log`), or why they could not be: the run and its
+    /// report are whole either way.
+    pub hdr_logs: Result<Vec<PathBuf>, String>,
 }
 
 /// The runtime a run drives its players on: one worker per core, or a single thread on one
@@ -226,7 +233,7 @@ pub fn drive(scenario: Scenario, config: &DriveConfig) -> Result<RunResult> {
 }
 
 /// Runs the scenario and writes the report.
-pub fn run(config: &RunConfig) -> Result<RunOutcome> {
+pub fn run(config: &RunConfig) -> Result<RunEnd> {
     // Bound before the store, the seeding and the load: a port in use costs nothing.
     let endpoint = config
         .listen
@@ -265,7 +272,7 @@ pub fn run(config: &RunConfig) -> Result<RunOutcome> {
         .await;
         let result = match seeding {
             None => match driven {
-                Ok(outcome) => report(&store, outcome, &config.out).await,
+                Ok(outcome) => write_reports(&store, outcome, &config.out, &config.hdr_log).await,
                 Err(e) => Err(e),
             },
             Some(seeding) => finish_seeding(config, &store, driven, seeding).await,
@@ -280,9 +287,9 @@ pub fn run(config: &RunConfig) -> Result<RunOutcome> {
 async fn finish_seeding(
     config: &RunConfig,
     store: &Store,
-    driven: Result<RunOutcome>,
+    driven: Result<RunEnd>,
     seeding: RunSeeding,
-) -> Result<RunOutcome> {
+) -> Result<RunEnd> {
     let shown = &config.scenario.file;
     let (seeded, db) = (seeding.seeded.clone(), seeding.shown().to_owned());
     match (driven, seeding.finish(config.keep_seed, shown).await) {
@@ -297,7 +304,7 @@ async fn finish_seeding(
             put_after(store, &mut outcome, Source::SeedCleanup, &record).await?;
             outcome.seeded = Some(seeded);
             outcome.seed_cleaned = cleaned;
-            report(store, outcome, &config.out).await
+            write_reports(store, outcome, &config.out, &config.hdr_log).await
         }
         (Ok(mut outcome), Err(e)) => {
             // The load ran: its report still says the cleanup failed, then the error.
@@ -308,7 +315,7 @@ async fn finish_seeding(
                 &CleanupRecord::Failed,
             )
             .await;
-            if let Err(r) = report(store, outcome, &config.out).await {
+            if let Err(r) = write_reports(store, outcome, &config.out, &config.hdr_log).await {
                 tracing::error!("herd run: writing the report: {}", crate::error_text(&r));
             }
             Err(e)
@@ -327,7 +334,7 @@ async fn finish_seeding(
 /// A row written after the load: to the store, or to the rows in memory once it is lost.
 async fn put_after(
     store: &Store,
-    outcome: &mut RunOutcome,
+    outcome: &mut RunEnd,
     source: Source,
     body: &impl serde::Serialize,
 ) -> Result<()> {
@@ -347,17 +354,21 @@ async fn put_after(
 
 /// Builds the run's report from the store (or, when the store was lost, from the rows in
 /// memory, saved beside the report) and writes its files.
-async fn report(
+async fn write_reports(
     store: &Store,
-    mut outcome: RunOutcome,
+    mut outcome: RunEnd,
     out: &std::path::Path,
-) -> Result<RunOutcome> {
+    hdr_log: &Option<PathBuf>,
+) -> Result<RunEnd> {
     let Some(rows) = outcome.lost.take() else {
         let data = store.load_run(Some(outcome.run_id)).await?;
         let written = herd_report::write_report(&Report::build(&data), out)?;
         outcome.files = written.files;
         outcome.slo_failed = written.slo_failed;
         outcome.broken = written.broken;
+        if let Some(dir) = &hdr_log {
+            outcome.hdr_logs = hdr_logs(&data, dir, store.url()).map_err(|e| crate::error_text(&e));
+        }
         return Ok(outcome);
     };
     std::fs::create_dir_all(out)
@@ -380,6 +391,28 @@ async fn report(
     )
 }
 
+/// Writes run `data`'s HdrHistogram interval logs into `dir`; an error names the run and
+/// `herd report` to write them again from the store at `store`.
+pub fn hdr_logs(
+    data: &herd_model::RunData,
+    dir: &std::path::Path,
+    store: &str,
+) -> Result<Vec<PathBuf>> {
+    let id = data.meta.id;
+    let again = || {
+        format!(
+            "writing the HdrHistogram logs of run {id} into {} (--hdr-log); the run is \
+             recorded in {}: `herd report {id} --hdr-log DIR` writes them from there",
+            dir.display(),
+            herd_store::redact(store)
+        )
+    };
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("creating {}", dir.display()))
+        .with_context(again)?;
+    herd_report::export::hdr::write_logs(data, dir).with_context(again)
+}
+
 /// Records the run: begins it in the store, attaches the probe, drives, and commits every
 /// row as it arrives, then closes the run with its status.
 async fn record(
@@ -388,7 +421,7 @@ async fn record(
     seeded: Option<&Seeded>,
     cores: usize,
     endpoint: Option<RunEndpoint>,
-) -> Result<RunOutcome> {
+) -> Result<RunEnd> {
     let scenario = &config.scenario;
     let meta = match &config.run_key {
         Some(key) => {
@@ -535,7 +568,7 @@ async fn record(
         print_hints(r);
     }
     // The report is written once the seeded rows' fate is recorded.
-    Ok(RunOutcome {
+    Ok(RunEnd {
         run_id: meta.id,
         store: store.url().to_owned(),
         files: Vec::new(),
@@ -545,6 +578,7 @@ async fn record(
         seed_cleaned: None,
         unreachable: final_report.as_ref().and_then(RunResult::unreachable),
         lost,
+        hdr_logs: Ok(Vec::new()),
     })
 }
 
@@ -552,14 +586,14 @@ async fn record(
 /// endpoint, each fed every driver interval and every probe interval.
 struct Watchers {
     /// Shared with the stop signal's handler, which moves the next block below its message.
-    live: Option<Arc<Mutex<Live>>>,
+    live: Option<Arc<Mutex<LiveView>>>,
     endpoint: Option<RunEndpoint>,
 }
 
 impl Watchers {
     fn new(scenario: &Scenario, live: bool, endpoint: Option<RunEndpoint>) -> Self {
         Self {
-            live: live.then(|| Arc::new(Mutex::new(Live::for_stdout(scenario)))),
+            live: live.then(|| Arc::new(Mutex::new(LiveView::for_stdout(scenario)))),
             endpoint,
         }
     }

@@ -152,7 +152,7 @@ session = "INSERT INTO sessions (token_hash, account_id) VALUES ({{token_hash}},
     assert_eq!((seeded.accounts, seeded.guests, seeded.rows()), (8, 2, 20));
     assert_eq!(outcome.seed_cleaned.as_ref().unwrap().rows(), 20);
     // The report's header says what was seeded and that it was removed, never where.
-    let md_of = |o: &session::RunOutcome| {
+    let md_of = |o: &session::RunEnd| {
         let md = o
             .files
             .iter()

@@ -4,6 +4,7 @@
 //! `docs/report.schema.json`); two runs compared ([`compare`]). Every cell holds a value or
 //! says why it has none. No runtime, no database, no command line here: everything is
 //! tested on data built in memory.
+#![deny(missing_docs)]
 
 mod build;
 pub mod chart;

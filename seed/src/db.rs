@@ -19,8 +19,8 @@ use std::{
 };
 
 use crate::{
-    outcome::{Cleaned, Seeded, Seeding, TableRows},
     secret::{Secret, host_of},
+    seeded::{Cleaned, Seeded, Seeding, TableRows},
     spec::{Insert, MAX_PARAMS, SeedRow, SeedSpec, SeedUrl, SeedValue},
 };
 use anyhow::{Context as _, Result, anyhow, bail};
@@ -98,8 +98,6 @@ pub struct SeedDb {
     sqlite: bool,
     /// The URL with its password replaced by `***`.
     shown: String,
-    /// Where the URL came from, for messages.
-    from: String,
 }
 
 impl SeedDb {
@@ -149,18 +147,12 @@ impl SeedDb {
             secret,
             sqlite,
             shown,
-            from,
         })
     }
 
     /// The URL with its password replaced by `***`.
     pub fn shown(&self) -> &str {
         &self.shown
-    }
-
-    /// Where the URL came from (`the environment variable HERD_SEED_URL`, …).
-    pub fn url_source(&self) -> &str {
-        &self.from
     }
 
     /// Closes the connection.

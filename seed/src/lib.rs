@@ -7,16 +7,16 @@
 //! - [`db`] (feature `db`, on by default): the executor, which inserts in batches, records
 //!   every row it adds in the target's `herd_seeded` table and removes exactly those.
 //! - [`secret`]: the one URL scrubber every message that shows a database URL goes through.
-//! - [`outcome`]: what a seeding or a cleanup did.
+//! - [`seeded`]: what a seeding or a cleanup did.
 #![deny(missing_docs)]
 
 #[cfg(feature = "db")]
 pub mod db;
-pub mod outcome;
 pub mod secret;
+pub mod seeded;
 pub mod spec;
 
 #[cfg(feature = "db")]
 pub use db::{RunSeeding, SeedDb};
-pub use outcome::{Cleaned, Seeded, Seeding, TableRows};
+pub use seeded::{Cleaned, Seeded, Seeding, TableRows};
 pub use spec::{SeedSpec, SpecError};

@@ -4,85 +4,22 @@
 //! SQLite by default (a file next to the reports, WAL mode: a committed row survives the
 //! process being killed), PostgreSQL when given a `postgres://` URL. Rows hold the interval as
 //! JSON: the schema stays stable while the interval types grow, and old runs stay readable.
+#![deny(missing_docs)]
 
 use std::{collections::BTreeMap, path::Path};
 
 use anyhow::{Context as _, Result, bail};
-use herd_model::{CleanupRecord, Outcome, RunData, RunMeta, RunResult, SeedRecord, Slo};
+use herd_model::{RunData, RunMeta};
 use sqlx::{AnyPool, Row as _, any::AnyPoolOptions};
 
+mod owner;
 mod recorder;
+mod rows;
 mod shards;
+pub use owner::Owner;
 pub use recorder::{FINAL_RETRY, FIRST_BACKOFF, MAX_BACKOFF, Recorder, WRITE_TIMEOUT, Writer};
+pub use rows::{NODE_PROBE, Row, Rows, Source, merge_shards};
 pub use shards::{MissingShards, START_LEAD, ShardUsageError};
-
-/// Which timeline a row belongs to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Source {
-    /// A driver interval ([`herd_model::DriverInterval`]).
-    Driver,
-    /// A driver phase's totals ([`herd_model::PhaseResult`]).
-    Phase,
-    /// The driver's final result ([`herd_model::RunResult`]).
-    Report,
-    /// A probe interval ([`herd_model::ProbeInterval`]).
-    Probe,
-    /// Why the probe did not run (a JSON string).
-    ProbeMissing,
-    /// The scenario's service-level objectives (`Vec<`[`herd_model::Slo`]`>`).
-    Slo,
-    /// What `herd run` seeded before the load ([`herd_model::SeedRecord`]).
-    Seed,
-    /// What became of the seeded rows after it ([`herd_model::CleanupRecord`]).
-    SeedCleanup,
-    /// Each op's expected outcomes (`BTreeMap<String, Vec<`[`herd_model::Outcome`]`>>`).
-    Expected,
-    /// The process recording the run ([`Owner`]), to tell a live run from an interrupted one.
-    Owner,
-}
-
-impl Source {
-    /// The sources a report reads.
-    const REPORTED: [Source; 9] = [
-        Source::Driver,
-        Source::Phase,
-        Source::Report,
-        Source::Probe,
-        Source::ProbeMissing,
-        Source::Slo,
-        Source::Seed,
-        Source::SeedCleanup,
-        Source::Expected,
-    ];
-
-    /// The name rows of this source carry in the store.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Source::Driver => "driver",
-            Source::Phase => "phase",
-            Source::Report => "report",
-            Source::Probe => "probe",
-            Source::ProbeMissing => "probe_missing",
-            Source::Slo => "slo",
-            Source::Seed => "seed",
-            Source::SeedCleanup => "seed_cleanup",
-            Source::Expected => "expected",
-            Source::Owner => "owner",
-        }
-    }
-}
-
-impl Source {
-    /// True when a stored row named `name` is of this source: phase rows were stored as
-    /// `step` before herd called them phases, and those runs stay readable.
-    pub fn matches(self, name: &str) -> bool {
-        name == self.as_str() || (self == Source::Phase && name == "step")
-    }
-}
-
-/// The source of a node probe's rows is this and the node's name: each node numbers its
-/// rows apart from the others, and old readers skip the rows they do not know.
-pub const NODE_PROBE: &str = "probe@";
 
 /// A connection to a run store (a pool: clones share it).
 #[derive(Clone)]
@@ -98,96 +35,6 @@ pub use herd_seed::secret::redact;
 /// The default store: `runs.db` (SQLite) inside `dir`.
 pub fn default_url(dir: &Path) -> String {
     format!("sqlite:{}", dir.join("runs.db").display())
-}
-
-/// One stored row, as [`Rows`] keeps it in memory and in its JSON file.
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
-pub struct Row {
-    /// [`Source::as_str`].
-    pub source: String,
-    /// Order within its source.
-    pub seq: u64,
-    /// CLOCK_MONOTONIC ns (0 for rows without a time).
-    pub at_ns: u64,
-    /// The row itself.
-    pub body: serde_json::Value,
-}
-
-/// Every row of one run held in memory: what `herd run` writes to a JSON file when the store
-/// went down and stayed down, and what `herd import` reads back into a store.
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
-pub struct Rows {
-    /// The run's header.
-    pub meta: RunMeta,
-    /// Its rows, in the order they were recorded.
-    pub rows: Vec<Row>,
-}
-
-impl Rows {
-    fn of<T: serde::de::DeserializeOwned>(&self, source: Source) -> Result<Vec<T>> {
-        let mut rows: Vec<&Row> = self
-            .rows
-            .iter()
-            .filter(|r| source.matches(&r.source))
-            .collect();
-        rows.sort_by_key(|r| r.seq);
-        rows.iter()
-            .map(|r| {
-                serde_json::from_value(r.body.clone()).with_context(|| {
-                    format!(
-                        "run {}: {} row {} does not decode",
-                        self.meta.id, r.source, r.seq
-                    )
-                })
-            })
-            .collect()
-    }
-
-    /// Everything a report needs, from these rows.
-    pub fn run_data(self) -> Result<RunData> {
-        let probe_missing: Vec<String> = self.of(Source::ProbeMissing)?;
-        let mut finals: Vec<RunResult> = self.of(Source::Report)?;
-        let slo: Vec<Vec<Slo>> = self.of(Source::Slo)?;
-        let mut seeded: Vec<SeedRecord> = self.of(Source::Seed)?;
-        let mut cleanup: Vec<CleanupRecord> = self.of(Source::SeedCleanup)?;
-        let mut expected: Vec<BTreeMap<String, Vec<Outcome>>> = self.of(Source::Expected)?;
-        // Runs recorded before the row existed: the driver's final report carries it too.
-        let expected = expected
-            .pop()
-            .or_else(|| finals.last().map(|r| r.expected.clone()))
-            .unwrap_or_default();
-        Ok(RunData {
-            phases: self.of(Source::Phase)?,
-            driver: self.of(Source::Driver)?,
-            probe: self.of(Source::Probe)?,
-            probe_missing: probe_missing.into_iter().next(),
-            final_report: finals.pop(),
-            slo: slo.into_iter().next().unwrap_or_default(),
-            seeded: seeded.pop(),
-            seed_cleanup: cleanup.pop(),
-            expected,
-            meta: self.meta,
-        })
-    }
-
-    /// Writes the rows as JSON to `path`.
-    pub fn save(&self, path: &Path) -> Result<()> {
-        let write = || -> Result<()> {
-            let mut w = std::io::BufWriter::new(std::fs::File::create(path)?);
-            serde_json::to_writer(&mut w, self)?;
-            std::io::Write::flush(&mut w)?;
-            Ok(())
-        };
-        write().with_context(|| format!("writing the run's rows to {}", path.display()))
-    }
-
-    /// Reads rows written by [`Rows::save`].
-    pub fn load(path: &Path) -> Result<Self> {
-        let file = std::fs::File::open(path)
-            .with_context(|| format!("opening saved rows {}", path.display()))?;
-        serde_json::from_reader(std::io::BufReader::new(file))
-            .with_context(|| format!("{} holds no saved herd run", path.display()))
-    }
 }
 
 /// A `--store` that names no store herd can open: bad input (exit 2).
@@ -672,52 +519,6 @@ impl Store {
     }
 }
 
-/// One run's data from the data of each of its shards: phase totals and intervals merged
-/// exactly ([`herd_model::merge`]), probe intervals of every node, the final report merged
-/// when every shard wrote one (a shard that died leaves the run unfinished).
-pub fn merge_shards(meta: RunMeta, parts: Vec<RunData>) -> Result<RunData> {
-    let phases = herd_model::merge::phases(parts.iter().map(|p| p.phases.as_slice()))?;
-    let driver = herd_model::merge::intervals(parts.iter().map(|p| p.driver.as_slice()))?;
-    let all_finished = parts.len() == meta.shards.len() && meta.shards.iter().all(|s| s.finished);
-    let finals: Vec<RunResult> = parts
-        .iter()
-        .filter_map(|p| p.final_report.clone())
-        .collect();
-    let final_report = if all_finished && !finals.is_empty() {
-        Some(herd_model::merge::runs(&finals)?)
-    } else {
-        None
-    };
-    let mut probe: Vec<_> = parts.iter().flat_map(|p| p.probe.clone()).collect();
-    probe.sort_by_key(|iv| iv.at_ns);
-    // Every shard records the scenario's objectives and expected outcomes alike.
-    let base = parts
-        .into_iter()
-        .max_by_key(|p| !p.slo.is_empty() || !p.expected.is_empty());
-    Ok(match base {
-        Some(base) => RunData {
-            phases,
-            driver,
-            probe,
-            final_report,
-            meta,
-            ..base
-        },
-        None => RunData {
-            meta,
-            phases,
-            driver,
-            probe,
-            probe_missing: None,
-            final_report,
-            slo: Vec::new(),
-            seeded: None,
-            expected: BTreeMap::new(),
-            seed_cleanup: None,
-        },
-    })
-}
-
 /// Connects once to `url` and says why not: refused, unreachable, rejected credentials.
 async fn probe_connect(url: &str, shown: &str) -> Result<()> {
     use sqlx::Connection as _;
@@ -756,68 +557,6 @@ async fn probe_connect(url: &str, shown: &str) -> Result<()> {
         ))
         .with_context(what),
     }
-}
-
-/// The process that recorded a run: enough to tell later whether it still lives.
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
-pub struct Owner {
-    /// Its pid.
-    pub pid: u32,
-    /// The host's name.
-    pub host: String,
-    /// The kernel's boot id (a pid means nothing after a reboot).
-    pub boot_id: String,
-    /// The process's start time in clock ticks since boot (a pid is reused).
-    pub start_ticks: u64,
-    /// Its PID namespace (the inode of /proc/self/ns/pid; 0 when unknown or written before
-    /// herd recorded it): a shard in a container with the host's network has the host's
-    /// name, but its pid means nothing in another PID namespace.
-    #[serde(default)]
-    pub pid_ns: u64,
-}
-
-impl Owner {
-    /// This process.
-    pub fn me() -> Self {
-        let pid = std::process::id();
-        Owner {
-            pid,
-            host: read_trim("/proc/sys/kernel/hostname"),
-            boot_id: read_trim("/proc/sys/kernel/random/boot_id"),
-            start_ticks: start_ticks(pid).unwrap_or(0),
-            pid_ns: std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| {
-                use std::os::unix::fs::MetadataExt as _;
-                m.ino()
-            }),
-        }
-    }
-
-    /// True when this is the host it ran on and the process is certainly gone. On another
-    /// host, or from another PID namespace (a shard in a container), nothing can be told,
-    /// so the run is left `running`.
-    pub fn gone(&self) -> bool {
-        let me = Owner::me();
-        if self.host != me.host || self.host.is_empty() {
-            return false;
-        }
-        if self.pid_ns != me.pid_ns && self.pid_ns != 0 && me.pid_ns != 0 {
-            return false;
-        }
-        self.boot_id != me.boot_id || start_ticks(self.pid) != Some(self.start_ticks)
-    }
-}
-
-fn read_trim(path: &str) -> String {
-    std::fs::read_to_string(path)
-        .map(|s| s.trim().to_owned())
-        .unwrap_or_default()
-}
-
-/// Field 22 of /proc/PID/stat, after the parenthesised command name (which may hold spaces).
-fn start_ticks(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after = &stat[stat.rfind(')')? + 2..];
-    after.split(' ').nth(19)?.parse().ok()
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 //! websockets), a temporary directory removed on drop ([`TempDir`]) and a test CA
 //! ([`TestCa`]). A dev-dependency only (and xtask's, for [`TempDir`] alone, without the
 //! `server` feature): nothing here ships in herd.
+#![deny(missing_docs)]
 
 pub mod logfmt;
 pub mod nchan;

@@ -145,6 +145,7 @@ impl Drop for Prometheus {
     }
 }
 
+/// Now, as Unix seconds: the time a PromQL query is evaluated at.
 pub fn now() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -16,6 +16,8 @@ mod bench;
 mod bench_driver;
 mod docker;
 mod fuzz;
+#[cfg(test)]
+mod graph;
 mod vm;
 
 #[derive(Parser)]

@@ -26,7 +26,7 @@ Examples:
   herd drive http://127.0.0.1:8080/ -n 10000 -c 20 --h2c
   herd drive http://127.0.0.1:8080/api -q 500 -z 30s -m POST -H 'content-type: application/json' -d '{}'
   herd drive http://127.0.0.1:8080/ -c 50 -z 10s --print-scenario > quick.toml
-  herd drive lobby.toml                                # the scenario's plan, a table per step
+  herd drive lobby.toml                                # the scenario's plan, a table per phase
   herd drive lobby.toml --set target.transport=h2c     # the same plan over h2c
   herd drive lobby.toml --set 'step[2].players=800' --json out.json
   herd drive lobby.toml --quiet --interval 500ms
@@ -44,7 +44,7 @@ pub struct DriveArgs {
     /// `--set 'op[game.state].weight=0'`. Repeatable.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
-    /// Also write the whole run (per-step tables and the per-interval timeline) as JSON.
+    /// Also write the whole run (per-phase tables and the per-interval timeline) as JSON.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
     /// How long requests in flight may take to finish once the plan ends or Ctrl-C stops

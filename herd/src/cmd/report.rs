@@ -1,8 +1,8 @@
 //! `herd report`: rebuild a run's report from the store, also for runs that were killed.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 
 use herd_report::Report;
 use herd_store::Store;
@@ -39,28 +39,6 @@ pub struct ReportArgs {
     pub hdr_log: Option<PathBuf>,
 }
 
-/// Writes run `id`'s HdrHistogram interval logs into `dir`; the error says which file could
-/// not be written and that the run itself is safe in `store`.
-pub(crate) async fn hdr_logs(
-    data: &herd_model::RunData,
-    dir: &Path,
-    store: &str,
-) -> Result<Vec<PathBuf>> {
-    let id = data.meta.id;
-    let again = || {
-        format!(
-            "writing the HdrHistogram logs of run {id} into {} (--hdr-log); the run is \
-             recorded in {}: `herd report {id} --hdr-log DIR` writes them from there",
-            dir.display(),
-            herd_store::redact(store)
-        )
-    };
-    std::fs::create_dir_all(dir)
-        .with_context(|| format!("creating {}", dir.display()))
-        .with_context(again)?;
-    herd_report::export::hdr::write_logs(data, dir).with_context(again)
-}
-
 /// Runs `herd report`.
 pub fn run(args: &ReportArgs) -> Result<()> {
     let url = super::store_url(&args.store, &args.out);
@@ -81,7 +59,7 @@ pub fn run(args: &ReportArgs) -> Result<()> {
         let built = Report::build_with_pair_rows(&data, args.pair_rows);
         let mut files = herd_report::write_report(&built, &args.out)?.files;
         if let Some(dir) = &args.hdr_log {
-            files.extend(hdr_logs(&data, dir, &url).await?);
+            files.extend(crate::session::hdr_logs(&data, dir, &url)?);
         }
         for f in files {
             println!("wrote {}", f.display());

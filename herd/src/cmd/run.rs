@@ -2,7 +2,7 @@
 
 use std::{path::PathBuf, time::Duration};
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 use herd_driver::{
     Scenario,
     units::{parse_duration, parse_interval},
@@ -188,6 +188,7 @@ impl RunArgs {
             _ => {}
         }
         c.shard_timeout = self.shard_timeout;
+        c.hdr_log = self.hdr_log.clone();
         Ok(c)
     }
 }
@@ -203,20 +204,9 @@ pub fn run(args: &RunArgs) -> Result<()> {
     for f in &outcome.files {
         println!("wrote {}", f.display());
     }
-    if let Some(dir) = &args.hdr_log {
-        // From the store, after the run: a directory that cannot be written loses nothing.
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .context("starting the HdrHistogram export's runtime")?;
-        let files = rt.block_on(async {
-            let store = herd_store::Store::open(&outcome.store).await?;
-            let data = store.load_run(Some(outcome.run_id)).await?;
-            crate::cmd::report::hdr_logs(&data, dir, &outcome.store).await
-        })?;
-        for f in &files {
-            println!("wrote {}", f.display());
-        }
+    match &outcome.hdr_logs {
+        Ok(files) => files.iter().for_each(|f| println!("wrote {}", f.display())),
+        Err(why) => anyhow::bail!("{why}"),
     }
     if let Some(why) = &outcome.unreachable {
         anyhow::bail!("run {}: {why}", outcome.run_id);

@@ -43,8 +43,8 @@ pub enum Section {
     Container,
     /// An op, over the whole run.
     Op,
-    /// An op in one phase (step), matched by the phase's name.
-    Step,
+    /// An op in one phase of the plan, matched by the phase's name.
+    Phase,
     /// The run's totals.
     Run,
 }

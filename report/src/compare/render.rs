@@ -81,7 +81,7 @@ pub(super) fn what(r: &Row) -> String {
         Section::Pair => format!("pair {}", r.subject),
         Section::Container => format!("container {}", r.subject),
         Section::Op => format!("op {}", r.subject),
-        Section::Step => format!(
+        Section::Phase => format!(
             "op {} in {}",
             r.subject,
             r.phase.as_deref().unwrap_or("a phase")
@@ -145,7 +145,7 @@ pub fn before_after(c: &Comparison) -> Table {
                 Section::Pair => "Connections per source → destination",
                 Section::Container => "Containers (peaks over the load steps)",
                 Section::Op => "Ops over the whole run",
-                Section::Step => "Ops per step",
+                Section::Phase => "Ops per phase",
                 Section::Run => "Run totals",
             });
         }

@@ -339,7 +339,7 @@ pub(super) fn step_rows(a: &Report, b: &Report, rows: &mut Vec<Row>) {
                 }
             };
             let mut r = row(
-                Section::Step,
+                Section::Phase,
                 &op,
                 metric,
                 unit,

@@ -216,7 +216,7 @@ pub fn pool_pinned(r: &Report, d: &RunData) -> Vec<Finding> {
         if cap < 4 || !pinned || from + 1 >= v.len() || lat_to < 2 * lat_from.max(1) {
             continue;
         }
-        let per_step = |f: &dyn Fn(usize) -> String| {
+        let per_phase = |f: &dyn Fn(usize) -> String| {
             steps
                 .iter()
                 .enumerate()
@@ -241,12 +241,12 @@ pub fn pool_pinned(r: &Report, d: &RunData) -> Vec<Finding> {
                  holds the connections.",
                 vec![
                     format!(
-                        "pair {} → {}: ESTABLISHED peak per step: {}",
+                        "pair {} → {}: ESTABLISHED peak per phase: {}",
                         p.container,
                         destination(p),
-                        per_step(&|i| v[i].to_string())
+                        per_phase(&|i| v[i].to_string())
                     ),
-                    format!("worst p99 per step: {}", per_step(&|i| latency(p99[i]))),
+                    format!("worst p99 per phase: {}", per_phase(&|i| latency(p99[i]))),
                 ],
             )
             .about(&p.container)

@@ -350,7 +350,7 @@ mod tests {
         let html = crate::sections::html(&r);
         assert!(html.contains("Stream and long-poll events per second"));
         assert!(html.contains("<td class=l>step 1<td class=l>events<td class=l>sse<td>340"));
-        assert!(html.contains("<h2>Groups per step</h2>"));
+        assert!(html.contains("<h2>Groups per phase</h2>"));
     }
 
     #[test]

@@ -3,12 +3,12 @@ use std::collections::BTreeMap;
 use herd_model::Counter;
 
 use super::*;
-use herd_model::RunMeta;
 use herd_model::{
     ContainerInterval, CountMap, CpuCell, DriverHealth, DriverInterval, IntervalOp, Latency,
     OpStats, OutcomeStats, PairInterval, ProbeInterval, PublishedPort, RunResult, Service,
     SocketCell,
 };
+use herd_model::{RunData, RunMeta};
 
 fn latency(p99_us: u64) -> Latency {
     Latency {

@@ -1,13 +1,14 @@
 //! Plain text for a terminal: the end-of-run table of a driver result (per phase × op), the
 //! play lines under it, and [`render`], which turns any [`Table`] of the report's one table
-//! model into aligned columns — the live view (`herd/src/output/live.rs`) renders through it
-//! too.
+//! model into aligned columns — the live view ([`live`]) renders through it too.
 
 use std::fmt::Write as _;
 
 use herd_model::{OpStats, Outcome, PhaseKind, PhaseResult, RunResult};
 
+pub mod live;
 pub mod play;
+pub mod probe;
 mod shapes;
 pub mod tls;
 
