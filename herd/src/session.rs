@@ -494,11 +494,11 @@ async fn record(
         );
         // Wall clock, not monotonic: the shards may be on several hosts (NTP keeps them
         // within milliseconds); each then times its plan from its own monotonic clock.
-        if let Ok(wait) = at.duration_since(std::time::SystemTime::now()) {
+        if let Ok(wait) = at.duration_since(herd_store::wall_now()) {
             tokio::time::sleep(wait).await;
         }
         rec.mono0 = herd_probe::clock::now_ns();
-        started = Some(std::time::SystemTime::now());
+        started = Some(herd_store::wall_now());
     }
     let (stop_rx, hurry_rx, watcher) = stop_channel(|| ());
     let (events_tx, mut events) = mpsc::unbounded_channel();

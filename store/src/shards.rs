@@ -37,6 +37,35 @@ pub(crate) fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
+/// A shard's status once its node was lost (`herd launch swarm`: the swarm marked the node
+/// down); the run then closes `interrupted`.
+pub const LOST: &str = "lost";
+
+/// **A test knob, not a setting**: milliseconds (negative: behind) added to every wall-clock
+/// reading a shard times itself by — its registration, its wait for the common start, its
+/// recorded start — as if its host's clock were that far off. The multi-node tests give it
+/// to the shards of one node (docs/scale-out.md).
+pub const TEST_CLOCK_OFFSET: &str = "HERD_TEST_CLOCK_OFFSET_MS";
+
+/// This host's wall clock as a shard reads it: the system's, plus [`TEST_CLOCK_OFFSET`].
+pub fn wall_now() -> SystemTime {
+    let now = SystemTime::now();
+    match std::env::var(TEST_CLOCK_OFFSET)
+        .ok()
+        .and_then(|v| v.trim().parse::<i64>().ok())
+    {
+        Some(ms) if ms >= 0 => now + Duration::from_millis(ms as u64),
+        Some(ms) => now - Duration::from_millis(ms.unsigned_abs()),
+        None => now,
+    }
+}
+
+fn wall_now_ms() -> i64 {
+    wall_now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
 impl Store {
     /// The store's tables, created if missing, and the `shard` column added to rows written
     /// before it existed (those read as shard 0 of a run of one). One transaction, and on
@@ -201,7 +230,7 @@ impl Store {
         .bind(i64::from(shard.count))
         .bind(&me.host)
         .bind(i64::from(me.pid))
-        .bind(now_ms())
+        .bind(wall_now_ms())
         .execute(&mut *tx)
         .await?;
         tx.commit()
@@ -315,10 +344,11 @@ impl Store {
         if statuses.iter().any(|s| s == "running") {
             return Ok(());
         }
-        let worst = ["failed", "interrupted", "stopped"]
+        // A lost shard's run is interrupted, as a killed one's.
+        let worst = ["failed", "interrupted", LOST, "stopped"]
             .into_iter()
             .find(|w| statuses.iter().any(|s| s == w))
-            .unwrap_or("finished");
+            .map_or("finished", |w| if w == LOST { "interrupted" } else { w });
         self.finish(run, worst).await
     }
 
