@@ -1,5 +1,5 @@
 //! `herd launch swarm`: a sharded run on a Docker Swarm, started, waited for, reported and
-//! removed by herd — a replicated job of N driver shards (`{{.Task.Slot}}` → shard), a global
+//! removed by herd — a replicated service of N driver shards (`{{.Task.Slot}}` → shard), a global
 //! probe service (one per node), the scenario as a Docker config, the run store's URL as a
 //! Docker secret, herd's image built from this binary (docs/scale-out.md).
 //!
@@ -51,6 +51,9 @@ pub struct SwarmRun {
     pub image: String,
     /// The engine's socket on the nodes (bind-mounted into the probe sidecar).
     pub socket: String,
+    /// `HERD_TEST_CLOCK_OFFSET_MS` for the shards, as the launcher's environment gives it (a
+    /// test knob: docs/scale-out.md); Swarm expands templates in it.
+    pub test_clock_offset: Option<String>,
 }
 
 impl SwarmRun {
@@ -80,9 +83,12 @@ impl SwarmRun {
         ]
     }
 
-    /// `docker service create` arguments of the driver job: N tasks at once, none restarted
-    /// (a shard started again would find its index taken), each `herd run --shard-slot
-    /// {{.Task.Slot}}/N`.
+    /// `docker service create` arguments of the driver shards: N replicas at once, none
+    /// restarted (a shard started again would find its index taken), each `herd run
+    /// --shard-slot {{.Task.Slot}}/N`. A replicated service rather than a `replicated-job`:
+    /// Docker 20.10 never removes a removed job's finished task containers on any node
+    /// (moby/moby#42789), and those on worker nodes are out of the launcher's reach; a
+    /// service's are removed with it, on every node.
     pub fn job_args(&self) -> Vec<String> {
         let mut a: Vec<String> = [
             "service",
@@ -92,10 +98,8 @@ impl SwarmRun {
             "--name",
             &self.name,
             "--mode",
-            "replicated-job",
+            "replicated",
             "--replicas",
-            &self.shards.to_string(),
-            "--max-concurrent",
             &self.shards.to_string(),
             "--restart-condition",
             "none",
@@ -117,6 +121,12 @@ impl SwarmRun {
         ]
         .map(str::to_owned)
         .to_vec();
+        if let Some(offset) = &self.test_clock_offset {
+            a.extend([
+                "--env".into(),
+                format!("{}={offset}", herd_store::TEST_CLOCK_OFFSET),
+            ]);
+        }
         a.extend(self.labels("driver"));
         a.push(self.image.clone());
         a.extend(
@@ -201,6 +211,8 @@ pub struct Launch {
     pub store: Option<String>,
     /// An image to use instead of building one.
     pub image: Option<String>,
+    /// The Docker socket's path on the nodes (default: `DOCKER_HOST`'s, else the default).
+    pub node_socket: Option<String>,
     /// The run's name.
     pub name: String,
     /// No probe service.
@@ -323,13 +335,52 @@ fn tasks(service: &str) -> Result<Vec<Task>> {
 fn finished(state: &str) -> bool {
     matches!(
         state,
-        "complete" | "failed" | "rejected" | "shutdown" | "orphaned" | "remove"
+        "complete" | "failed" | "rejected" | "shutdown" | "orphaned" | "remove" | LOST
     )
 }
 
-/// The first task of each slot (a job) or node (a global service). Docker 20.10 starts a
-/// failed job task again whatever `--restart-condition` says; the first attempt is the
-/// shard's (a second one finds its index taken in the store).
+/// The state herd gives a task whose node the swarm lost: the manager marks the node `Down`
+/// (no heartbeat for a few periods) but leaves its tasks `running` until it comes back.
+const LOST: &str = "lost";
+
+/// The swarm's nodes by id: (hostname, status), as `docker node ls` reads them.
+fn nodes() -> Result<std::collections::HashMap<String, (String, String)>> {
+    Ok(docker(&[
+        "node",
+        "ls",
+        "--format",
+        "{{.ID}}\t{{.Hostname}}\t{{.Status}}",
+    ])?
+    .lines()
+    .filter_map(|l| {
+        let mut f = l.split('\t');
+        let id = f.next()?.to_owned();
+        Some((id, (f.next()?.to_owned(), f.next()?.to_owned())))
+    })
+    .collect())
+}
+
+/// Marks [`LOST`] the unfinished tasks whose node is down or no longer in the swarm: they
+/// will never report an end.
+fn mark_lost(tasks: &mut [Task], nodes: &std::collections::HashMap<String, (String, String)>) {
+    for t in tasks
+        .iter_mut()
+        .filter(|t| !finished(&t.state) && !t.node.is_empty())
+    {
+        let why = match nodes.get(&t.node) {
+            Some((host, status)) if status == "Down" => format!("its node {host} is down"),
+            Some(_) => continue,
+            None => format!("its node {} left the swarm", t.node),
+        };
+        t.state = LOST.into();
+        t.err = why;
+    }
+}
+
+/// The first task of each slot (the shards) or node (a global service). A failed task is not
+/// started again (`--restart-condition none`; Docker 20.10 did start a failed *job* task
+/// again whatever it said); should one be, the first attempt is the shard's (a second one
+/// finds its index taken in the store).
 fn firsts(all: Vec<Task>, by_node: bool) -> Vec<Task> {
     let mut seen = std::collections::HashSet::new();
     all.into_iter()
@@ -348,7 +399,10 @@ fn firsts(all: Vec<Task>, by_node: bool) -> Vec<Task> {
 /// finished (or `deadline`, or a stop).
 fn wait_tasks(service: &str, want: usize, by_node: bool, deadline: Instant) -> Result<Vec<Task>> {
     loop {
-        let t = firsts(tasks(service)?, by_node);
+        let mut t = firsts(tasks(service)?, by_node);
+        if !t.iter().all(|t| finished(&t.state)) {
+            mark_lost(&mut t, &nodes()?);
+        }
         if t.len() >= want && t.iter().all(|t| finished(&t.state)) {
             return Ok(t);
         }
@@ -373,6 +427,8 @@ fn wait_tasks(service: &str, want: usize, by_node: bool, deadline: Instant) -> R
 /// of what its tasks started is removed (the engine keeps a finished task's container).
 struct Service {
     made: Option<Made>,
+    /// The service's id, once created: a removed service's tasks are named by it.
+    id: Option<String>,
     /// Besides the service's own task containers: `docker ps --filter`s (ANDed) of the
     /// containers its tasks start (the probes of a sidecar).
     started: Vec<String>,
@@ -410,8 +466,9 @@ impl Drop for Service {
             ids.dedup();
             ids
         };
-        // Docker 20.10 leaves a removed job's running tasks running: stop them (SIGTERM; a
-        // shard records itself stopped, a sidecar removes its probe; SIGKILL after 15 s).
+        // Stop this node's running tasks with a grace herd chooses (Docker 20.10 leaves a
+        // removed *job*'s running tasks running): SIGTERM, a shard records itself stopped, a
+        // sidecar removes its probe; SIGKILL after 15 s.
         let running = containers(true);
         if !running.is_empty() {
             let mut args = vec!["stop", "-t", "15"];
@@ -446,19 +503,67 @@ impl Drop for Service {
                 left.join(" ")
             );
         }
+        // The other nodes' task containers are removed by their nodes' agents, which report
+        // each task gone once they have stopped it: wait for every node that is up.
+        let ids = [Some(name.clone()), self.id.clone()];
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let left = remote_tasks(&ids);
+            if left.is_empty() {
+                break;
+            }
+            if Instant::now() > deadline {
+                tracing::warn!(
+                    "{WHO}: the swarm still lists tasks of the removed service {name} after 30 s \
+                     ({}); their nodes remove them when they can",
+                    left.join(", ")
+                );
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
     }
+}
+
+/// The tasks the swarm's nodes that are up still hold of a service named or identified by
+/// one of `ids` (a removed service's tasks are named `ID.SLOT`), as `docker node ps` lists.
+fn remote_tasks(ids: &[Option<String>]) -> Vec<String> {
+    let Ok(nodes) = nodes() else {
+        return Vec::new();
+    };
+    let up: Vec<&str> = nodes
+        .iter()
+        .filter(|(_, (_, status))| status == "Ready")
+        .map(|(id, _)| id.as_str())
+        .collect();
+    if up.is_empty() {
+        return Vec::new();
+    }
+    let mut args = vec!["node", "ps", "--format", "{{.Name}}"];
+    args.extend(up);
+    docker(&args)
+        .unwrap_or_default()
+        .lines()
+        .filter(|t| {
+            t.rsplit_once('.')
+                .is_some_and(|(svc, _)| ids.iter().flatten().any(|i| i == svc))
+        })
+        .map(str::to_owned)
+        .collect()
 }
 
 fn create_service(args: &[String], name: &str, started: Vec<String>) -> Result<Service> {
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
     // Guarded before: a create that failed halfway may still have left the service.
-    let guard = Service {
+    let mut guard = Service {
         made: Some(Made::new(Kind::Service, name, WHO)),
+        id: None,
         started,
     };
-    docker(&a).with_context(|| {
+    let id = docker(&a).with_context(|| {
         format!("{WHO}: creating the service {name}; if a launch that was killed left it, `docker service rm {name}`")
     })?;
+    guard.id = Some(id.trim().to_owned()).filter(|i| !i.is_empty());
     Ok(guard)
 }
 
@@ -502,9 +607,12 @@ pub fn launch(l: &Launch) -> Result<i64> {
             .image
             .clone()
             .unwrap_or_else(|| format!("herd-swarm:{}", l.name)),
-        socket: herd_probe::discover::socket_from(std::env::var("DOCKER_HOST").ok().as_deref())
-            .display()
-            .to_string(),
+        socket: l.node_socket.clone().unwrap_or_else(|| {
+            herd_probe::discover::socket_from(std::env::var("DOCKER_HOST").ok().as_deref())
+                .display()
+                .to_string()
+        }),
+        test_clock_offset: std::env::var(herd_store::TEST_CLOCK_OFFSET).ok(),
     };
     // Dropped in reverse order below: services, then the secret and the config, then the
     // image (no container may use it any more).
@@ -587,9 +695,18 @@ pub fn launch(l: &Launch) -> Result<i64> {
     );
     let deadline = Instant::now() + l.timeout;
     let done = wait_tasks(&run.name, run.shards as usize, false, deadline)?;
-    let mut failed = Vec::new();
+    let (mut failed, mut lost) = (Vec::new(), Vec::new());
     for t in done.iter().filter(|t| t.state != "complete") {
-        let shard = t.slot % u64::from(run.shards);
+        let shard = (t.slot % u64::from(run.shards)) as u32;
+        if t.state == LOST {
+            // Its logs are on the lost node: `docker service logs` would wait for it.
+            eprintln!(
+                "{WHO}: shard {shard}/{} (task {} of slot {}) is lost: {}",
+                run.shards, t.id, t.slot, t.err
+            );
+            lost.push(shard);
+            continue;
+        }
         eprintln!(
             "{WHO}: shard {shard}/{} (task {} of slot {}) {}: {}\n{}",
             run.shards,
@@ -599,10 +716,10 @@ pub fn launch(l: &Launch) -> Result<i64> {
             t.err,
             task_logs(&t.id)
         );
-        failed.push(shard as u32);
+        failed.push(shard);
     }
-    if !failed.is_empty() {
-        close_dead_shards(&store, &run.name, &failed)?;
+    if !failed.is_empty() || !lost.is_empty() {
+        close_dead_shards(&store, &run.name, &failed, &lost)?;
     }
     if let Some(p) = &probe {
         // The probes end by themselves once the run is over (their next interval sees it).
@@ -610,6 +727,10 @@ pub fn launch(l: &Launch) -> Result<i64> {
         match wait_tasks(&name, 1, true, Instant::now() + Duration::from_secs(30)) {
             Ok(ts) => {
                 for t in ts.iter().filter(|t| t.state != "complete") {
+                    if t.state == LOST {
+                        eprintln!("{WHO}: the probe task {} is lost: {}", t.id, t.err);
+                        continue;
+                    }
                     eprintln!(
                         "{WHO}: the probe task {} {}: {}\n{}",
                         t.id,
@@ -628,26 +749,43 @@ pub fn launch(l: &Launch) -> Result<i64> {
     drop(secret);
     drop(config);
     drop(image);
-    if !failed.is_empty() {
-        let names: Vec<String> = failed
+    let names = |shards: &[u32]| {
+        shards
             .iter()
             .map(|i| format!("{i}/{}", run.shards))
-            .collect();
-        bail!(
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match (failed.is_empty(), lost.is_empty()) {
+        (true, true) => Ok(id),
+        (false, true) => bail!(
             "{WHO}: shard {} of run {} failed (its error and logs above); the report holds what \
              the others recorded",
-            names.join(", "),
+            names(&failed),
             run.name
-        );
+        ),
+        (true, false) => bail!(
+            "{WHO}: shard {} of run {} lost with its node (above); the report holds what every \
+             shard recorded, the lost ones' up to their last interval",
+            names(&lost),
+            run.name
+        ),
+        (false, false) => bail!(
+            "{WHO}: shard {} of run {} failed and {} lost with its node (above); the report \
+             holds what every shard recorded",
+            names(&failed),
+            run.name,
+            names(&lost)
+        ),
     }
-    Ok(id)
 }
 
-/// Marks the shards whose task failed `interrupted` when they are still `running` in the
-/// store (killed before they could close their rows): a shard in a container is pid 1 of its
-/// own PID namespace, which the store cannot check from here, but the engine saw it die. The
-/// run then closes, the node probes stop, and the report names the shards missing.
-fn close_dead_shards(store: &str, key: &str, dead: &[u32]) -> Result<()> {
+/// Marks the shards whose task failed `interrupted`, and those lost with their node `lost`,
+/// when they are still `running` in the store (killed before they could close their rows): a
+/// shard in a container is pid 1 of its own PID namespace, which the store cannot check from
+/// here, but the engine saw it die (or its node go). The run then closes, the node probes
+/// stop, and the report names the shards missing.
+fn close_dead_shards(store: &str, key: &str, dead: &[u32], lost: &[u32]) -> Result<()> {
     let rt = crate::cmd::store_runtime("swarm launch's store")?;
     rt.block_on(async {
         let st = herd_store::Store::open_existing(store).await?;
@@ -656,20 +794,34 @@ fn close_dead_shards(store: &str, key: &str, dead: &[u32]) -> Result<()> {
             return Ok(());
         };
         let meta = st.meta(Some(id)).await?;
-        for s in meta
-            .shards
-            .iter()
-            .filter(|s| dead.contains(&s.index) && s.status == "running")
-        {
-            st.finish_shard(id, s.index, "interrupted").await?;
+        for s in meta.shards.iter().filter(|s| s.status == "running") {
+            if dead.contains(&s.index) {
+                st.finish_shard(id, s.index, "interrupted").await?;
+            } else if lost.contains(&s.index) {
+                st.finish_shard(id, s.index, herd_store::LOST).await?;
+            }
         }
         st.close().await;
         anyhow::Ok(())
     })
 }
 
-/// Waits (up to 60 s) until every node's probe sidecar runs and this node's has started its
-/// probe container, so the probes count from the shards' first connection.
+/// What a probe sidecar prints, with its node's name, once the probe it started has its
+/// kernel programs attached.
+const PROBE_ATTACHED: &str = "herd probe --via-engine: the probe is attached on ";
+
+/// The nodes whose probe sidecar of service `probe` has printed [`PROBE_ATTACHED`].
+fn attached_nodes(probe: &str) -> Vec<String> {
+    task_logs(probe)
+        .lines()
+        .filter_map(|l| l.split(PROBE_ATTACHED).nth(1))
+        .map(|n| n.trim().to_owned())
+        .collect()
+}
+
+/// Waits (up to 60 s) until every node that takes tasks runs its probe sidecar and that
+/// sidecar's probe is attached (its line in `docker service logs`, which the manager gathers
+/// from every node), so the probes count from the shards' first connection.
 fn wait_probe_started(run: &SwarmRun) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
@@ -683,34 +835,37 @@ fn wait_probe_started(run: &SwarmRun) -> Result<()> {
                 task_logs(&bad.id)
             );
         }
-        // Every node that takes tasks runs its sidecar; this node's probe container is the
-        // one `docker ps` can see (another node's are on its own engine).
-        let nodes = docker(&["node", "ls", "--format", "{{.Status}} {{.Availability}}"])?
-            .lines()
-            .filter(|l| *l == "Ready Active")
-            .count();
-        let here = docker(&["info", "--format", "{{.Swarm.NodeID}}"])?;
+        let hosts: Vec<String> = docker(&[
+            "node",
+            "ls",
+            "--format",
+            "{{.Hostname}}\t{{.Status}}\t{{.Availability}}",
+        ])?
+        .lines()
+        .filter_map(|l| l.strip_suffix("\tReady\tActive"))
+        .map(str::to_owned)
+        .collect();
         let sidecars = t.iter().filter(|t| t.state == "running").count();
-        let here_runs = t.iter().any(|t| t.node == here && t.state == "running");
-        let local_probe = docker(&[
-            "ps",
-            "-q",
-            "--filter",
-            &format!("label=herd.run={}", run.name),
-            "--filter",
-            "label=herd.role=probe",
-            "--filter",
-            "status=running",
-        ])?;
-        if sidecars >= nodes.max(1) && (!here_runs || !local_probe.is_empty()) {
+        let attached = if sidecars >= hosts.len().max(1) {
+            attached_nodes(&run.probe())
+        } else {
+            Vec::new()
+        };
+        let waiting: Vec<&String> = hosts.iter().filter(|h| !attached.contains(h)).collect();
+        if sidecars >= hosts.len().max(1) && waiting.is_empty() {
             return Ok(());
         }
         stop_point()?;
         if Instant::now() >= deadline {
             bail!(
-                "{WHO}: the probe service {} did not start a probe on every node within 60 s; \
-                 `docker service ps {0}` and `docker service logs {0}` show why",
-                run.probe()
+                "{WHO}: the probe service {} did not attach a probe on every node within 60 s \
+                 (waiting for {}); `docker service ps {0}` and `docker service logs {0}` show why",
+                run.probe(),
+                waiting
+                    .iter()
+                    .map(|h| h.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             );
         }
         std::thread::sleep(Duration::from_millis(250));
@@ -807,7 +962,13 @@ pub fn probe_via_engine(args: &crate::cmd::probe::ProbeArgs) -> Result<()> {
         "herd probe --via-engine: probe container {name} ({}) started",
         &id[..12.min(id.len())]
     );
+    let mut announced = false;
     let code = loop {
+        if !announced && logs(sock, &id).contains(crate::cmd::probe::ATTACHED) {
+            // The launcher starts the shards once every node's sidecar has said so.
+            eprintln!("{PROBE_ATTACHED}{node}");
+            announced = true;
+        }
         let (st, body) = api(sock, "GET", &format!("/containers/{id}/json"), None)?;
         if st == 200 {
             let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
@@ -851,6 +1012,9 @@ pub fn probe_container(
         "Cmd": [
             "probe", "--store-file", "/herd-store", "--run-key", key, "--node", node,
             "--duration", humantime::format_duration(duration).to_string(),
+            // Several engines may share the kernel (nodes of a test swarm on one host): the
+            // node's probe reports its engine's containers, no other's.
+            "--engine-only",
         ],
         "Labels": {"herd.run": key, "herd.role": "probe"},
         "HostConfig": {
@@ -1004,6 +1168,7 @@ mod tests {
             shards: 3,
             image: "herd-swarm:game-1".into(),
             socket: "/var/run/docker.sock".into(),
+            test_clock_offset: None,
         }
     }
 
@@ -1025,9 +1190,8 @@ mod tests {
     fn the_job_runs_each_slot_as_its_shard_with_the_scenario_and_the_secret() {
         let r = run();
         let a = r.job_args();
-        assert_eq!(values(&a, "--mode"), ["replicated-job"]);
+        assert_eq!(values(&a, "--mode"), ["replicated"]);
         assert_eq!(values(&a, "--replicas"), ["3"]);
-        assert_eq!(values(&a, "--max-concurrent"), ["3"]);
         assert_eq!(values(&a, "--restart-condition"), ["none"]);
         assert_eq!(values(&a, "--network"), ["host"]);
         assert_eq!(
@@ -1040,8 +1204,8 @@ mod tests {
         );
         let env = values(&a, "--env");
         assert_eq!(env, ["HERD_SHARD_SLOT={{.Task.Slot}}/3"]);
-        // The slots Docker 20.10 hands a replicated job's tasks (0 rendered as the node's id,
-        // 1, 2), and 1…3 as an engine counting from 1 would: each set is shards 0, 1 and 2.
+        // The slots a replicated service's tasks get (1…3), and those Docker 20.10 hands a
+        // replicated job's (0 rendered as the node's id, 1, 2): each set is shards 0, 1 and 2.
         for (slot, shard) in [
             ("w41lusmj75u5s181vjfs2jo6w", 0),
             ("1", 1),

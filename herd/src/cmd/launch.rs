@@ -64,6 +64,10 @@ pub struct SwarmArgs {
     /// Keep the image herd built.
     #[arg(long)]
     pub keep_image: bool,
+    /// The Docker socket's path on the nodes, mounted into each node's probe (default:
+    /// DOCKER_HOST's path when it names a unix socket, else /var/run/docker.sock).
+    #[arg(long, value_name = "PATH")]
+    pub node_socket: Option<String>,
     /// The run's name: the services', config's and secret's name prefix and the shards'
     /// --run-key (default: herd-<scenario's file stem>-<time>).
     #[arg(long)]
@@ -152,6 +156,7 @@ fn swarm(a: &SwarmArgs) -> Result<()> {
         shards: a.shards,
         store: a.store.clone(),
         image: a.image.clone(),
+        node_socket: a.node_socket.clone(),
         name: a.name.clone().unwrap_or_else(|| default_name(&a.scenario)),
         no_probe: a.no_probe,
         timeout: a.timeout,

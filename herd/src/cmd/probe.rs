@@ -55,6 +55,12 @@ pub struct ProbeArgs {
     /// pods, systemd services and herd's own containers.
     #[arg(long)]
     pub no_discover: bool,
+    /// Of the Docker containers, only those of the engine herd asks (DOCKER_HOST, else
+    /// /var/run/docker.sock): a container that engine does not know is another engine's on
+    /// the same kernel (several nodes on one host) and counts in `host`. `herd launch swarm`'s
+    /// probes run with it.
+    #[arg(long, conflicts_with = "no_discover")]
+    pub engine_only: bool,
     /// Write every interval into the run store at URL as a probe of run --run (a probe per
     /// node beside the shards of a sharded run, docs/scale-out.md); stops when the run ends.
     #[arg(long, value_name = "URL", group = "store_source")]
@@ -97,6 +103,11 @@ pub struct ProbeArgs {
     )]
     pub engine_socket: String,
 }
+
+/// What `herd probe --store` prints on stderr once its programs are attached, before it waits
+/// for the run: the line a swarm probe sidecar waits for (`herd launch swarm` starts the
+/// shards once every node's probe has printed it).
+pub const ATTACHED: &str = "herd probe: the kernel probe is attached";
 
 /// Where `herd probe --store URL --run ID` writes, and the run's clock it writes on.
 struct NodeSink {
@@ -333,6 +344,9 @@ pub fn run(args: &ProbeArgs) -> Result<()> {
     if !args.no_discover {
         set = set.with_discovery();
     }
+    if args.engine_only {
+        set = set.only_this_engine();
+    }
     let mut out = match &args.out {
         Some(p) => Some(std::io::BufWriter::new(
             std::fs::File::create(p).with_context(|| format!("creating --out {}", p.display()))?,
@@ -340,6 +354,12 @@ pub fn run(args: &ProbeArgs) -> Result<()> {
         None => None,
     };
     let store = super::store_or_file(&args.store, &args.store_file)?;
+    // Attached before waiting for the run: a probe per node counts from the shards' first
+    // connection, however soon after the first shard's registration they start.
+    let probe = attach::probe(args.verbose)?;
+    if store.is_some() {
+        eprintln!("{ATTACHED}");
+    }
     let mut sink = match (&store, args.run) {
         (Some(url), run) => {
             let node = args.node.clone().unwrap_or_else(|| {
@@ -356,7 +376,6 @@ pub fn run(args: &ProbeArgs) -> Result<()> {
         .listen
         .map(crate::metrics::MetricsServer::start)
         .transpose()?;
-    let probe = attach::probe(args.verbose)?;
     // After the probe loads: a missing capability is the one line herd prints then.
     if !args.no_discover {
         crate::note_docker_names(&layout);
