@@ -17,7 +17,9 @@ use herd_report::{
 use sqlx::{AnyPool, Row as _, any::AnyPoolOptions};
 
 mod shards;
-pub use shards::{LOST, MissingShards, START_LEAD, ShardUsageError, TEST_CLOCK_OFFSET, wall_now};
+pub use shards::{
+    LOST, MissingShards, START_LEAD, ShardUsageError, StoreClock, TEST_CLOCK_OFFSET, wall_now,
+};
 
 /// Which timeline a row belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -121,6 +121,8 @@ struct NodeSink {
     clock: Option<(u64, i64)>,
     /// True once the run is no longer running.
     over: bool,
+    /// This host's clock against the store's: a sharded run's start is on the store's clock.
+    store_clock: herd_store::StoreClock,
 }
 
 impl NodeSink {
@@ -137,6 +139,7 @@ impl NodeSink {
             }
         };
         let meta = rt.block_on(store.meta(Some(run)))?;
+        let store_clock = rt.block_on(store.clock())?;
         tracing::info!(
             "herd probe: writing node {node}'s intervals into run {} ({}) in {}",
             meta.id,
@@ -151,12 +154,13 @@ impl NodeSink {
             seq: 0,
             clock: None,
             over: false,
+            store_clock,
         })
     }
 
     /// Writes `iv` on the run's clock: the run's monotonic base plus the wall-clock time since
-    /// the run's start (a node's monotonic clock means nothing on another host). Intervals
-    /// before the run has started are not written.
+    /// the run's start (a node's monotonic clock means nothing on another host), read on the
+    /// store's clock for a sharded run. Intervals before the run has started are not written.
     fn put(&mut self, iv: &Interval) -> Result<()> {
         let meta = self.rt.block_on(self.store.meta(Some(self.run)))?;
         self.over = meta.status != "running";
@@ -172,7 +176,14 @@ impl NodeSink {
         let Some((mono0, start_ns)) = self.clock else {
             return Ok(());
         };
-        let now_ns = std::time::SystemTime::now()
+        // A sharded run's start is on the store's clock (the shards' common start); a run of
+        // one process began on its host's.
+        let now = if meta.shards.is_empty() {
+            std::time::SystemTime::now()
+        } else {
+            self.store_clock.now()
+        };
+        let now_ns = now
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as i64);
         let Some(since) = u64::try_from(now_ns - start_ns).ok() else {
