@@ -395,13 +395,35 @@ fn firsts(all: Vec<Task>, by_node: bool) -> Vec<Task> {
         .collect()
 }
 
+/// What a task is, for messages: a shard of `shards` (`shard 1/4 (task ID of slot 2)`), or
+/// a node's probe.
+fn what(t: &Task, shards: Option<u32>) -> String {
+    match shards {
+        Some(n) => format!(
+            "shard {}/{n} (task {} of slot {})",
+            t.slot % u64::from(n),
+            t.id,
+            t.slot
+        ),
+        None => format!("the probe task {}", t.id),
+    }
+}
+
 /// Waits until `service` has `want` slots (or nodes, `by_node`) whose first task has
 /// finished (or `deadline`, or a stop).
 fn wait_tasks(service: &str, want: usize, by_node: bool, deadline: Instant) -> Result<Vec<Task>> {
+    let mut told = std::collections::HashSet::new();
     loop {
         let mut t = firsts(tasks(service)?, by_node);
         if !t.iter().all(|t| finished(&t.state)) {
             mark_lost(&mut t, &nodes()?);
+        }
+        // Said when seen: the others may run for a long while yet.
+        for lost in t.iter().filter(|t| t.state == LOST) {
+            if told.insert(lost.id.clone()) {
+                let shards = (!by_node).then_some(want as u32);
+                eprintln!("{WHO}: {} is lost: {}", what(lost, shards), lost.err);
+            }
         }
         if t.len() >= want && t.iter().all(|t| finished(&t.state)) {
             return Ok(t);
@@ -699,11 +721,8 @@ pub fn launch(l: &Launch) -> Result<i64> {
     for t in done.iter().filter(|t| t.state != "complete") {
         let shard = (t.slot % u64::from(run.shards)) as u32;
         if t.state == LOST {
-            // Its logs are on the lost node: `docker service logs` would wait for it.
-            eprintln!(
-                "{WHO}: shard {shard}/{} (task {} of slot {}) is lost: {}",
-                run.shards, t.id, t.slot, t.err
-            );
+            // Said when it was seen; its logs are on the lost node, which
+            // `docker service logs` would wait for.
             lost.push(shard);
             continue;
         }
@@ -726,11 +745,10 @@ pub fn launch(l: &Launch) -> Result<i64> {
         let name = p.made.as_ref().map(|m| m.name.clone()).unwrap_or_default();
         match wait_tasks(&name, 1, true, Instant::now() + Duration::from_secs(30)) {
             Ok(ts) => {
-                for t in ts.iter().filter(|t| t.state != "complete") {
-                    if t.state == LOST {
-                        eprintln!("{WHO}: the probe task {} is lost: {}", t.id, t.err);
-                        continue;
-                    }
+                for t in ts
+                    .iter()
+                    .filter(|t| t.state != "complete" && t.state != LOST)
+                {
                     eprintln!(
                         "{WHO}: the probe task {} {}: {}\n{}",
                         t.id,
@@ -1344,6 +1362,49 @@ mod tests {
             t("s", 0, "n1", 4, "running"),
         ];
         assert_eq!(firsts_ids(firsts(global, true)), ["p", "q"]);
+    }
+
+    #[test]
+    fn a_task_whose_node_is_down_or_gone_is_lost() {
+        let t = |id: &str, node: &str, state: &str| Task {
+            id: id.into(),
+            slot: 1,
+            node: node.into(),
+            created_ns: 0,
+            state: state.into(),
+            err: String::new(),
+        };
+        let mut ts = vec![
+            t("a", "n1", "running"),
+            t("b", "n2", "running"),
+            t("c", "n2", "complete"),
+            t("d", "n3", "starting"),
+            t("e", "", "pending"),
+        ];
+        let nodes = std::collections::HashMap::from([
+            ("n1".to_owned(), ("node-1".to_owned(), "Ready".to_owned())),
+            ("n2".to_owned(), ("node-2".to_owned(), "Down".to_owned())),
+        ]);
+        mark_lost(&mut ts, &nodes);
+        let got: Vec<(&str, &str)> = ts
+            .iter()
+            .map(|t| (t.state.as_str(), t.err.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("running", ""),
+                (LOST, "its node node-2 is down"),
+                ("complete", ""),
+                (LOST, "its node n3 left the swarm"),
+                ("pending", ""),
+            ]
+        );
+        assert!(
+            ts.iter()
+                .filter(|t| t.state == LOST)
+                .all(|t| finished(&t.state))
+        );
     }
 
     #[test]
