@@ -404,6 +404,8 @@ pub struct Access {
     pub from: Ipv4Addr,
     /// The connection's serial number (`$connection`): one per TCP connection nginx accepted.
     pub connection: u64,
+    /// The path asked for (`$uri`).
+    pub uri: String,
 }
 
 impl Nginx {
@@ -427,7 +429,7 @@ impl Nginx {
             format!(
                 "daemon off;\nmaster_process on;\nworker_processes 1;\npid {d}/nginx.pid;\n\
                  error_log {d}/error.log warn;\nevents {{ worker_connections 4096; }}\n\
-                 http {{\n  log_format herd '$msec $remote_addr $connection';\n  \
+                 http {{\n  log_format herd '$msec $remote_addr $connection $uri';\n  \
                  access_log {d}/access.log herd;\n  client_body_temp_path {d}/body;\n  \
                  proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fastcgi;\n  \
                  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n  \
@@ -473,6 +475,7 @@ impl Nginx {
                     at: f.next()?.parse().ok()?,
                     from: f.next()?.parse().ok()?,
                     connection: f.next()?.parse().ok()?,
+                    uri: f.next()?.to_owned(),
                 })
             })
             .collect()

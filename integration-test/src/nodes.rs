@@ -366,7 +366,7 @@ impl Node {
 
     /// Stops everything of the node and removes its cgroups and directory; its namespace and
     /// veth stay (for [`Cluster::revive`] or the cluster's drop).
-    fn wipe(&mut self) {
+    pub fn wipe(&mut self) {
         self.lose();
         remove_cgroups(&self.cgroup_parent);
         if self.dir.exists()
