@@ -736,13 +736,13 @@ fn docker_nodes_shards_on_a_node_whose_clock_is_ahead_start_and_change_phase_tog
     let pg = Postgres::start_on(c.host_addr, &c.subnet).unwrap();
     let nginx = Nginx::start_on("it-nodes-nginx", c.host_addr);
     let dir = TempDir::new("it-nodes-skew");
-    // Phase 1 asks /a, phase 2 (a rate step, 2 s after the start) /b.
+    // Phase 1 (every player at once) asks /a, phase 2 (a rate step, 2 s after the start) /b.
     let scenario = dir.write(
         "skew.toml",
         format!(
             "[target]\nurl = \"http://{}:{}\"\n[player]\nthink = \"20ms\"\n\
              [[op]]\nname = \"a\"\npath = \"/a\"\n[[op]]\nname = \"b\"\npath = \"/b\"\nweight = 0\n\
-             [[step]]\nplayers = 8\nduration = \"2s\"\n\
+             [[step]]\nplayers = 8\nduration = \"2s\"\narrival = \"burst\"\n\
              [[rate]]\nrate = 200\nduration = \"1s\"\nops = [\"b\"]\n",
             nginx.addr, nginx.port
         ),
