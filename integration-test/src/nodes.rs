@@ -783,6 +783,10 @@ impl Drop for Cluster {
         {
             eprintln!("nodes: could not remove {}: {e}", self.dir.display());
         }
+        // target/nodes itself, once no other test process has nodes in it.
+        if let Some(parent) = self.dir.parent() {
+            let _ = std::fs::remove_dir(parent);
+        }
         eprintln!(
             "nodes: {} nodes, their namespaces and the bridge removed in {:.1} s",
             self.nodes.len(),
