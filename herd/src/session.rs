@@ -497,19 +497,23 @@ async fn record(
                 return Err(e);
             }
         };
+        // The start is on the store's clock, which every shard reads through the same server:
+        // shards on hosts whose clocks differ still start together (to within half the round
+        // trip of the read); each then times its plan from its own monotonic clock.
+        let clock = store.clock().await?;
         tracing::info!(
-            "herd run: all {} shards of run {} registered; starting at {}",
+            "herd run: all {} shards of run {} registered; starting at {} on the run store's \
+             clock (this host's reads {:+.1} ms off it)",
             shard.count,
             meta.id,
-            humantime::format_rfc3339_millis(at)
+            humantime::format_rfc3339_millis(at),
+            clock.ahead_ns as f64 / 1e6
         );
-        // Wall clock, not monotonic: the shards may be on several hosts (NTP keeps them
-        // within milliseconds); each then times its plan from its own monotonic clock.
-        if let Ok(wait) = at.duration_since(std::time::SystemTime::now()) {
+        if let Ok(wait) = clock.to_local(at).duration_since(herd_store::wall_now()) {
             tokio::time::sleep(wait).await;
         }
         rec.start_at(herd_probe::clock::now_ns());
-        started = Some(std::time::SystemTime::now());
+        started = Some((clock.now(), clock));
     }
     let mut watch = Watchers::new(scenario, config.live, endpoint);
     let (stop_rx, hurry_rx, watcher) = stop_channel(watch.on_stop());
@@ -526,8 +530,8 @@ async fn record(
             shard: config.shard,
         },
     ));
-    if let (Some(at), Some(shard)) = (started, sharded) {
-        store.shard_started(meta.id, shard.index, at).await?;
+    if let (Some((at, clock)), Some(shard)) = (started, sharded) {
+        store.shard_started(meta.id, shard.index, at, clock).await?;
     }
 
     let final_report = follow(

@@ -15,6 +15,8 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 use herd_probe::{KernelProbe, ProbeOptions};
+
+pub mod nodes;
 use herd_testbed::{Container, Sandbox};
 
 /// True when the test may run. Panics under `CI=true` when it may not.
@@ -247,6 +249,17 @@ pub struct Postgres {
 impl Postgres {
     /// Creates and starts the cluster.
     pub fn start() -> Result<Self> {
+        Self::start_listening(None)
+    }
+
+    /// Creates and starts the cluster listening on `addr` too (an address of a bridge the test
+    /// made, in 198.18.0.0/15), trusting clients from `clients` (a CIDR inside 198.18.0.0/15);
+    /// its URL names `addr`, so processes in other network namespaces on that bridge reach it.
+    pub fn start_on(addr: Ipv4Addr, clients: &str) -> Result<Self> {
+        Self::start_listening(Some((addr, clients)))
+    }
+
+    fn start_listening(on: Option<(Ipv4Addr, &str)>) -> Result<Self> {
         let bin = std::fs::read_dir("/usr/lib/postgresql")
             .context("PostgreSQL is not installed (`cargo xtask setup` installs it)")?
             .flatten()
@@ -256,8 +269,9 @@ impl Postgres {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
+        let host = on.map_or(Ipv4Addr::LOCALHOST, |(a, _)| a);
         let pg = Postgres {
-            url: format!("postgres://postgres@127.0.0.1:{port}/postgres"),
+            url: format!("postgres://postgres@{host}:{port}/postgres"),
             dir: herd_testkit::TempDir::new(&format!("pg-{port}")),
             bin: bin.clone(),
         };
@@ -282,6 +296,14 @@ impl Postgres {
         if !out.status.success() {
             bail!("initdb: {}", String::from_utf8_lossy(&out.stderr));
         }
+        let mut listen = "127.0.0.1".to_owned();
+        if let Some((addr, clients)) = on {
+            listen.push_str(&format!(",{addr}"));
+            let hba = data.join("pg_hba.conf");
+            let mut text = std::fs::read_to_string(&hba)?;
+            text.push_str(&format!("host all all {clients} trust\n"));
+            std::fs::write(&hba, text)?;
+        }
         let out = as_postgres("pg_ctl")
             .arg("-D")
             .arg(&data)
@@ -289,7 +311,7 @@ impl Postgres {
             .arg(dir.join("log"))
             .arg("-o")
             .arg(format!(
-                "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
+                "-p {port} -k {} -c listen_addresses={listen} -c fsync=off",
                 dir.display()
             ))
             .arg("start")
@@ -366,16 +388,37 @@ pub fn docker_engine(test: &str) -> bool {
 /// stopped (SIGQUIT to the master, which waits for its workers) and waited for on drop.
 pub struct Nginx {
     child: std::process::Child,
-    /// Its loopback port.
+    /// Its port.
     pub port: u16,
+    /// The address it listens on (127.0.0.1 unless [`Nginx::start_on`]).
+    pub addr: Ipv4Addr,
     dir: herd_testkit::TempDir,
 }
 
+/// One line of [`Nginx`]'s access log.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Access {
+    /// When nginx logged it (`$msec`: seconds since the epoch, ms resolution).
+    pub at: f64,
+    /// The client's address (`$remote_addr`).
+    pub from: Ipv4Addr,
+    /// The connection's serial number (`$connection`): one per TCP connection nginx accepted.
+    pub connection: u64,
+    /// The path asked for (`$uri`).
+    pub uri: String,
+}
+
 impl Nginx {
-    /// Starts it; `purpose` names its temporary directory.
+    /// Starts it on a free loopback port; `purpose` names its temporary directory.
     pub fn start(purpose: &str) -> Nginx {
+        Self::start_on(purpose, Ipv4Addr::LOCALHOST)
+    }
+
+    /// Starts it on a free port of `addr` (127.0.0.1, or an address of a bridge the test made
+    /// in 198.18.0.0/15).
+    pub fn start_on(purpose: &str, addr: Ipv4Addr) -> Nginx {
         let dir = herd_testkit::TempDir::new(purpose);
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
+        let port = std::net::TcpListener::bind((addr, 0))
             .unwrap()
             .local_addr()
             .unwrap()
@@ -386,10 +429,11 @@ impl Nginx {
             format!(
                 "daemon off;\nmaster_process on;\nworker_processes 1;\npid {d}/nginx.pid;\n\
                  error_log {d}/error.log warn;\nevents {{ worker_connections 4096; }}\n\
-                 http {{\n  access_log {d}/access.log;\n  client_body_temp_path {d}/body;\n  \
+                 http {{\n  log_format herd '$msec $remote_addr $connection $uri';\n  \
+                 access_log {d}/access.log herd;\n  client_body_temp_path {d}/body;\n  \
                  proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fastcgi;\n  \
                  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n  \
-                 server {{\n    listen 127.0.0.1:{port};\n    \
+                 server {{\n    listen {addr}:{port};\n    \
                  location / {{ default_type text/plain; return 200 \"ok\"; }}\n  }}\n}}\n"
             ),
         );
@@ -404,7 +448,7 @@ impl Nginx {
             .spawn()
             .expect("starting nginx (`cargo xtask setup` installs it)");
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        while std::net::TcpStream::connect((addr, port)).is_err() {
             assert!(
                 std::time::Instant::now() < deadline,
                 "nginx did not listen on {port}"
@@ -412,7 +456,29 @@ impl Nginx {
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
         // The readiness connect above is no request: nginx logs none for it.
-        Nginx { child, port, dir }
+        Nginx {
+            child,
+            port,
+            addr,
+            dir,
+        }
+    }
+
+    /// Every request nginx has logged so far.
+    pub fn accesses(&self) -> Vec<Access> {
+        std::fs::read_to_string(self.dir.join("access.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| {
+                let mut f = l.split(' ');
+                Some(Access {
+                    at: f.next()?.parse().ok()?,
+                    from: f.next()?.parse().ok()?,
+                    connection: f.next()?.parse().ok()?,
+                    uri: f.next()?.to_owned(),
+                })
+            })
+            .collect()
     }
 
     /// Requests nginx has logged so far.

@@ -46,8 +46,13 @@ pub struct ShardInfo {
     pub pid: u32,
     /// `running`, `finished`, `stopped`, `failed`, or `interrupted` when its process is gone.
     pub status: String,
-    /// When its plan's clock started (wall clock, ns since the epoch), once it did.
+    /// When its plan's clock started (wall clock, ns since the epoch), once it did: on the run
+    /// store's clock when `clock_ahead_ns` is known, else on its host's.
     pub started_unix_ns: Option<i64>,
+    /// How far its host's wall clock read ahead of the run store's when it started (ns;
+    /// negative: behind); shards time their common start on the store's clock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock_ahead_ns: Option<i64>,
     /// Driver intervals it recorded.
     pub intervals: u64,
     /// Phase totals it recorded.

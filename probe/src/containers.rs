@@ -8,7 +8,7 @@ use std::{
 
 use crate::{
     cgroup::{CgroupError, CgroupLayout, cgroup_id, walk},
-    discover::{DockerNames, Kind, classify},
+    discover::{DockerNames, Kind, Owner, classify},
 };
 
 /// Name under which every cgroup that is not a named container is counted.
@@ -77,6 +77,10 @@ pub struct ContainerSet {
     docker: Option<DockerNames>,
     /// The tree was read once: later discoveries are containers that started while herd ran.
     seen_tree: bool,
+    /// Only the Docker containers of this probe's engine (see [`Self::only_this_engine`]).
+    this_engine_only: bool,
+    /// Cgroups of other engines' containers, left to `host` (asked once each).
+    other_engines: std::collections::HashSet<u64>,
 }
 
 impl ContainerSet {
@@ -158,7 +162,7 @@ impl ContainerSet {
         if self.discover {
             let mut found: Vec<(&u64, &PathBuf)> = paths
                 .iter()
-                .filter(|(id, _)| !self.by_id.contains_key(id))
+                .filter(|(id, _)| !self.by_id.contains_key(id) && !self.other_engines.contains(id))
                 .collect();
             // Stable order: by path.
             found.sort_by(|a, b| a.1.cmp(b.1));
@@ -166,6 +170,16 @@ impl ContainerSet {
             for (id, path) in found {
                 let Some(f) = classify(path) else { continue };
                 let name = match (&f.docker_id, self.docker.as_mut()) {
+                    (Some(docker_id), Some(d)) if self.this_engine_only => {
+                        match d.owner(docker_id) {
+                            Owner::This(name) => name,
+                            Owner::Other => {
+                                self.other_engines.insert(*id);
+                                continue;
+                            }
+                            Owner::Unknown => f.name,
+                        }
+                    }
                     (Some(docker_id), Some(d)) => d.name(docker_id).unwrap_or(f.name),
                     _ => f.name,
                 };
@@ -193,6 +207,16 @@ impl ContainerSet {
         }
         self.seen_tree = true;
         (appeared, ended)
+    }
+
+    /// With discovery: only the Docker containers of the engine this probe asks (`DOCKER_HOST`
+    /// or the default socket) are containers; a Docker cgroup that engine says it has no
+    /// container for belongs to another engine on the same kernel (several nodes of a test
+    /// swarm on one host) and counts in `host`. When the engine cannot be asked, every
+    /// Docker cgroup is a container, as without this.
+    pub fn only_this_engine(mut self) -> Self {
+        self.this_engine_only = true;
+        self
     }
 
     /// How the running Docker containers are reached (addresses, DNS names, published
@@ -314,6 +338,71 @@ mod tests {
             s.names(),
             vec!["gw", "nginx.service", "nginx.service#2", "host"]
         );
+    }
+
+    /// A Docker engine on a unix socket that knows container `ours` (named `shard-1`) and no
+    /// other; returns how many lookups it answered once `n` have come.
+    fn engine(sock: &Path, ours: &'static str, n: usize) -> std::thread::JoinHandle<usize> {
+        use std::io::{Read as _, Write as _};
+        let listener = std::os::unix::net::UnixListener::bind(sock).unwrap();
+        std::thread::spawn(move || {
+            for _ in 0..n {
+                let (mut s, _) = listener.accept().unwrap();
+                let mut req = [0u8; 512];
+                let got = s.read(&mut req).unwrap();
+                let req = String::from_utf8_lossy(&req[..got]);
+                let reply = if req.starts_with(&format!("GET /containers/{ours}/json ")) {
+                    "HTTP/1.0 200 OK\r\n\r\n{\"Name\":\"/shard-1\"}"
+                } else {
+                    "HTTP/1.0 404 Not Found\r\n\r\n{\"message\":\"No such container\"}"
+                };
+                s.write_all(reply.as_bytes()).unwrap();
+            }
+            n
+        })
+    }
+
+    #[test]
+    fn a_probe_of_one_engine_leaves_other_engines_containers_to_host() {
+        const A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+        const B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+        let dir = herd_testkit::TempDir::new("containers-engines");
+        let paths = HashMap::from([
+            (1, PathBuf::from("/")),
+            (2, PathBuf::from("/hn1-1")),
+            (3, PathBuf::from(format!("/hn1-1/{A}"))),
+            (4, PathBuf::from("/hn1-2")),
+            (5, PathBuf::from(format!("/hn1-2/{B}"))),
+        ]);
+        // Two engines on one kernel, each under its --cgroup-parent: this probe asks the
+        // engine of node 1, which knows A and answers 404 for B.
+        let sock = dir.join("one.sock");
+        let server = engine(&sock, A, 2);
+        let mut s = ContainerSet {
+            discover: true,
+            docker: Some(DockerNames::at(&sock)),
+            ..ContainerSet::default()
+        }
+        .only_this_engine();
+        let (appeared, _) = s.refresh(&paths, 1);
+        assert_eq!(appeared, ["shard-1"]);
+        assert_eq!(s.attribute(5, &paths), 1, "B's sockets are host's");
+        // B is not asked about again.
+        let (appeared, _) = s.refresh(&paths, 2);
+        assert!(appeared.is_empty());
+        assert_eq!(server.join().unwrap(), 2);
+
+        // Without it, every engine's containers are discovered; B is named by its id.
+        let sock = dir.join("all.sock");
+        let server = engine(&sock, A, 2);
+        let mut s = ContainerSet {
+            discover: true,
+            docker: Some(DockerNames::at(&sock)),
+            ..ContainerSet::default()
+        };
+        let (appeared, _) = s.refresh(&paths, 1);
+        assert_eq!(appeared, ["shard-1", "docker-bbbbbbbbbbbb"]);
+        server.join().unwrap();
     }
 
     #[test]

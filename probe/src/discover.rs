@@ -1,8 +1,9 @@
 //! Automatic container discovery: which cgroup v2 directories are containers, and their names.
 //!
 //! Recognised layouts (the cgroup path relative to the unified root):
-//! - Docker, systemd driver: `…/docker-<64 hex>.scope`; cgroupfs driver: `/docker/<64 hex>`.
-//!   Names come from the Docker Engine API socket when it answers, else `docker-<12 hex>`.
+//! - Docker, systemd driver: `…/docker-<64 hex>.scope`; cgroupfs driver: `/docker/<64 hex>`,
+//!   or `<parent>/<64 hex>` under an engine's `--cgroup-parent`. Names come from the Docker
+//!   Engine API socket when it answers, else `docker-<12 hex>`.
 //! - Kubernetes pods: `…/kubepods…-pod<uid>.slice` (systemd driver) or `/kubepods/…/pod<uid>`
 //!   (cgroupfs driver), named `pod-<uid prefix>`: a pod is the unit that owns a network
 //!   namespace, which is what the socket gauges are per.
@@ -66,14 +67,17 @@ pub fn classify(rel: &Path) -> Option<Found> {
     {
         return Some(docker(id));
     }
-    if parent == Some("docker") && is_hex_id(last) {
-        return Some(docker(last));
-    }
     let in_kubepods = rel.components().any(|c| {
         c.as_os_str()
             .to_str()
             .is_some_and(|s| s.starts_with("kubepods"))
     });
+    // The cgroupfs driver names a container's cgroup by its id under the engine's cgroup
+    // parent: `/docker` unless `--cgroup-parent` (daemon.json `cgroup-parent`) says otherwise
+    // (several engines on one kernel each take their own). A pod's containers are its own.
+    if is_hex_id(last) && !in_kubepods {
+        return Some(docker(last));
+    }
     if in_kubepods {
         let uid = last
             .strip_suffix(".slice")
@@ -123,6 +127,17 @@ fn docker(id: &str) -> Found {
     }
 }
 
+/// Whose a Docker container is, as [`DockerNames::owner`] tells.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Owner {
+    /// This engine's, with its name.
+    This(String),
+    /// The engine answered it has no such container: another engine's.
+    Other,
+    /// No engine answers (or it failed): nothing can be told.
+    Unknown,
+}
+
 /// Resolves Docker container ids to names through the Engine API on a unix socket, caching
 /// answers. Without a daemon every lookup fails fast and the short id stays the name.
 #[derive(Debug)]
@@ -168,6 +183,24 @@ impl DockerNames {
         self.get("/version").is_some()
     }
 
+    /// Whether container `id` is this engine's: the engine announced it or knows it, or
+    /// answered that it has no such container (another engine's, on the same kernel), or
+    /// cannot be asked.
+    pub fn owner(&mut self, id: &str) -> Owner {
+        if let Some(Some(hit)) = self.cache.get(id) {
+            return Owner::This(hit.clone());
+        }
+        if let Some(announced) = self.events.as_ref().and_then(|e| e.name(id)) {
+            self.cache.insert(id.to_owned(), Some(announced.clone()));
+            return Owner::This(announced);
+        }
+        let owner = self.lookup(id);
+        if let Owner::This(name) = &owner {
+            self.cache.insert(id.to_owned(), Some(name.clone()));
+        }
+        owner
+    }
+
     /// The container's name without the leading `/`, or None.
     pub fn name(&mut self, id: &str) -> Option<String> {
         if let Some(Some(hit)) = self.cache.get(id) {
@@ -180,14 +213,30 @@ impl DockerNames {
         if self.cache.contains_key(id) {
             return None;
         }
-        let name = self.query(id);
+        let name = match self.lookup(id) {
+            Owner::This(name) => Some(name),
+            _ => None,
+        };
         self.cache.insert(id.to_owned(), name.clone());
         name
     }
 
-    fn query(&self, id: &str) -> Option<String> {
-        let v = self.get(&format!("/containers/{id}/json"))?;
-        Some(v.get("Name")?.as_str()?.trim_start_matches('/').to_owned())
+    /// `GET /containers/<id>/json`: its name, no such container, or no answer.
+    fn lookup(&self, id: &str) -> Owner {
+        match engine_request(
+            &self.socket,
+            "GET",
+            &format!("/containers/{id}/json"),
+            None,
+            Duration::from_millis(500),
+        ) {
+            Ok((200, body)) => serde_json::from_slice::<serde_json::Value>(&body)
+                .ok()
+                .and_then(|v| Some(v.get("Name")?.as_str()?.trim_start_matches('/').to_owned()))
+                .map_or(Owner::Unknown, Owner::This),
+            Ok((404, _)) => Owner::Other,
+            _ => Owner::Unknown,
+        }
     }
 
     /// One Engine API GET, `None` on any failure (500 ms per read and write).
@@ -380,6 +429,16 @@ mod tests {
         assert_eq!((s.kind, s.name.as_str()), (Kind::Systemd, "nginx.service"));
         let h = c("/herd-4242-0-gateway").unwrap();
         assert_eq!((h.kind, h.name.as_str()), (Kind::Herd, "gateway"));
+        // Under an engine's --cgroup-parent (several engines on one kernel).
+        let p = c(&format!("/hn4242-2/{ID}")).unwrap();
+        assert_eq!((p.kind, p.docker_id.as_deref()), (Kind::Docker, Some(ID)));
+        // A pod's containers are the pod's.
+        assert_eq!(
+            c(&format!(
+                "/kubepods/besteffort/podaabbccdd-0000-1111-2222-333344445555/{ID}"
+            )),
+            None
+        );
         // Containers' children and unrelated cgroups are not containers themselves.
         assert_eq!(c(&format!("/docker/{ID}/child")), None);
         assert_eq!(c("/user.slice/user-0.slice/session-1.scope"), None);

@@ -124,13 +124,28 @@ fn rfc3339(ms: i64) -> String {
 
 /// What a sharded run's report says about its shards: how many merged, how far apart their
 /// clocks started, and which did not run to the end with what they recorded.
-fn shard_notes(shards: &[herd_model::ShardInfo]) -> Vec<String> {
+pub(crate) fn shard_notes(shards: &[herd_model::ShardInfo]) -> Vec<String> {
     let Some(first) = shards.first() else {
         return Vec::new();
     };
     let count = first.count;
     let starts: Vec<i64> = shards.iter().filter_map(|s| s.started_unix_ns).collect();
+    let ahead: Vec<i64> = shards.iter().filter_map(|s| s.clock_ahead_ns).collect();
     let skew = match (starts.iter().min(), starts.iter().max()) {
+        (Some(a), Some(b)) if starts.len() > 1 && ahead.len() == starts.len() => {
+            let (lo, hi) = (
+                ahead.iter().min().copied().unwrap_or(0),
+                ahead.iter().max().copied().unwrap_or(0),
+            );
+            format!(
+                "; their plans' clocks started within {:.1} ms of each other on the run store's \
+                 clock (their hosts' clocks read {:+.1} to {:+.1} ms off the run store's, \
+                 which they corrected for)",
+                (b - a) as f64 / 1e6,
+                lo as f64 / 1e6,
+                hi as f64 / 1e6
+            )
+        }
         (Some(a), Some(b)) if starts.len() > 1 => {
             format!(
                 "; their plans' clocks started within {:.1} ms of each other (read on each \

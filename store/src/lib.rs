@@ -19,7 +19,9 @@ mod shards;
 pub use owner::Owner;
 pub use recorder::{FINAL_RETRY, FIRST_BACKOFF, MAX_BACKOFF, Recorder, WRITE_TIMEOUT, Writer};
 pub use rows::{NODE_PROBE, Row, Rows, Source, merge_shards};
-pub use shards::{MissingShards, START_LEAD, ShardUsageError};
+pub use shards::{
+    LOST, MissingShards, START_LEAD, ShardUsageError, StoreClock, TEST_CLOCK_OFFSET, wall_now,
+};
 
 /// A connection to a run store (a pool: clones share it).
 #[derive(Clone)]

@@ -36,6 +36,75 @@ pub(crate) fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
+/// A shard's status once its node was lost (`herd launch swarm`: the swarm marked the node
+/// down); the run then closes `interrupted`.
+pub const LOST: &str = "lost";
+
+/// **A test knob, not a setting**: milliseconds (negative: behind) added to every wall-clock
+/// reading a shard times itself by — its registration, its wait for the common start, its
+/// recorded start — as if its host's clock were that far off. The multi-node tests give it
+/// to the shards of one node (docs/scale-out.md).
+pub const TEST_CLOCK_OFFSET: &str = "HERD_TEST_CLOCK_OFFSET_MS";
+
+/// This host's wall clock as a shard reads it: the system's, plus [`TEST_CLOCK_OFFSET`].
+pub fn wall_now() -> SystemTime {
+    let now = SystemTime::now();
+    match std::env::var(TEST_CLOCK_OFFSET)
+        .ok()
+        .and_then(|v| v.trim().parse::<i64>().ok())
+    {
+        Some(ms) if ms >= 0 => now + Duration::from_millis(ms as u64),
+        Some(ms) => now - Duration::from_millis(ms.unsigned_abs()),
+        None => now,
+    }
+}
+
+/// `t` moved by `ns` (later when positive).
+fn shift(t: SystemTime, ns: i64) -> SystemTime {
+    if ns >= 0 {
+        t + Duration::from_nanos(ns as u64)
+    } else {
+        t - Duration::from_nanos(ns.unsigned_abs())
+    }
+}
+
+fn unix_ns(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64)
+}
+
+/// How this host's wall clock, as a shard reads it ([`wall_now`]), stands against the run
+/// store's: the shards of a run, on hosts whose clocks differ, time their common start on
+/// the store's clock, which they all read through the same server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoreClock {
+    /// How far this host's clock reads ahead of the store's, ns (negative: behind).
+    pub ahead_ns: i64,
+    /// The round trip of the query that read the store's clock, ns: the offset is known to
+    /// half of it.
+    pub rtt_ns: i64,
+}
+
+impl StoreClock {
+    /// Now, on the store's clock.
+    pub fn now(&self) -> SystemTime {
+        self.to_store(wall_now())
+    }
+
+    /// The local wall-clock instant of `t` on the store's clock.
+    pub fn to_local(&self, t: SystemTime) -> SystemTime {
+        shift(t, self.ahead_ns)
+    }
+
+    /// The store-clock instant of the local wall-clock instant `t`.
+    pub fn to_store(&self, t: SystemTime) -> SystemTime {
+        shift(t, -self.ahead_ns)
+    }
+}
+
+/// Reads of the store's clock whose best (shortest round trip) gives the offset.
+const CLOCK_READS: usize = 5;
+
 impl Store {
     /// The store's tables, created if missing, and the `shard` column added to rows written
     /// before it existed (those read as shard 0 of a run of one). One transaction, and on
@@ -68,7 +137,7 @@ impl Store {
             "CREATE TABLE IF NOT EXISTS herd_shards (run_id BIGINT NOT NULL, shard BIGINT NOT NULL, \
              shards BIGINT NOT NULL, host TEXT NOT NULL, pid BIGINT NOT NULL, \
              registered_unix_ms BIGINT NOT NULL, started_unix_ns BIGINT, status TEXT NOT NULL, \
-             PRIMARY KEY (run_id, shard))",
+             clock_ahead_ns BIGINT, PRIMARY KEY (run_id, shard))",
         ] {
             sqlx::query(sql)
                 .execute(&mut *tx)
@@ -103,12 +172,63 @@ impl Store {
                 .with_context(what)?;
             }
         }
+        // Each shard's clock against the store's, since shards start on the store's clock.
+        let count = if self.is_postgres() {
+            "SELECT COUNT(*) AS n FROM information_schema.columns \
+             WHERE table_name = 'herd_shards' AND column_name = 'clock_ahead_ns'"
+        } else {
+            "SELECT COUNT(*) AS n FROM pragma_table_info('herd_shards') WHERE name = 'clock_ahead_ns'"
+        };
+        let has_column: i64 = sqlx::query(count)
+            .fetch_one(&mut *tx)
+            .await
+            .with_context(what)?
+            .try_get("n")?;
+        if has_column == 0 {
+            sqlx::query("ALTER TABLE herd_shards ADD COLUMN clock_ahead_ns BIGINT")
+                .execute(&mut *tx)
+                .await
+                .with_context(what)?;
+        }
         tx.commit().await.with_context(what)?;
         Ok(())
     }
 
     fn is_postgres(&self) -> bool {
         self.url.starts_with("postgres")
+    }
+
+    /// This host's wall clock against the store's: on PostgreSQL, the server's
+    /// `clock_timestamp()` read [`CLOCK_READS`] times, the read with the shortest round trip
+    /// taken at its midpoint (as NTP does); a SQLite store is a file on this host, whose clock
+    /// is this host's system clock.
+    pub async fn clock(&self) -> Result<StoreClock> {
+        if !self.is_postgres() {
+            return Ok(StoreClock {
+                ahead_ns: unix_ns(wall_now()) - unix_ns(SystemTime::now()),
+                rtt_ns: 0,
+            });
+        }
+        let mut best: Option<StoreClock> = None;
+        for _ in 0..CLOCK_READS {
+            let (sent, t0) = (wall_now(), std::time::Instant::now());
+            let us: i64 = sqlx::query(
+                "SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000 AS BIGINT) AS us",
+            )
+            .fetch_one(&self.pool)
+            .await
+            .with_context(|| format!("reading the clock of the run store {}", redact(&self.url)))?
+            .try_get("us")?;
+            let rtt = t0.elapsed().as_nanos() as i64;
+            let read = StoreClock {
+                ahead_ns: unix_ns(sent) + rtt / 2 - us * 1000,
+                rtt_ns: rtt,
+            };
+            if best.is_none_or(|b| read.rtt_ns < b.rtt_ns) {
+                best = Some(read);
+            }
+        }
+        best.context("no read of the store's clock")
     }
 
     /// Shard `shard` of the run named `key`: creates the run if it is the first to come,
@@ -191,6 +311,8 @@ impl Store {
             .into());
         }
         let me = Owner::me();
+        // On the store's clock: the common start is computed from every shard's registration.
+        let registered = self.clock().await?.now();
         sqlx::query(
             "INSERT INTO herd_shards (run_id, shard, shards, host, pid, registered_unix_ms, status) \
              VALUES ($1, $2, $3, $4, $5, $6, 'running')",
@@ -200,7 +322,7 @@ impl Store {
         .bind(i64::from(shard.count))
         .bind(&me.host)
         .bind(i64::from(me.pid))
-        .bind(now_ms())
+        .bind(unix_ns(registered) / 1_000_000)
         .execute(&mut *tx)
         .await?;
         tx.commit()
@@ -240,7 +362,8 @@ impl Store {
     }
 
     /// Waits until all of the run's shards have registered, then returns the instant they all
-    /// start at. Fails after `timeout` naming the shards that did not come.
+    /// start at, on the store's clock ([`Store::clock`]). Fails after `timeout` naming the
+    /// shards that did not come.
     pub async fn barrier(&self, run: i64, shard: Shard, timeout: Duration) -> Result<SystemTime> {
         let give_up = std::time::Instant::now() + timeout;
         loop {
@@ -279,18 +402,26 @@ impl Store {
         }
     }
 
-    /// Records when shard `index`'s plan clock started.
-    pub async fn shard_started(&self, run: i64, index: u32, at: SystemTime) -> Result<()> {
-        let ns = at
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as i64);
-        sqlx::query("UPDATE herd_shards SET started_unix_ns = $1 WHERE run_id = $2 AND shard = $3")
-            .bind(ns)
-            .bind(run)
-            .bind(i64::from(index))
-            .execute(&self.pool)
-            .await
-            .with_context(|| format!("recording shard {index}'s start in run {run}"))?;
+    /// Records when shard `index`'s plan clock started, on the store's clock, and how far its
+    /// host's clock read ahead of the store's.
+    pub async fn shard_started(
+        &self,
+        run: i64,
+        index: u32,
+        at: SystemTime,
+        clock: StoreClock,
+    ) -> Result<()> {
+        sqlx::query(
+            "UPDATE herd_shards SET started_unix_ns = $1, clock_ahead_ns = $2 \
+             WHERE run_id = $3 AND shard = $4",
+        )
+        .bind(unix_ns(at))
+        .bind(clock.ahead_ns)
+        .bind(run)
+        .bind(i64::from(index))
+        .execute(&self.pool)
+        .await
+        .with_context(|| format!("recording shard {index}'s start in run {run}"))?;
         Ok(())
     }
 
@@ -314,10 +445,11 @@ impl Store {
         if statuses.iter().any(|s| s == "running") {
             return Ok(());
         }
-        let worst = ["failed", "interrupted", "stopped"]
+        // A lost shard's run is interrupted, as a killed one's.
+        let worst = ["failed", "interrupted", LOST, "stopped"]
             .into_iter()
             .find(|w| statuses.iter().any(|s| s == w))
-            .unwrap_or("finished");
+            .map_or("finished", |w| if w == LOST { "interrupted" } else { w });
         self.finish(run, worst).await
     }
 
@@ -326,8 +458,8 @@ impl Store {
     /// one process.
     pub(crate) async fn shard_infos(&self, run: i64) -> Result<Vec<ShardInfo>> {
         let rows = sqlx::query(
-            "SELECT shard, shards, host, pid, started_unix_ns, status FROM herd_shards \
-             WHERE run_id = $1 ORDER BY shard",
+            "SELECT shard, shards, host, pid, started_unix_ns, clock_ahead_ns, status \
+             FROM herd_shards WHERE run_id = $1 ORDER BY shard",
         )
         .bind(run)
         .fetch_all(&self.pool)
@@ -348,6 +480,7 @@ impl Store {
                 pid: r.try_get::<i64, _>("pid")? as u32,
                 status,
                 started_unix_ns: r.try_get("started_unix_ns")?,
+                clock_ahead_ns: r.try_get("clock_ahead_ns")?,
                 ..ShardInfo::default()
             });
         }
@@ -412,6 +545,55 @@ mod tests {
         s.put(run.id, Source::ProbeMissing, 0, 0, &"x")
             .await
             .unwrap();
+    }
+
+    #[test]
+    fn the_store_clock_moves_instants_between_the_two_clocks() {
+        let c = StoreClock {
+            ahead_ns: 800_000_000,
+            rtt_ns: 1_000_000,
+        };
+        let t = UNIX_EPOCH + Duration::from_secs(1_000);
+        assert_eq!(c.to_local(t), t + Duration::from_millis(800));
+        assert_eq!(c.to_store(c.to_local(t)), t);
+        let behind = StoreClock {
+            ahead_ns: -250_000_000,
+            rtt_ns: 0,
+        };
+        assert_eq!(behind.to_local(t), t - Duration::from_millis(250));
+    }
+
+    #[tokio::test]
+    async fn a_store_from_before_clock_offsets_gets_the_column() {
+        let dir = herd_testkit::TempDir::new("store-old-shards");
+        let url = crate::default_url(&dir);
+        {
+            sqlx::any::install_default_drivers();
+            let pool = sqlx::AnyPool::connect(&format!("{url}?mode=rwc"))
+                .await
+                .unwrap();
+            sqlx::query(
+                "CREATE TABLE herd_shards (run_id BIGINT NOT NULL, shard BIGINT NOT NULL, \
+                 shards BIGINT NOT NULL, host TEXT NOT NULL, pid BIGINT NOT NULL, \
+                 registered_unix_ms BIGINT NOT NULL, started_unix_ns BIGINT, status TEXT NOT NULL, \
+                 PRIMARY KEY (run_id, shard))",
+            )
+            .execute(&pool)
+            .await
+            .unwrap();
+            pool.close().await;
+        }
+        let s = Store::open(&url).await.unwrap();
+        let meta = s.join("k", Shard::WHOLE, "n", "s.toml", 0).await.unwrap();
+        let clock = s.clock().await.unwrap();
+        // A SQLite store is on this host: its clock is this host's.
+        assert_eq!(clock.rtt_ns, 0);
+        s.shard_started(meta.id, 0, clock.now(), clock)
+            .await
+            .unwrap();
+        let shards = s.meta(Some(meta.id)).await.unwrap().shards;
+        assert_eq!(shards[0].clock_ahead_ns, Some(clock.ahead_ns));
+        assert!(shards[0].started_unix_ns.is_some());
     }
 
     #[tokio::test]

@@ -71,8 +71,9 @@ enum IntegrationTest {
     /// Only the Docker tests (integration-test/tests/docker.rs), on the engine `cargo xtask
     /// ci` would use (a private dockerd under target/docker when none answers), as root.
     Docker,
-    /// Only `herd launch swarm`'s tests (integration-test/tests/swarm.rs) on that engine,
-    /// which they make a one-node swarm and leave again.
+    /// Only `herd launch swarm`'s tests: integration-test/tests/swarm.rs on that engine,
+    /// which they make a one-node swarm and leave again, and tests/nodes.rs on a swarm of two
+    /// engines it makes on this host (root).
     Swarm,
 }
 
@@ -471,7 +472,8 @@ fn privileged_tests() -> Result<()> {
         println!("{line}");
         if line.starts_with("test ") && line.ends_with(" ok") {
             passed += 1;
-            // Every test in integration-test/tests/docker.rs is named docker_….
+            // Every test on a real Docker engine (tests/docker.rs, swarm.rs, nodes.rs) is
+            // named docker_….
             docker_passed += u32::from(line.starts_with("test docker_"));
         } else if line.starts_with("test ") && line.ends_with(" FAILED") {
             failed += 1;
@@ -498,20 +500,16 @@ fn privileged_tests() -> Result<()> {
     Ok(())
 }
 
-/// The Docker tests of integration-test/tests/`file`.rs alone, against the engine
-/// [`docker::ensure`] picks (stopped after, when xtask started it).
-fn docker_tests(file: &str) -> Result<()> {
+/// The Docker tests of integration-test/tests/`FILE`.rs for each of `files`, against the
+/// engine [`docker::ensure`] picks (stopped after, when xtask started it).
+fn docker_tests(files: &[&str]) -> Result<()> {
     let engine = docker::ensure(&root(), is_root())?;
     let mut cmd = cargo();
-    cmd.args([
-        "test",
-        "--package",
-        "integration-test",
-        "--test",
-        file,
-        "--",
-        "--nocapture",
-    ]);
+    cmd.args(["test", "--package", "integration-test"]);
+    for f in files {
+        cmd.args(["--test", f]);
+    }
+    cmd.args(["--", "--nocapture"]);
     if let Some(e) = &engine {
         cmd.env("DOCKER_HOST", e.host());
     }
@@ -543,8 +541,8 @@ fn main() -> Result<()> {
             match which {
                 IntegrationTest::Local => privileged_tests(),
                 IntegrationTest::Vm(args) => vm::run(&args),
-                IntegrationTest::Docker => docker_tests("docker"),
-                IntegrationTest::Swarm => docker_tests("swarm"),
+                IntegrationTest::Docker => docker_tests(&["docker"]),
+                IntegrationTest::Swarm => docker_tests(&["swarm", "nodes"]),
             }
         }
         Task::BenchDriver(args) => {

@@ -27,8 +27,8 @@ pub enum Engine {
     /// Write the manifests of a sharded run on Kubernetes: an Indexed Job of driver shards,
     /// a DaemonSet of probes, the scenario as a ConfigMap, the store URL from a Secret.
     K8s(K8sArgs),
-    /// Run a sharded run on the Docker Swarm this engine manages: a replicated job of driver
-    /// shards and a global probe service, waited for, reported, and removed.
+    /// Run a sharded run on the Docker Swarm this engine manages: a replicated service of
+    /// driver shards and a global probe service, waited for, reported, and removed.
     Swarm(SwarmArgs),
 }
 
@@ -39,18 +39,21 @@ Examples:
   docker swarm init --advertise-addr 127.0.0.1 --default-addr-pool 198.19.48.0/20  # once
   herd launch swarm game.toml --shards 3 --store postgres://herd:PASSWORD@db:5432/herd
   herd launch swarm game.toml --shards 6 --store \"$HERD_STORE\" --image herd:1 --no-probe
+  herd launch swarm game.toml --shards 8 --store \"$HERD_STORE\" --image registry.local/herd:1 \\
+      --node-socket /var/run/docker.sock        # a swarm of several nodes
 
 It builds herd's image from this binary (FROM scratch, no registry) unless --image names one
 every node has, puts the scenario in a Docker config and the store URL in a Docker secret,
-runs `herd run --shard-slot {{.Task.Slot}}/N` as a replicated job and a probe per node as a
-global service, waits, prints the merged report (also written into --out) and removes all of
-it, also on an error or Ctrl-C. Exit codes: 0 done, 1 failed (a shard failed: the report is
-still written), 2 bad input or no swarm.")]
+runs `herd run --shard-slot {{.Task.Slot}}/N` as a replicated service and a probe per node as
+a global service, waits, prints the merged report (also written into --out) and removes all of
+it, also on an error or Ctrl-C. A shard whose node the swarm marks down is lost: said at once,
+closed `lost`, and the report holds what it recorded. Exit codes: 0 done, 1 failed (a shard
+failed or was lost: the report is still written), 2 bad input or no swarm.")]
 pub struct SwarmArgs {
     /// The scenario: a TOML file (docs/scenario.md), checked here before anything is created.
     #[arg(value_name = "SCENARIO")]
     pub scenario: PathBuf,
-    /// Driver shards: the job's tasks, one `herd run --shard I/N` each.
+    /// Driver shards: the shard service's tasks, one `herd run --shard I/N` each.
     #[arg(long)]
     pub shards: u32,
     /// The PostgreSQL run store every node reaches (postgres://USER:PASSWORD@HOST/DB); it goes
@@ -64,6 +67,10 @@ pub struct SwarmArgs {
     /// Keep the image herd built.
     #[arg(long)]
     pub keep_image: bool,
+    /// The Docker socket's path on the nodes, mounted into each node's probe (default:
+    /// DOCKER_HOST's path when it names a unix socket, else /var/run/docker.sock).
+    #[arg(long, value_name = "PATH")]
+    pub node_socket: Option<String>,
     /// The run's name: the services', config's and secret's name prefix and the shards'
     /// --run-key (default: herd-<scenario's file stem>-<time>).
     #[arg(long)]
@@ -152,6 +159,7 @@ fn swarm(a: &SwarmArgs) -> Result<()> {
         shards: a.shards,
         store: a.store.clone(),
         image: a.image.clone(),
+        node_socket: a.node_socket.clone(),
         name: a.name.clone().unwrap_or_else(|| default_name(&a.scenario)),
         no_probe: a.no_probe,
         timeout: a.timeout,

@@ -53,6 +53,12 @@ pub struct ProbeArgs {
     /// pods, systemd services and herd's own containers.
     #[arg(long)]
     pub no_discover: bool,
+    /// Of the Docker containers, only those of the engine herd asks (DOCKER_HOST, else
+    /// /var/run/docker.sock): a container that engine does not know is another engine's on
+    /// the same kernel (several nodes on one host) and counts in `host`. `herd launch swarm`'s
+    /// probes run with it.
+    #[arg(long, conflicts_with = "no_discover")]
+    pub engine_only: bool,
     /// Write every interval into the run store at URL as a probe of run --run (a probe per
     /// node beside the shards of a sharded run, docs/scale-out.md); stops when the run ends.
     #[arg(long, value_name = "URL", group = "store_source")]
@@ -96,6 +102,11 @@ pub struct ProbeArgs {
     pub engine_socket: String,
 }
 
+/// What `herd probe --store` prints on stderr once its programs are attached, before it waits
+/// for the run: the line a swarm probe sidecar waits for (`herd launch swarm` starts the
+/// shards once every node's probe has printed it).
+pub const ATTACHED: &str = "herd probe: the kernel probe is attached";
+
 /// Where `herd probe --store URL --run ID` writes, and the run's clock it writes on.
 struct NodeSink {
     rt: tokio::runtime::Runtime,
@@ -103,11 +114,13 @@ struct NodeSink {
     run: i64,
     /// The store's one run writer, buffering and retrying while the store is down.
     rec: herd_store::Recorder,
-    /// The run's clock: its monotonic base and the wall-clock instant (ns) it stands for,
-    /// once the run has started.
-    clock: Option<(u64, i64)>,
+    /// The run's clock, once the run has started: its monotonic base, the wall-clock instant
+    /// (ns) it stands for, and whether that instant is on the store's clock (a sharded run).
+    clock: Option<(u64, i64, bool)>,
     /// True once the run is no longer running.
     over: bool,
+    /// This host's clock against the store's: a sharded run's start is on the store's clock.
+    store_clock: herd_store::StoreClock,
 }
 
 impl NodeSink {
@@ -124,6 +137,7 @@ impl NodeSink {
             }
         };
         let meta = rt.block_on(store.meta(Some(run)))?;
+        let store_clock = rt.block_on(store.clock())?;
         tracing::info!(
             "herd probe: writing node {node}'s intervals into run {} ({}) in {}",
             meta.id,
@@ -138,12 +152,13 @@ impl NodeSink {
             rec,
             clock: None,
             over: false,
+            store_clock,
         })
     }
 
     /// Writes `iv` on the run's clock: the run's monotonic base plus the wall-clock time since
-    /// the run's start (a node's monotonic clock means nothing on another host). Intervals
-    /// before the run has started are not written.
+    /// the run's start (a node's monotonic clock means nothing on another host), read on the
+    /// store's clock for a sharded run. Intervals before the run has started are not written.
     fn put(&mut self, iv: &ProbeInterval) -> Result<()> {
         let meta = match self.rt.block_on(self.store.meta(Some(self.run))) {
             Ok(meta) => meta,
@@ -153,18 +168,30 @@ impl NodeSink {
         };
         self.over = meta.status != "running";
         if self.clock.is_none() {
-            // A sharded run starts when its shards do; a run of one process when it began.
-            let start_ns = if meta.shards.is_empty() {
-                Some(meta.started_unix_ms * 1_000_000)
-            } else {
+            // A sharded run starts when its shards do, on the store's clock (their common
+            // start); a run of one process when it began, on its host's.
+            let sharded = !meta.shards.is_empty();
+            let start_ns = if sharded {
                 meta.shards.iter().filter_map(|s| s.started_unix_ns).min()
+            } else {
+                Some(meta.started_unix_ms * 1_000_000)
             };
-            self.clock = start_ns.map(|s| (meta.mono_start_ns as u64, s));
+            self.clock = start_ns.map(|s| (meta.mono_start_ns as u64, s, sharded));
         }
-        let Some((mono0, start_ns)) = self.clock else {
+        self.write(iv)
+    }
+
+    /// Writes `iv` on the run's clock, once the run has started.
+    fn write(&mut self, iv: &ProbeInterval) -> Result<()> {
+        let Some((mono0, start_ns, sharded)) = self.clock else {
             return Ok(());
         };
-        let now_ns = std::time::SystemTime::now()
+        let now = if sharded {
+            self.store_clock.now()
+        } else {
+            std::time::SystemTime::now()
+        };
+        let now_ns = now
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as i64);
         let Some(since) = u64::try_from(now_ns - start_ns).ok() else {
@@ -172,19 +199,6 @@ impl NodeSink {
         };
         let mut row = iv.clone();
         row.at_ns = mono0 + since;
-        self.rt.block_on(self.rec.probe_interval(&row))
-    }
-
-    /// Writes `iv` on the clock the last interval found.
-    fn write(&mut self, iv: &ProbeInterval) -> Result<()> {
-        let Some((mono0, start_ns)) = self.clock else {
-            return Ok(());
-        };
-        let now_ns = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as i64);
-        let mut row = iv.clone();
-        row.at_ns = mono0 + u64::try_from(now_ns - start_ns).unwrap_or(0);
         self.rt.block_on(self.rec.probe_interval(&row))
     }
 
@@ -225,6 +239,9 @@ pub fn run(args: &ProbeArgs) -> Result<()> {
     if !args.no_discover {
         set = set.with_discovery();
     }
+    if args.engine_only {
+        set = set.only_this_engine();
+    }
     let mut out = match &args.out {
         Some(p) => Some(std::io::BufWriter::new(
             std::fs::File::create(p).with_context(|| format!("creating --out {}", p.display()))?,
@@ -232,6 +249,12 @@ pub fn run(args: &ProbeArgs) -> Result<()> {
         None => None,
     };
     let store = super::store_or_file(&args.store, &args.store_file)?;
+    // Attached before waiting for the run: a probe per node counts from the shards' first
+    // connection, however soon after the first shard's registration they start.
+    let probe = attach::probe(args.verbose)?;
+    if store.is_some() {
+        eprintln!("{ATTACHED}");
+    }
     let mut sink = match (&store, args.run) {
         (Some(url), run) => {
             let node = args.node.clone().unwrap_or_else(|| {
@@ -248,7 +271,6 @@ pub fn run(args: &ProbeArgs) -> Result<()> {
         .listen
         .map(crate::output::metrics::MetricsServer::start)
         .transpose()?;
-    let probe = attach::probe(args.verbose)?;
     // After the probe loads: a missing capability is the one line herd prints then.
     if !args.no_discover {
         crate::note_docker_names(&layout);

@@ -353,3 +353,39 @@ fn a_container_row_says_when_it_appeared_and_ended_and_its_working_set() {
         g.working_set_mib
     );
 }
+
+/// Shards that timed their start on the run store's clock: the note gives their spread on
+/// that clock and how far their hosts' clocks read off it; without offsets, it says the
+/// spread includes the clocks' own.
+#[test]
+fn the_shard_note_gives_the_start_skew_on_the_store_s_clock_and_the_hosts_offsets() {
+    let shard = |index, started, ahead| herd_model::ShardInfo {
+        index,
+        count: 2,
+        host: format!("node-{}", index + 1),
+        pid: 1,
+        status: "finished".into(),
+        started_unix_ns: Some(started),
+        clock_ahead_ns: ahead,
+        finished: true,
+        ..herd_model::ShardInfo::default()
+    };
+    let notes = crate::build::shard_notes(&[
+        shard(0, 1_000_000_000, Some(-100_000)),
+        shard(1, 1_008_600_000, Some(800_000_000)),
+    ]);
+    assert_eq!(
+        notes,
+        [
+            "Merged from 2 of 2 shards: counts add and latency histograms merge exactly; their \
+          plans' clocks started within 8.6 ms of each other on the run store's clock (their \
+          hosts' clocks read -0.1 to +800.0 ms off the run store's, which they corrected for)."
+        ]
+    );
+    let notes =
+        crate::build::shard_notes(&[shard(0, 1_000_000_000, None), shard(1, 1_002_000_000, None)]);
+    assert!(
+        notes[0].contains("within 2.0 ms of each other (read on each host's wall clock"),
+        "{notes:?}"
+    );
+}

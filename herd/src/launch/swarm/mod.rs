@@ -1,5 +1,5 @@
 //! `herd launch swarm`: a sharded run on a Docker Swarm, started, waited for, reported and
-//! removed by herd — a replicated job of N driver shards (`{{.Task.Slot}}` → shard), a global
+//! removed by herd — a replicated service of N driver shards (`{{.Task.Slot}}` → shard), a global
 //! probe service (one per node), the scenario as a Docker config, the run store's URL as a
 //! Docker secret, herd's image built from this binary (docs/scale-out.md).
 //!
@@ -27,6 +27,12 @@ use crate::{
     signals,
 };
 
+mod sidecar;
+mod tasks;
+
+pub use sidecar::{Sidecar, probe_container, probe_via_engine};
+use tasks::*;
+
 /// Names the launcher in messages.
 const WHO: &str = "herd launch swarm";
 
@@ -51,6 +57,9 @@ pub struct SwarmRun {
     pub image: String,
     /// The engine's socket on the nodes (bind-mounted into the probe sidecar).
     pub socket: String,
+    /// `HERD_TEST_CLOCK_OFFSET_MS` for the shards, as the launcher's environment gives it (a
+    /// test knob: docs/scale-out.md); Swarm expands templates in it.
+    pub test_clock_offset: Option<String>,
 }
 
 impl SwarmRun {
@@ -80,9 +89,12 @@ impl SwarmRun {
         ]
     }
 
-    /// `docker service create` arguments of the driver job: N tasks at once, none restarted
-    /// (a shard started again would find its index taken), each `herd run --shard-slot
-    /// {{.Task.Slot}}/N`.
+    /// `docker service create` arguments of the driver shards: N replicas at once, none
+    /// restarted (a shard started again would find its index taken), each `herd run
+    /// --shard-slot {{.Task.Slot}}/N`. A replicated service rather than a `replicated-job`:
+    /// Docker 20.10 never removes a removed job's finished task containers on any node
+    /// (moby/moby#42789), and those on worker nodes are out of the launcher's reach; a
+    /// service's are removed with it, on every node.
     pub fn job_args(&self) -> Vec<String> {
         let mut a: Vec<String> = [
             "service",
@@ -92,10 +104,8 @@ impl SwarmRun {
             "--name",
             &self.name,
             "--mode",
-            "replicated-job",
+            "replicated",
             "--replicas",
-            &self.shards.to_string(),
-            "--max-concurrent",
             &self.shards.to_string(),
             "--restart-condition",
             "none",
@@ -117,6 +127,12 @@ impl SwarmRun {
         ]
         .map(str::to_owned)
         .to_vec();
+        if let Some(offset) = &self.test_clock_offset {
+            a.extend([
+                "--env".into(),
+                format!("{}={offset}", herd_store::TEST_CLOCK_OFFSET),
+            ]);
+        }
         a.extend(self.labels("driver"));
         a.push(self.image.clone());
         a.extend(
@@ -201,6 +217,8 @@ pub struct Launch {
     pub store: Option<String>,
     /// An image to use instead of building one.
     pub image: Option<String>,
+    /// The Docker socket's path on the nodes (default: `DOCKER_HOST`'s, else the default).
+    pub node_socket: Option<String>,
     /// The run's name.
     pub name: String,
     /// No probe service.
@@ -276,218 +294,6 @@ fn check(l: &Launch) -> Result<String> {
     Ok(store)
 }
 
-/// One task of a service, as `docker inspect` of a task reads.
-#[derive(Debug, Clone)]
-struct Task {
-    id: String,
-    slot: u64,
-    node: String,
-    created_ns: i64,
-    state: String,
-    err: String,
-}
-
-/// The tasks of `service`, oldest first.
-fn tasks(service: &str) -> Result<Vec<Task>> {
-    let ids = docker(&["service", "ps", "-q", "--no-trunc", service])?;
-    let ids: Vec<&str> = ids.split_whitespace().collect();
-    if ids.is_empty() {
-        return Ok(Vec::new());
-    }
-    let mut args = vec![
-        "inspect",
-        "--type",
-        "task",
-        "--format",
-        "{{.ID}}\t{{.Slot}}\t{{.NodeID}}\t{{.CreatedAt.UnixNano}}\t{{.Status.State}}\t{{.Status.Err}}",
-    ];
-    args.extend(ids);
-    let mut out: Vec<Task> = docker(&args)?
-        .lines()
-        .filter_map(|l| {
-            let mut f = l.splitn(6, '\t');
-            Some(Task {
-                id: f.next()?.to_owned(),
-                slot: f.next()?.parse().unwrap_or(0),
-                node: f.next()?.to_owned(),
-                created_ns: f.next()?.parse().unwrap_or(0),
-                state: f.next()?.to_owned(),
-                err: f.next().unwrap_or("").to_owned(),
-            })
-        })
-        .collect();
-    out.sort_by_key(|t| t.created_ns);
-    Ok(out)
-}
-
-fn finished(state: &str) -> bool {
-    matches!(
-        state,
-        "complete" | "failed" | "rejected" | "shutdown" | "orphaned" | "remove"
-    )
-}
-
-/// The first task of each slot (a job) or node (a global service). Docker 20.10 starts a
-/// failed job task again whatever `--restart-condition` says; the first attempt is the
-/// shard's (a second one finds its index taken in the store).
-fn firsts(all: Vec<Task>, by_node: bool) -> Vec<Task> {
-    let mut seen = std::collections::HashSet::new();
-    all.into_iter()
-        .filter(|t| !(by_node && t.node.is_empty()))
-        .filter(|t| {
-            seen.insert(if by_node {
-                t.node.clone()
-            } else {
-                t.slot.to_string()
-            })
-        })
-        .collect()
-}
-
-/// Waits until `service` has `want` slots (or nodes, `by_node`) whose first task has
-/// finished (or `deadline`, or a stop).
-fn wait_tasks(service: &str, want: usize, by_node: bool, deadline: Instant) -> Result<Vec<Task>> {
-    loop {
-        let t = firsts(tasks(service)?, by_node);
-        if t.len() >= want && t.iter().all(|t| finished(&t.state)) {
-            return Ok(t);
-        }
-        stop_point()?;
-        if Instant::now() >= deadline {
-            let states: Vec<String> = t
-                .iter()
-                .map(|t| format!("slot {} {}", t.slot, t.state))
-                .collect();
-            bail!(
-                "{WHO}: the service {service} did not finish in time ({}); `docker service ps \
-                 {service}` shows its tasks",
-                states.join(", ")
-            );
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    }
-}
-
-/// Removes a service on drop, then its tasks' containers: the running ones are stopped (a
-/// probe sidecar then removes the probe it started), then every container of the service or
-/// of what its tasks started is removed (the engine keeps a finished task's container).
-struct Service {
-    made: Option<Made>,
-    /// Besides the service's own task containers: `docker ps --filter`s (ANDed) of the
-    /// containers its tasks start (the probes of a sidecar).
-    started: Vec<String>,
-}
-
-impl Drop for Service {
-    fn drop(&mut self) {
-        let name = self
-            .made
-            .as_ref()
-            .map(|m| m.name.clone())
-            .unwrap_or_default();
-        drop(self.made.take());
-        let own = vec![format!("label=com.docker.swarm.service.name={name}")];
-        let containers = |running: bool| {
-            let mut ids = Vec::new();
-            for set in [&own, &self.started] {
-                if set.is_empty() {
-                    continue;
-                }
-                let mut args = vec!["ps", "-q", "--no-trunc"];
-                for f in set {
-                    args.extend(["--filter", f.as_str()]);
-                }
-                if running {
-                    args.extend(["--filter", "status=running"]);
-                } else {
-                    args.push("-a");
-                }
-                if let Ok(out) = docker(&args) {
-                    ids.extend(out.split_whitespace().map(str::to_owned));
-                }
-            }
-            ids.sort();
-            ids.dedup();
-            ids
-        };
-        // Docker 20.10 leaves a removed job's running tasks running: stop them (SIGTERM; a
-        // shard records itself stopped, a sidecar removes its probe; SIGKILL after 15 s).
-        let running = containers(true);
-        if !running.is_empty() {
-            let mut args = vec!["stop", "-t", "15"];
-            args.extend(running.iter().map(String::as_str));
-            let _ = docker(&args);
-        }
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !containers(true).is_empty() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(250));
-        }
-        // The node's agent may still be starting a task the orchestrator scheduled before the
-        // service went (a failed shard's restart): it appears after a first look. Remove
-        // until none has been seen for a second, at most 30 s.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let mut quiet = 0;
-        let mut left = Vec::new();
-        while quiet < 4 && Instant::now() < deadline {
-            left = containers(false);
-            if left.is_empty() {
-                quiet += 1;
-            } else {
-                quiet = 0;
-                let mut args = vec!["rm", "-f", "-v"];
-                args.extend(left.iter().map(String::as_str));
-                let _ = docker(&args);
-            }
-            std::thread::sleep(Duration::from_millis(250));
-        }
-        if !left.is_empty() {
-            tracing::warn!(
-                "{WHO}: could not remove the containers of {name}; `docker rm -f {}`",
-                left.join(" ")
-            );
-        }
-    }
-}
-
-fn create_service(args: &[String], name: &str, started: Vec<String>) -> Result<Service> {
-    let a: Vec<&str> = args.iter().map(String::as_str).collect();
-    // Guarded before: a create that failed halfway may still have left the service.
-    let guard = Service {
-        made: Some(Made::new(Kind::Service, name, WHO)),
-        started,
-    };
-    docker(&a).with_context(|| {
-        format!("{WHO}: creating the service {name}; if a launch that was killed left it, `docker service rm {name}`")
-    })?;
-    Ok(guard)
-}
-
-/// The logs of one task (`docker service logs`: the task's stdout on stdout, its stderr on
-/// stderr), for a failure message.
-fn task_logs(id: &str) -> String {
-    use std::os::unix::process::CommandExt as _;
-    let out = std::process::Command::new("docker")
-        .args(["service", "logs", "--raw", "--no-trunc", id])
-        .stdin(std::process::Stdio::null())
-        .process_group(0)
-        .output();
-    match out {
-        Ok(o) => {
-            let text = format!(
-                "{}{}",
-                String::from_utf8_lossy(&o.stdout),
-                String::from_utf8_lossy(&o.stderr)
-            );
-            if text.trim().is_empty() {
-                "(no output)".into()
-            } else {
-                text.trim_end().to_owned()
-            }
-        }
-        Err(e) => format!("(could not read its logs: {e})"),
-    }
-}
-
 /// Runs the launch: checks, builds, creates, waits, reports, removes. Returns the run's id.
 pub fn launch(l: &Launch) -> Result<i64> {
     let store = check(l)?;
@@ -502,9 +308,12 @@ pub fn launch(l: &Launch) -> Result<i64> {
             .image
             .clone()
             .unwrap_or_else(|| format!("herd-swarm:{}", l.name)),
-        socket: herd_probe::discover::socket_from(std::env::var("DOCKER_HOST").ok().as_deref())
-            .display()
-            .to_string(),
+        socket: l.node_socket.clone().unwrap_or_else(|| {
+            herd_probe::discover::socket_from(std::env::var("DOCKER_HOST").ok().as_deref())
+                .display()
+                .to_string()
+        }),
+        test_clock_offset: std::env::var(herd_store::TEST_CLOCK_OFFSET).ok(),
     };
     // Dropped in reverse order below: services, then the secret and the config, then the
     // image (no container may use it any more).
@@ -587,9 +396,15 @@ pub fn launch(l: &Launch) -> Result<i64> {
     );
     let deadline = Instant::now() + l.timeout;
     let done = wait_tasks(&run.name, run.shards as usize, false, deadline)?;
-    let mut failed = Vec::new();
+    let (mut failed, mut lost) = (Vec::new(), Vec::new());
     for t in done.iter().filter(|t| t.state != "complete") {
-        let shard = t.slot % u64::from(run.shards);
+        let shard = (t.slot % u64::from(run.shards)) as u32;
+        if t.state == LOST {
+            // Said when it was seen; its logs are on the lost node, which
+            // `docker service logs` would wait for.
+            lost.push(shard);
+            continue;
+        }
         eprintln!(
             "{WHO}: shard {shard}/{} (task {} of slot {}) {}: {}\n{}",
             run.shards,
@@ -599,17 +414,20 @@ pub fn launch(l: &Launch) -> Result<i64> {
             t.err,
             task_logs(&t.id)
         );
-        failed.push(shard as u32);
+        failed.push(shard);
     }
-    if !failed.is_empty() {
-        close_dead_shards(&store, &run.name, &failed)?;
+    if !failed.is_empty() || !lost.is_empty() {
+        close_dead_shards(&store, &run.name, &failed, &lost)?;
     }
     if let Some(p) = &probe {
         // The probes end by themselves once the run is over (their next interval sees it).
         let name = p.made.as_ref().map(|m| m.name.clone()).unwrap_or_default();
         match wait_tasks(&name, 1, true, Instant::now() + Duration::from_secs(30)) {
             Ok(ts) => {
-                for t in ts.iter().filter(|t| t.state != "complete") {
+                for t in ts
+                    .iter()
+                    .filter(|t| t.state != "complete" && t.state != LOST)
+                {
                     eprintln!(
                         "{WHO}: the probe task {} {}: {}\n{}",
                         t.id,
@@ -628,26 +446,43 @@ pub fn launch(l: &Launch) -> Result<i64> {
     drop(secret);
     drop(config);
     drop(image);
-    if !failed.is_empty() {
-        let names: Vec<String> = failed
+    let names = |shards: &[u32]| {
+        shards
             .iter()
             .map(|i| format!("{i}/{}", run.shards))
-            .collect();
-        bail!(
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match (failed.is_empty(), lost.is_empty()) {
+        (true, true) => Ok(id),
+        (false, true) => bail!(
             "{WHO}: shard {} of run {} failed (its error and logs above); the report holds what \
              the others recorded",
-            names.join(", "),
+            names(&failed),
             run.name
-        );
+        ),
+        (true, false) => bail!(
+            "{WHO}: shard {} of run {} lost with its node (above); the report holds what every \
+             shard recorded, the lost ones' up to their last interval",
+            names(&lost),
+            run.name
+        ),
+        (false, false) => bail!(
+            "{WHO}: shard {} of run {} failed and {} lost with its node (above); the report \
+             holds what every shard recorded",
+            names(&failed),
+            run.name,
+            names(&lost)
+        ),
     }
-    Ok(id)
 }
 
-/// Marks the shards whose task failed `interrupted` when they are still `running` in the
-/// store (killed before they could close their rows): a shard in a container is pid 1 of its
-/// own PID namespace, which the store cannot check from here, but the engine saw it die. The
-/// run then closes, the node probes stop, and the report names the shards missing.
-fn close_dead_shards(store: &str, key: &str, dead: &[u32]) -> Result<()> {
+/// Marks the shards whose task failed `interrupted`, and those lost with their node `lost`,
+/// when they are still `running` in the store (killed before they could close their rows): a
+/// shard in a container is pid 1 of its own PID namespace, which the store cannot check from
+/// here, but the engine saw it die (or its node go). The run then closes, the node probes
+/// stop, and the report names the shards missing.
+fn close_dead_shards(store: &str, key: &str, dead: &[u32], lost: &[u32]) -> Result<()> {
     let rt = crate::cmd::store_runtime("swarm launch's store")?;
     rt.block_on(async {
         let st = herd_store::Store::open_existing(store).await?;
@@ -656,20 +491,34 @@ fn close_dead_shards(store: &str, key: &str, dead: &[u32]) -> Result<()> {
             return Ok(());
         };
         let meta = st.meta(Some(id)).await?;
-        for s in meta
-            .shards
-            .iter()
-            .filter(|s| dead.contains(&s.index) && s.status == "running")
-        {
-            st.finish_shard(id, s.index, "interrupted").await?;
+        for s in meta.shards.iter().filter(|s| s.status == "running") {
+            if dead.contains(&s.index) {
+                st.finish_shard(id, s.index, "interrupted").await?;
+            } else if lost.contains(&s.index) {
+                st.finish_shard(id, s.index, herd_store::LOST).await?;
+            }
         }
         st.close().await;
         anyhow::Ok(())
     })
 }
 
-/// Waits (up to 60 s) until every node's probe sidecar runs and this node's has started its
-/// probe container, so the probes count from the shards' first connection.
+/// What a probe sidecar prints, with its node's name, once the probe it started has its
+/// kernel programs attached.
+const PROBE_ATTACHED: &str = "herd probe --via-engine: the probe is attached on ";
+
+/// The nodes whose probe sidecar of service `probe` has printed [`PROBE_ATTACHED`].
+fn attached_nodes(probe: &str) -> Vec<String> {
+    task_logs(probe)
+        .lines()
+        .filter_map(|l| l.split(PROBE_ATTACHED).nth(1))
+        .map(|n| n.trim().to_owned())
+        .collect()
+}
+
+/// Waits (up to 60 s) until every node that takes tasks runs its probe sidecar and that
+/// sidecar's probe is attached (its line in `docker service logs`, which the manager gathers
+/// from every node), so the probes count from the shards' first connection.
 fn wait_probe_started(run: &SwarmRun) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
@@ -683,34 +532,37 @@ fn wait_probe_started(run: &SwarmRun) -> Result<()> {
                 task_logs(&bad.id)
             );
         }
-        // Every node that takes tasks runs its sidecar; this node's probe container is the
-        // one `docker ps` can see (another node's are on its own engine).
-        let nodes = docker(&["node", "ls", "--format", "{{.Status}} {{.Availability}}"])?
-            .lines()
-            .filter(|l| *l == "Ready Active")
-            .count();
-        let here = docker(&["info", "--format", "{{.Swarm.NodeID}}"])?;
+        let hosts: Vec<String> = docker(&[
+            "node",
+            "ls",
+            "--format",
+            "{{.Hostname}}\t{{.Status}}\t{{.Availability}}",
+        ])?
+        .lines()
+        .filter_map(|l| l.strip_suffix("\tReady\tActive"))
+        .map(str::to_owned)
+        .collect();
         let sidecars = t.iter().filter(|t| t.state == "running").count();
-        let here_runs = t.iter().any(|t| t.node == here && t.state == "running");
-        let local_probe = docker(&[
-            "ps",
-            "-q",
-            "--filter",
-            &format!("label=herd.run={}", run.name),
-            "--filter",
-            "label=herd.role=probe",
-            "--filter",
-            "status=running",
-        ])?;
-        if sidecars >= nodes.max(1) && (!here_runs || !local_probe.is_empty()) {
+        let attached = if sidecars >= hosts.len().max(1) {
+            attached_nodes(&run.probe())
+        } else {
+            Vec::new()
+        };
+        let waiting: Vec<&String> = hosts.iter().filter(|h| !attached.contains(h)).collect();
+        if sidecars >= hosts.len().max(1) && waiting.is_empty() {
             return Ok(());
         }
         stop_point()?;
         if Instant::now() >= deadline {
             bail!(
-                "{WHO}: the probe service {} did not start a probe on every node within 60 s; \
-                 `docker service ps {0}` and `docker service logs {0}` show why",
-                run.probe()
+                "{WHO}: the probe service {} did not attach a probe on every node within 60 s \
+                 (waiting for {}); `docker service ps {0}` and `docker service logs {0}` show why",
+                run.probe(),
+                waiting
+                    .iter()
+                    .map(|h| h.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             );
         }
         std::thread::sleep(Duration::from_millis(250));
@@ -747,269 +599,11 @@ fn report(store: &str, run: &SwarmRun, out: &Path) -> Result<i64> {
     })
 }
 
-/// What `herd probe --via-engine` starts: the probe in a container of `image`.
-#[derive(Debug, Clone)]
-pub struct Sidecar {
-    /// The image the probe runs in (herd's own).
-    pub image: String,
-    /// The run store's URL, copied into the container as a file.
-    pub store: String,
-    /// The run key the probe finds its run by.
-    pub key: String,
-    /// This node's name, which its rows carry.
-    pub node: String,
-    /// The engine's socket as the probe container mounts it, for its container names.
-    pub engine_socket: String,
-    /// How long the probe runs at most.
-    pub duration: Duration,
-}
-
-/// `herd probe --via-engine`: the probe service's task. Starts the real probe in a container
-/// of `image` on this node's engine — eBPF's capabilities, the host's PID, network and cgroup
-/// namespaces, cgroupfs and BTF mounted, the store URL copied in as a file — waits for it,
-/// relays its output, and removes it when it exits or this task is stopped (SIGTERM).
-pub fn probe_via_engine(s: &Sidecar) -> Result<()> {
-    let Sidecar {
-        image,
-        store,
-        key,
-        node,
-        engine_socket,
-        duration,
-    } = s;
-    let sock = Path::new("/var/run/docker.sock");
-    let spec = probe_container(image, key, node, engine_socket, *duration);
-    let name = format!("{key}-probe-{node}");
-    let (status, body) = api(
-        sock,
-        "POST",
-        &format!("/containers/create?name={name}"),
-        Some(("application/json", spec.to_string().as_bytes())),
-    )?;
-    if status != 201 {
-        return Err(crate::environment(anyhow!(
-            "herd probe --via-engine: the engine refused to create the probe container {name} \
-             ({status}: {})",
-            String::from_utf8_lossy(&body).trim()
-        )));
-    }
-    let id = serde_json::from_slice::<Value>(&body)
-        .ok()
-        .and_then(|v| v["Id"].as_str().map(str::to_owned))
-        .context("the engine's answer to create names no container id")?;
-    let guard = Child {
-        sock: sock.to_owned(),
-        id: id.clone(),
-    };
-    // The URL goes in as a file of the container's own layer: not in its command line or
-    // environment, which `docker inspect` shows.
-    let tar = tar_one("herd-store", store.as_bytes());
-    expect_2xx(
-        api(
-            sock,
-            "PUT",
-            &format!("/containers/{id}/archive?path=/"),
-            Some(("application/x-tar", &tar)),
-        )?,
-        "copying the store URL into the probe container",
-    )?;
-    expect_2xx(
-        api(sock, "POST", &format!("/containers/{id}/start"), None)?,
-        "starting the probe container",
-    )?;
-    eprintln!(
-        "herd probe --via-engine: probe container {name} ({}) started",
-        &id[..12.min(id.len())]
-    );
-    let code = loop {
-        let (st, body) = api(sock, "GET", &format!("/containers/{id}/json"), None)?;
-        if st == 200 {
-            let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-            if v["State"]["Status"].as_str() == Some("exited") {
-                break v["State"]["ExitCode"].as_i64().unwrap_or(1);
-            }
-        } else {
-            bail!("herd probe --via-engine: the probe container {name} is gone ({st})");
-        }
-        if signals::stop_requested() {
-            // The probe ends its interval and closes its store rows on SIGTERM.
-            let _ = engine(
-                sock,
-                "POST",
-                &format!("/containers/{id}/stop?t=10"),
-                None,
-                20,
-            );
-            break -1;
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    };
-    eprint!("{}", logs(sock, &id));
-    drop(guard);
-    match code {
-        0 | -1 => Ok(()),
-        c => bail!("herd probe --via-engine: the probe container {name} exited with {c}"),
-    }
-}
-
-/// The Engine API body that creates the probe's container.
-pub fn probe_container(
-    image: &str,
-    key: &str,
-    node: &str,
-    socket: &str,
-    duration: Duration,
-) -> Value {
-    json!({
-        "Image": image,
-        "Cmd": [
-            "probe", "--store-file", "/herd-store", "--run-key", key, "--node", node,
-            "--duration", humantime::format_duration(duration).to_string(),
-        ],
-        "Labels": {"herd.run": key, "herd.role": "probe"},
-        "HostConfig": {
-            // Loading eBPF programs and reading every process's namespaces and cgroups:
-            // CAP_SYS_ADMIN (bpf(2) and perf_event_open(2), which the kernel still accepts
-            // it for in place of CAP_BPF + CAP_PERFMON — names Docker 20.10 does not know;
-            // setns into a container's network namespace; mounting tracefs), CAP_NET_ADMIN
-            // (sock_diag), CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH (/proc/PID/ns/net of other
-            // processes). Named, not `Privileged`: that asks for every capability, and an
-            // engine whose own bounding set lacks one (CAP_SYS_RESOURCE on the hosts herd is
-            // developed on) then fails to start the container ("unable to apply caps").
-            "CapAdd": ["SYS_ADMIN", "NET_ADMIN", "SYS_PTRACE", "DAC_READ_SEARCH"],
-            // The default seccomp profile refuses bpf(2) and perf_event_open(2) to a
-            // container without CAP_SYS_ADMIN in 20.10; the default AppArmor profile refuses
-            // mount(2) (tracefs). Masked /proc paths would hide what the probe reads.
-            "SecurityOpt": ["seccomp=unconfined", "apparmor=unconfined"],
-            "MaskedPaths": [],
-            "ReadonlyPaths": [],
-            "PidMode": "host",
-            "NetworkMode": "host",
-            "CgroupnsMode": "host",
-            "Binds": [
-                "/sys/fs/cgroup:/sys/fs/cgroup:ro",
-                "/sys/kernel/btf:/sys/kernel/btf:ro",
-                // Container names from the engine.
-                format!("{socket}:/var/run/docker.sock"),
-            ],
-        },
-    })
-}
-
-/// Removes the probe container on drop (also when the sidecar fails or is interrupted).
-struct Child {
-    sock: PathBuf,
-    id: String,
-}
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        if let Err(e) = engine(
-            &self.sock,
-            "DELETE",
-            &format!("/containers/{}?force=true&v=true", self.id),
-            None,
-            20,
-        ) {
-            eprintln!(
-                "herd probe --via-engine: could not remove the probe container {}: {e}; \
-                 `docker rm -f {0}`",
-                self.id
-            );
-        }
-    }
-}
-
-fn engine(
-    sock: &Path,
-    method: &str,
-    path: &str,
-    body: Option<(&str, &[u8])>,
-    secs: u64,
-) -> std::io::Result<(u16, Vec<u8>)> {
-    herd_probe::discover::engine_request(sock, method, path, body, Duration::from_secs(secs))
-}
-
-fn api(
-    sock: &Path,
-    method: &str,
-    path: &str,
-    body: Option<(&str, &[u8])>,
-) -> Result<(u16, Vec<u8>)> {
-    engine(sock, method, path, body, 10).with_context(|| {
-        format!(
-            "herd probe --via-engine: {method} {path} on the engine's socket {} (mount the \
-             node's Docker socket there)",
-            sock.display()
-        )
-    })
-}
-
-fn expect_2xx((status, body): (u16, Vec<u8>), what: &str) -> Result<()> {
-    if !(200..300).contains(&status) {
-        bail!(
-            "herd probe --via-engine: {what}: the engine answered {status}: {}",
-            String::from_utf8_lossy(&body).trim()
-        );
-    }
-    Ok(())
-}
-
-/// The probe's output, from the engine's multiplexed log stream (8-byte frame headers).
-fn logs(sock: &Path, id: &str) -> String {
-    let Ok((200, body)) = engine(
-        sock,
-        "GET",
-        &format!("/containers/{id}/logs?stdout=1&stderr=1"),
-        None,
-        10,
-    ) else {
-        return String::new();
-    };
-    let mut out = String::new();
-    let mut rest = &body[..];
-    while rest.len() >= 8 {
-        let n = u32::from_be_bytes([rest[4], rest[5], rest[6], rest[7]]) as usize;
-        let end = (8 + n).min(rest.len());
-        out.push_str(&String::from_utf8_lossy(&rest[8..end]));
-        rest = &rest[end..];
-    }
-    out
-}
-
-/// A tar archive of one file `name` (mode 0400, root's) holding `data`.
-fn tar_one(name: &str, data: &[u8]) -> Vec<u8> {
-    let mut h = [0u8; 512];
-    h[..name.len()].copy_from_slice(name.as_bytes());
-    let octal = |h: &mut [u8; 512], at: usize, len: usize, v: u64| {
-        let s = format!("{v:0w$o}\0", w = len - 1);
-        h[at..at + len].copy_from_slice(s.as_bytes());
-    };
-    octal(&mut h, 100, 8, 0o400);
-    octal(&mut h, 108, 8, 0);
-    octal(&mut h, 116, 8, 0);
-    octal(&mut h, 124, 12, data.len() as u64);
-    octal(&mut h, 136, 12, 0);
-    h[156] = b'0';
-    h[257..263].copy_from_slice(b"ustar\0");
-    h[263..265].copy_from_slice(b"00");
-    // The checksum is the header's byte sum with its own field as spaces.
-    h[148..156].copy_from_slice(b"        ");
-    let sum: u32 = h.iter().map(|&b| u32::from(b)).sum();
-    let s = format!("{sum:06o}\0 ");
-    h[148..156].copy_from_slice(s.as_bytes());
-    let mut out = h.to_vec();
-    out.extend_from_slice(data);
-    out.resize(out.len().div_ceil(512) * 512, 0);
-    out.extend_from_slice(&[0u8; 1024]);
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use clap::Parser as _;
 
-    use super::*;
+    use super::{sidecar::tar_one, *};
 
     fn run() -> SwarmRun {
         SwarmRun {
@@ -1018,6 +612,7 @@ mod tests {
             shards: 3,
             image: "herd-swarm:game-1".into(),
             socket: "/var/run/docker.sock".into(),
+            test_clock_offset: None,
         }
     }
 
@@ -1039,9 +634,8 @@ mod tests {
     fn the_job_runs_each_slot_as_its_shard_with_the_scenario_and_the_secret() {
         let r = run();
         let a = r.job_args();
-        assert_eq!(values(&a, "--mode"), ["replicated-job"]);
+        assert_eq!(values(&a, "--mode"), ["replicated"]);
         assert_eq!(values(&a, "--replicas"), ["3"]);
-        assert_eq!(values(&a, "--max-concurrent"), ["3"]);
         assert_eq!(values(&a, "--restart-condition"), ["none"]);
         assert_eq!(values(&a, "--network"), ["host"]);
         assert_eq!(
@@ -1054,8 +648,8 @@ mod tests {
         );
         let env = values(&a, "--env");
         assert_eq!(env, ["HERD_SHARD_SLOT={{.Task.Slot}}/3"]);
-        // The slots Docker 20.10 hands a replicated job's tasks (0 rendered as the node's id,
-        // 1, 2), and 1…3 as an engine counting from 1 would: each set is shards 0, 1 and 2.
+        // The slots a replicated service's tasks get (1…3), and those Docker 20.10 hands a
+        // replicated job's (0 rendered as the node's id, 1, 2): each set is shards 0, 1 and 2.
         for (slot, shard) in [
             ("w41lusmj75u5s181vjfs2jo6w", 0),
             ("1", 1),
@@ -1194,6 +788,49 @@ mod tests {
             t("s", 0, "n1", 4, "running"),
         ];
         assert_eq!(firsts_ids(firsts(global, true)), ["p", "q"]);
+    }
+
+    #[test]
+    fn a_task_whose_node_is_down_or_gone_is_lost() {
+        let t = |id: &str, node: &str, state: &str| Task {
+            id: id.into(),
+            slot: 1,
+            node: node.into(),
+            created_ns: 0,
+            state: state.into(),
+            err: String::new(),
+        };
+        let mut ts = vec![
+            t("a", "n1", "running"),
+            t("b", "n2", "running"),
+            t("c", "n2", "complete"),
+            t("d", "n3", "starting"),
+            t("e", "", "pending"),
+        ];
+        let nodes = std::collections::HashMap::from([
+            ("n1".to_owned(), ("node-1".to_owned(), "Ready".to_owned())),
+            ("n2".to_owned(), ("node-2".to_owned(), "Down".to_owned())),
+        ]);
+        mark_lost(&mut ts, &nodes);
+        let got: Vec<(&str, &str)> = ts
+            .iter()
+            .map(|t| (t.state.as_str(), t.err.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("running", ""),
+                (LOST, "its node node-2 is down"),
+                ("complete", ""),
+                (LOST, "its node n3 left the swarm"),
+                ("pending", ""),
+            ]
+        );
+        assert!(
+            ts.iter()
+                .filter(|t| t.state == LOST)
+                .all(|t| finished(&t.state))
+        );
     }
 
     #[test]
