@@ -368,75 +368,120 @@ fn python_venv() -> Result<()> {
 fn cargo() -> Command {
     let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
     c.current_dir(root());
+    // Builds from xtask start from scratch (CI's clean clone) or run once (a benchmark):
+    // incremental state only costs them time and gigabytes of disk.
+    c.env("CARGO_INCREMENTAL", "0");
     c
 }
 
+/// CI's stages, each timed: the budget is 30 minutes on 2 cores, so every run says where its
+/// time went.
+struct Stages {
+    started: Instant,
+    took: Vec<(&'static str, f64)>,
+}
+
+impl Stages {
+    fn run<T>(&mut self, name: &'static str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        let t = Instant::now();
+        let r = f();
+        let secs = t.elapsed().as_secs_f64();
+        self.took.push((name, secs));
+        eprintln!(
+            "xtask: stage `{name}` {} in {secs:.0}s ({:.0}s since the start)",
+            if r.is_ok() { "passed" } else { "failed" },
+            self.started.elapsed().as_secs_f64()
+        );
+        r
+    }
+
+    fn summary(&self) -> String {
+        self.took
+            .iter()
+            .map(|(n, s)| format!("{n} {s:.0}s"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
 fn ci() -> Result<()> {
-    let started = Instant::now();
-    setup()?;
+    let mut st = Stages {
+        started: Instant::now(),
+        took: Vec::new(),
+    };
+    st.run("setup", setup)?;
     let nightly = nightly()?;
-    status(cargo().args(["fmt", "--all", "--check"]))?;
+    st.run("fmt", || status(cargo().args(["fmt", "--all", "--check"])))?;
     // probe-ebpf only compiles for the BPF target; it gets its own clippy run below.
-    status(cargo().args([
-        "clippy",
-        "--workspace",
-        "--exclude",
-        "probe-ebpf",
-        "--all-targets",
-        "--",
-        "-D",
-        "warnings",
-    ]))?;
+    st.run("clippy", || {
+        status(cargo().args([
+            "clippy",
+            "--workspace",
+            "--exclude",
+            "probe-ebpf",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]))
+    })?;
     // The eBPF crate, with the toolchain and target it really builds for.
-    status(
-        Command::new("cargo")
-            .current_dir(root().join("probe-ebpf"))
-            .arg(format!("+{nightly}"))
-            .args([
-                "clippy",
-                "--release",
-                "--target",
-                "bpfel-unknown-none",
-                "-Z",
-                "build-std=core",
-                "--target-dir",
-            ])
-            .arg(root().join("target/ebpf-clippy"))
-            .args(["--", "-D", "warnings"])
-            .env_remove("RUSTC")
-            .env_remove("RUSTC_WORKSPACE_WRAPPER"),
-    )?;
+    st.run("clippy (eBPF)", || {
+        status(
+            Command::new("cargo")
+                .current_dir(root().join("probe-ebpf"))
+                .arg(format!("+{nightly}"))
+                .args([
+                    "clippy",
+                    "--release",
+                    "--target",
+                    "bpfel-unknown-none",
+                    "-Z",
+                    "build-std=core",
+                    "--target-dir",
+                ])
+                .arg(root().join("target/ebpf-clippy"))
+                .args(["--", "-D", "warnings"])
+                .env_remove("RUSTC")
+                .env_remove("RUSTC_WORKSPACE_WRAPPER"),
+        )
+    })?;
     // A short run of every fuzz target: its seeds and what earlier runs found still pass.
     // Before the tests, so their summaries close the output.
-    fuzz::fuzz(
-        &root(),
-        &nightly,
-        &fuzz::Args {
-            seconds: 20,
-            target: None,
-        },
-    )?;
+    st.run("fuzz", || {
+        fuzz::fuzz(
+            &root(),
+            &nightly,
+            &fuzz::Args {
+                seconds: 20,
+                target: None,
+            },
+        )
+    })?;
     if std::env::var_os("CI").is_some() && !is_root() {
         bail!("CI=true but not root: the privileged integration tests cannot run; run CI as root");
     }
     // Unit and in-process integration tests, then the privileged tests (real kernel, real
     // cgroups and netns), which fail loudly under CI=true when they cannot get root.
-    status(cargo().args([
-        "test",
-        "--workspace",
-        "--all-targets",
-        "--no-fail-fast",
-        "--exclude",
-        "integration-test",
-        "--exclude",
-        "probe-ebpf",
-    ]))?;
-    privileged_tests()?;
+    st.run("tests", || {
+        status(cargo().args([
+            "test",
+            "--workspace",
+            "--all-targets",
+            "--no-fail-fast",
+            "--exclude",
+            "integration-test",
+            "--exclude",
+            "probe-ebpf",
+        ]))
+    })?;
+    st.run("privileged tests", privileged_tests)?;
     // The same tests on Debian's other kernels, pure cgroup v2, in QEMU (no root needed).
-    vm::run(&vm::Args::from_env())?;
+    st.run("VM kernels", || vm::run(&vm::Args::from_env()))?;
     eprintln!(
-        "xtask: ci passed in {:.0}s",
-        started.elapsed().as_secs_f64()
+        "xtask: ci passed in {:.0}s ({})",
+        st.started.elapsed().as_secs_f64(),
+        st.summary()
     );
     Ok(())
 }
