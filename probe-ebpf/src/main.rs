@@ -25,7 +25,9 @@ use aya_ebpf::{
 };
 use probe_common::{
     CGROUP_PATH_LEN, CgroupCounters, CgroupPath, Counter, Loss, MAX_CGROUPS, MAX_CREATED,
-    MAX_PAIRS, MAX_SOCKS, PairKey, PairStats, SockInfo, errno, log2_bucket, tcp_state,
+    MAX_PAIRS, MAX_RETRANS_WINDOWS, MAX_RUNQ_PENDING, MAX_SOCKS, OWN_TGID_KEY, PairKey, PairStats,
+    RETRANS_WINDOW_NS, RetransWindow, RetransWindowKey, RunqStats, SockInfo, errno, log2_bucket,
+    tcp_state,
 };
 
 /// Per-cgroup TCP counters, keyed by cgroup v2 id. Per-CPU so increments need no atomics
@@ -39,7 +41,7 @@ static CGROUP_COUNTERS: PerCpuHashMap<u64, CgroupCounters> =
 #[map]
 static PAIRS: PerCpuHashMap<PairKey, PairStats> = PerCpuHashMap::with_max_entries(MAX_PAIRS, 0);
 
-/// One all-zero `PairStats`, the template for new pairs: at 448 bytes it does not fit on the
+/// One all-zero `PairStats`, the template for new pairs: at 464 bytes it does not fit on the
 /// 512-byte BPF stack next to everything else. Never written.
 #[map]
 static ZERO_PAIR: PerCpuArray<PairStats> = PerCpuArray::with_max_entries(1, 0);
@@ -92,6 +94,46 @@ static SKC_DPORT_OFF: u64 = 0;
 static SKC_FAMILY_OFF: u64 = 0;
 #[unsafe(no_mangle)]
 static SKC_STATE_OFF: u64 = 0;
+#[unsafe(no_mangle)]
+static TASK_PID_OFF: u64 = 0;
+#[unsafe(no_mangle)]
+static TASK_TGID_OFF: u64 = 0;
+#[unsafe(no_mangle)]
+static TASK_STATE_OFF: u64 = 0;
+#[unsafe(no_mangle)]
+static TASK_CGROUPS_OFF: u64 = 0;
+#[unsafe(no_mangle)]
+static CSS_SET_DFL_CGRP_OFF: u64 = 0;
+#[unsafe(no_mangle)]
+static SKB_CB_OFF: u64 = 0;
+#[unsafe(no_mangle)]
+static TCP_SKB_CB_FLAGS_OFF: u64 = 0;
+#[unsafe(no_mangle)]
+static TCP_SKB_CB_GSO_SEGS_OFF: u64 = 0;
+/// The process whose threads' run-queue waits count under `OWN_TGID_KEY` (herd's own
+/// driver), 0 for none.
+#[unsafe(no_mangle)]
+static OWN_TGID: u64 = 0;
+
+/// When each runnable, not-yet-running thread became runnable (woken, or preempted while
+/// still runnable), by thread id. The entry is removed when the thread is switched in.
+#[map]
+static RUNQ_START: HashMap<u32, u64> = HashMap::with_max_entries(MAX_RUNQ_PENDING, 0);
+
+/// Run-queue delay per cgroup v2 id (and `OWN_TGID_KEY`): count, total, log2 histogram.
+#[map]
+static RUNQ: PerCpuHashMap<u64, RunqStats> = PerCpuHashMap::with_max_entries(MAX_CGROUPS, 0);
+
+/// One all-zero `RunqStats`, the template for new cgroups (224 bytes kept off the stack of a
+/// program that runs on every context switch).
+#[map]
+static ZERO_RUNQ: PerCpuArray<RunqStats> = PerCpuArray::with_max_entries(1, 0);
+
+/// Retransmits per pair and 100 ms window of `bpf_ktime_get_ns()`; user space removes each
+/// window once it has closed and been read.
+#[map]
+static RETRANS_WINDOWS: PerCpuHashMap<RetransWindowKey, RetransWindow> =
+    PerCpuHashMap::with_max_entries(MAX_RETRANS_WINDOWS, 0);
 
 const AF_INET: u16 = 2;
 const AF_INET6: u16 = 10;
@@ -136,16 +178,21 @@ fn sock_cgroup_id(sk: *const u8) -> Option<u64> {
 
 #[inline(always)]
 fn count(cgroup: u64, counter: Counter) {
+    count_n(cgroup, counter, 1)
+}
+
+#[inline(always)]
+fn count_n(cgroup: u64, counter: Counter, n: u64) {
     if let Some(c) = CGROUP_COUNTERS.get_ptr_mut(cgroup) {
-        unsafe { (*c).v[counter as usize] += 1 };
+        unsafe { (*c).v[counter as usize] += n };
         return;
     }
     let mut fresh = CgroupCounters::default();
-    fresh.v[counter as usize] = 1;
+    fresh.v[counter as usize] = n;
     // BPF_NOEXIST: another CPU may have inserted the key meanwhile; then add to ours.
     if CGROUP_COUNTERS.insert(cgroup, fresh, 1).is_err() {
         match CGROUP_COUNTERS.get_ptr_mut(cgroup) {
-            Some(c) => unsafe { (*c).v[counter as usize] += 1 },
+            Some(c) => unsafe { (*c).v[counter as usize] += n },
             None => lose(Loss::CgroupMapFull),
         }
     }
@@ -427,12 +474,190 @@ pub fn tcp_receive_reset(ctx: RawTracePointContext) -> i32 {
     0
 }
 
-/// `trace_tcp_retransmit_skb(const struct sock *sk, const struct sk_buff *skb, ...)`.
+/// `trace_tcp_retransmit_skb(const struct sock *sk, const struct sk_buff *skb, ...)`, fired
+/// by `__tcp_retransmit_skb` once per skb sent again. The kernel's `TcpRetransSegs` adds
+/// `tcp_skb_pcount(skb)` (= `TCP_SKB_CB(skb)->tcp_gso_segs`) and `TCPSynRetrans` 1 when the
+/// skb carries a SYN (`tcp_flags & TCPHDR_SYN`): the same two numbers are read here from the
+/// skb's control block, so the pair's counts are the kernel's own.
 #[raw_tracepoint(tracepoint = "tcp_retransmit_skb")]
 pub fn tcp_retransmit_skb(ctx: RawTracePointContext) -> i32 {
     let sk: *const u8 = ctx.arg(0);
-    if !sk.is_null() {
-        count_sock(sk, Counter::Retransmits);
+    let skb: *const u8 = ctx.arg(1);
+    if sk.is_null() {
+        return 0;
+    }
+    let (segs, syn) = if skb.is_null() {
+        (1, 0)
+    } else {
+        let cb = global(&SKB_CB_OFF);
+        let segs: u16 = read(skb, cb + global(&TCP_SKB_CB_GSO_SEGS_OFF)).unwrap_or(1);
+        let flags: u8 = read(skb, cb + global(&TCP_SKB_CB_FLAGS_OFF)).unwrap_or(0);
+        (u64::from(segs.max(1)), u64::from(flags & TCPHDR_SYN != 0))
+    };
+    match sock_cgroup_id(sk) {
+        Some(cgroup) => count_n(cgroup, Counter::Retransmits, segs),
+        None => lose(Loss::CgroupUnreadable),
+    }
+    // Pairs are the sockets seen connecting (see `PAIRS`).
+    let Some(info) = (unsafe { SOCKS.get(sk as u64) }) else {
+        return 0;
+    };
+    if info.active == 0 {
+        return 0;
+    }
+    let pair = info.pair;
+    if let Some(p) = pair_stats(&pair) {
+        unsafe {
+            (*p).retrans_segs += segs;
+            (*p).syn_retrans += syn;
+        }
+    }
+    let key = RetransWindowKey {
+        pair,
+        window: unsafe { bpf_ktime_get_ns() } / RETRANS_WINDOW_NS,
+    };
+    if let Some(w) = RETRANS_WINDOWS.get_ptr_mut(&key) {
+        unsafe {
+            (*w).retrans_segs += segs;
+            (*w).syn_retrans += syn;
+        }
+        return 0;
+    }
+    let fresh = RetransWindow {
+        retrans_segs: segs,
+        syn_retrans: syn,
+    };
+    // BPF_NOEXIST, as in `count_n`.
+    if RETRANS_WINDOWS.insert(&key, &fresh, 1).is_err() {
+        match RETRANS_WINDOWS.get_ptr_mut(&key) {
+            Some(w) => unsafe {
+                (*w).retrans_segs += segs;
+                (*w).syn_retrans += syn;
+            },
+            None => lose(Loss::RetransWindowFull),
+        }
+    }
+    0
+}
+
+/// `TCPHDR_SYN` (`include/net/tcp.h`), the wire bit.
+const TCPHDR_SYN: u8 = 0x02;
+
+/// `TASK_RUNNING` (`include/linux/sched.h`).
+const TASK_RUNNING: u32 = 0;
+
+/// Starts timing `task`'s wait for a CPU: it became runnable now.
+#[inline(always)]
+fn runq_enqueue(task: *const u8) {
+    let Some(pid) = read::<u32>(task, global(&TASK_PID_OFF)) else {
+        lose(Loss::TaskUnreadable);
+        return;
+    };
+    // The idle task never waits.
+    if pid == 0 {
+        return;
+    }
+    let now = unsafe { bpf_ktime_get_ns() };
+    if RUNQ_START.insert(pid, now, 0).is_err() {
+        lose(Loss::RunqStartFull);
+    }
+}
+
+/// `task->cgroups->dfl_cgrp->kn->id`: the task's cgroup v2 id, the key every per-cgroup map
+/// uses (the same id `bpf_get_current_cgroup_id()` returns for `current`).
+#[inline(always)]
+fn task_cgroup_id(task: *const u8) -> Option<u64> {
+    let cset: *const u8 = read(task, global(&TASK_CGROUPS_OFF))?;
+    if cset.is_null() {
+        return None;
+    }
+    let cgrp: *const u8 = read(cset, global(&CSS_SET_DFL_CGRP_OFF))?;
+    if cgrp.is_null() {
+        return None;
+    }
+    let kn: *const u8 = read(cgrp, global(&CGROUP_KN_OFF))?;
+    if kn.is_null() {
+        return None;
+    }
+    read(kn, global(&KERNFS_NODE_ID_OFF))
+}
+
+/// `trace_sched_wakeup(struct task_struct *p)`, from `ttwu_do_wakeup` once `p` is on a run
+/// queue and TASK_RUNNING (2.6.x; raw since 4.17): its wait for a CPU starts.
+#[raw_tracepoint(tracepoint = "sched_wakeup")]
+pub fn sched_wakeup(ctx: RawTracePointContext) -> i32 {
+    runq_enqueue(ctx.arg(0));
+    0
+}
+
+/// `trace_sched_wakeup_new(struct task_struct *p)`, from `wake_up_new_task`: a new thread's
+/// first wait for a CPU.
+#[raw_tracepoint(tracepoint = "sched_wakeup_new")]
+pub fn sched_wakeup_new(ctx: RawTracePointContext) -> i32 {
+    runq_enqueue(ctx.arg(0));
+    0
+}
+
+/// `trace_sched_switch(bool preempt, struct task_struct *prev, struct task_struct *next[,
+/// unsigned int prev_state])` (arguments 1 and 2 unchanged since 4.4; `prev_state` only
+/// since 5.18, so it is read from the task instead). `prev` leaving the CPU still
+/// TASK_RUNNING was preempted and waits again from now; `next` ends its wait. This is what
+/// schedstat's `run_delay` counts (`sched_info_enqueue` on enqueue and on a still-running
+/// depart, `sched_info_arrive` at switch-in), and what libbpf-tools' runqlat times.
+/// Runs on every context switch: two map operations and a few reads.
+#[raw_tracepoint(tracepoint = "sched_switch")]
+pub fn sched_switch(ctx: RawTracePointContext) -> i32 {
+    let prev: *const u8 = ctx.arg(1);
+    let next: *const u8 = ctx.arg(2);
+    if read::<u32>(prev, global(&TASK_STATE_OFF)) == Some(TASK_RUNNING) {
+        runq_enqueue(prev);
+    }
+    let Some(pid) = read::<u32>(next, global(&TASK_PID_OFF)) else {
+        lose(Loss::TaskUnreadable);
+        return 0;
+    };
+    if pid == 0 {
+        return 0;
+    }
+    let Some(start) = (unsafe { RUNQ_START.get(pid) }) else {
+        return 0;
+    };
+    let start = *start;
+    let _ = RUNQ_START.remove(pid);
+    let delta = unsafe { bpf_ktime_get_ns() }.saturating_sub(start);
+    let own = global(&OWN_TGID) as u32;
+    let key = if own != 0 && read::<u32>(next, global(&TASK_TGID_OFF)) == Some(own) {
+        OWN_TGID_KEY
+    } else {
+        match task_cgroup_id(next) {
+            Some(id) => id,
+            None => {
+                lose(Loss::TaskUnreadable);
+                return 0;
+            }
+        }
+    };
+    let slot = match RUNQ.get_ptr_mut(key) {
+        Some(s) => s,
+        None => {
+            let Some(zero) = ZERO_RUNQ.get_ptr(0) else {
+                return 0;
+            };
+            // BPF_NOEXIST: another CPU's insert meanwhile is as good as ours.
+            let _ = RUNQ.insert(key, unsafe { &*zero }, 1);
+            match RUNQ.get_ptr_mut(key) {
+                Some(s) => s,
+                None => {
+                    lose(Loss::RunqMapFull);
+                    return 0;
+                }
+            }
+        }
+    };
+    unsafe {
+        (*slot).count += 1;
+        (*slot).total_ns += delta;
+        (*slot).delay_us.0[log2_bucket(delta / 1_000)] += 1;
     }
     0
 }

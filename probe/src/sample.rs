@@ -1,14 +1,19 @@
 //! From two map snapshots to one interval sample per container: the probe's typed output.
 
+pub mod waits;
+
 use std::{
     collections::{BTreeMap, HashMap},
     net::{IpAddr, SocketAddr},
     path::PathBuf,
 };
 
-use probe_common::{Counter, Log2Hist, N_COUNTERS, PairStats};
+use probe_common::{Counter, Log2Hist, N_COUNTERS, OWN_TGID_KEY, PairStats, RunqStats};
 
-use crate::{Counts, Snapshot, cgroupfs::CpuInterval, containers::ContainerSet, pair_addr};
+use crate::{
+    Counts, OWN_ROW, Snapshot, cgroupfs::CpuInterval, containers::ContainerSet, pair_addr,
+};
+use waits::{ContainerWaits, PairWaits, RetransWindowCell, RunqCell};
 
 /// What one container did during one interval.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -30,6 +35,11 @@ pub struct ContainerInterval {
     /// When its cgroup disappeared (monotonic ns), once it has.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended_ns: Option<u64>,
+    /// Kernel-side waits: run-queue delay and its 100 ms windows, PSI, OOM kills, listen
+    /// drops, conntrack (the run-queue delay from the maps, the rest filled in by the
+    /// sampler).
+    #[serde(default)]
+    pub waits: ContainerWaits,
 }
 
 /// A container's socket gauges at the end of an interval, or why there are none.
@@ -234,6 +244,9 @@ pub struct PairInterval {
     /// Gauges toward this destination at the end of the interval (source netns's sockets).
     #[serde(default)]
     pub gauges: Option<PairGauges>,
+    /// Retransmits toward the destination, SYN retries apart, with their 100 ms windows.
+    #[serde(default)]
+    pub waits: PairWaits,
 }
 
 /// A destination's socket gauges in the source container's network namespace.
@@ -347,6 +360,7 @@ impl PairInterval {
             connect_latency_buckets: Default::default(),
             lifetime_buckets: Default::default(),
             gauges: Some(gauges),
+            waits: PairWaits::default(),
         }
     }
 
@@ -359,6 +373,8 @@ impl PairInterval {
             closed: self.closed,
             connect_latency_us: self.connect_latency_buckets,
             lifetime_ms: self.lifetime_buckets,
+            retrans_segs: self.waits.retrans_segs,
+            syn_retrans: self.waits.syn_retrans,
         }
     }
 }
@@ -401,6 +417,10 @@ impl Interval {
     }
 }
 
+/// Why the row of herd's own process has only its run-queue delay.
+pub const OWN_ROW_REASON: &str = "herd's own process: this row holds its threads' run-queue delay only; its CPU, sockets \
+     and TCP counts are in its cgroup's row";
+
 /// Turns cumulative snapshots into deltas per container and per pair. `paths` maps cgroup ids
 /// to paths (for attributing descendants); ids missing from it count as `host`. `owners` maps
 /// addresses to the container that owns them, to label destinations.
@@ -428,7 +448,12 @@ pub fn interval(
             Some(before) => now.delta(before),
             None => *now,
         };
-        if d.connects == 0 && d.established == 0 && d.closed == 0 && d.time_wait_entries == 0 {
+        if d.connects == 0
+            && d.established == 0
+            && d.closed == 0
+            && d.time_wait_entries == 0
+            && d.retrans_segs == 0
+        {
             continue;
         }
         let remote = SocketAddr::new(pair_addr(key), key.port);
@@ -437,9 +462,39 @@ pub fn interval(
             .or_default()
             .add(&d);
     }
+    // Retransmit windows: per (container, destination), cgroups of one container merged.
+    let mut windows: BTreeMap<(usize, SocketAddr), BTreeMap<u64, RetransWindowCell>> =
+        BTreeMap::new();
+    for (key, span) in &cur.retrans_windows {
+        let remote = SocketAddr::new(pair_addr(key), key.port);
+        let w = windows
+            .entry((set.attribute(key.cgroup, paths), remote))
+            .or_default()
+            .entry(span.start_ns)
+            .or_insert(RetransWindowCell {
+                start_ns: span.start_ns,
+                end_ns: span.end_ns,
+                ..RetransWindowCell::default()
+            });
+        w.retrans_segs += span.retrans_segs;
+        w.syn_retrans += span.syn_retrans;
+    }
+    for k in windows.keys() {
+        // A window that closed after its pair's last count of an earlier interval still
+        // needs a row to be shown on.
+        merged.entry(*k).or_default();
+    }
     let pairs = merged
         .into_iter()
         .map(|((i, remote), st)| PairInterval {
+            waits: PairWaits {
+                retrans_segs: st.retrans_segs,
+                syn_retrans: st.syn_retrans,
+                windows: windows
+                    .remove(&(i, remote))
+                    .map(|w| w.into_values().collect())
+                    .unwrap_or_default(),
+            },
             container: names[i].to_owned(),
             remote,
             remote_container: owners.get(&remote.ip()).cloned(),
@@ -454,22 +509,67 @@ pub fn interval(
             gauges: None,
         })
         .collect();
+    // Run-queue delay: delta per key, summed per container; the named process's threads
+    // (herd's own) in a row of their own.
+    let mut runq = vec![RunqStats::default(); names.len()];
+    let mut own: Option<RunqStats> = None;
+    for (id, now) in &cur.runq {
+        let d = match prev.runq.get(id) {
+            Some(before) => now.delta(before),
+            None => *now,
+        };
+        if *id == OWN_TGID_KEY {
+            own.get_or_insert_default().add(&d);
+        } else {
+            runq[set.attribute(*id, paths)].add(&d);
+        }
+    }
+    let runq_cell = |d: &RunqStats| match &cur.runq_unavailable {
+        Some(reason) => RunqCell::Unavailable {
+            reason: reason.clone(),
+        },
+        None => RunqCell::of(d),
+    };
+    let mut containers: Vec<ContainerInterval> = names
+        .iter()
+        .zip(sums)
+        .zip(&runq)
+        .map(|((n, c), r)| ContainerInterval {
+            container: (*n).to_owned(),
+            counts: CountMap(c),
+            cpu: CpuCell::default(),
+            sockets: SocketCell::default(),
+            started_ns: None,
+            ended_ns: None,
+            waits: ContainerWaits {
+                runq: runq_cell(r),
+                ..ContainerWaits::default()
+            },
+        })
+        .collect();
+    if let Some(d) = own {
+        containers.push(ContainerInterval {
+            container: OWN_ROW.to_owned(),
+            counts: CountMap::default(),
+            cpu: CpuCell::Unavailable {
+                reason: OWN_ROW_REASON.into(),
+            },
+            sockets: SocketCell::Unavailable {
+                reason: OWN_ROW_REASON.into(),
+            },
+            started_ns: None,
+            ended_ns: None,
+            waits: ContainerWaits {
+                runq: runq_cell(&d),
+                ..ContainerWaits::default()
+            },
+        });
+    }
     Interval {
         at_ns: cur.at_ns,
         interval_ns: cur.at_ns.saturating_sub(prev.at_ns),
         pairs,
-        containers: names
-            .iter()
-            .zip(sums)
-            .map(|(n, c)| ContainerInterval {
-                container: (*n).to_owned(),
-                counts: CountMap(c),
-                cpu: CpuCell::default(),
-                sockets: SocketCell::default(),
-                started_ns: None,
-                ended_ns: None,
-            })
-            .collect(),
+        containers,
         lost: cur.lost().saturating_sub(prev.lost()),
         services: Vec::new(),
     }
