@@ -118,6 +118,11 @@ const RUNQ_PROGRAMS: &[(&str, Hook, &str)] = &[
 pub struct ProbeOptions {
     /// Ask the verifier for its full log when a program is rejected (costly; for `--verbose`).
     pub verifier_log: bool,
+}
+
+/// Options of the run-queue programs ([`KernelProbe::load_with`]).
+#[derive(Clone, Debug, Default)]
+pub struct WaitOptions {
     /// A process (tgid) whose threads' run-queue delay is counted in a row of their own,
     /// [`OWN_ROW`], instead of in their cgroup's: herd's own pid when herd drives the load, so
     /// a driver starved of CPU shows in kernel truth.
@@ -127,7 +132,7 @@ pub struct ProbeOptions {
     pub no_runq: bool,
 }
 
-/// The name of the row that holds the threads of [`ProbeOptions::own_tgid`].
+/// The name of the row that holds the threads of [`WaitOptions::own_tgid`].
 pub const OWN_ROW: &str = "herd";
 
 /// Counter totals of one cgroup, summed over CPUs since the probe was loaded.
@@ -149,7 +154,7 @@ pub struct Snapshot {
     /// Totals by source container → destination pair (active sockets).
     pub pairs: HashMap<PairKey, PairStats>,
     /// Run-queue delay totals by cgroup v2 id ([`probe_common::OWN_TGID_KEY`] for the threads
-    /// of [`ProbeOptions::own_tgid`]).
+    /// of [`WaitOptions::own_tgid`]).
     pub runq: HashMap<u64, RunqStats>,
     /// Why there is no run-queue delay, when there is none.
     pub runq_unavailable: Option<String>,
@@ -205,8 +210,15 @@ pub struct KernelProbe {
 type RetransWindows = PerCpuHashMap<MapData, RetransWindowKey, RetransWindow>;
 
 impl KernelProbe {
-    /// Checks privileges and kernel support, then loads and attaches every program.
+    /// Checks privileges and kernel support, then loads and attaches every program, the
+    /// run-queue ones with default [`WaitOptions`] (no process counted apart).
     pub fn load(opts: &ProbeOptions) -> Result<Self, ProbeError> {
+        Self::load_with(opts, &WaitOptions::default())
+    }
+
+    /// [`Self::load`], with the run-queue programs' options: herd passes its own pid as
+    /// [`WaitOptions::own_tgid`] when it drives the load.
+    pub fn load_with(opts: &ProbeOptions, waits: &WaitOptions) -> Result<Self, ProbeError> {
         caps::require_bpf()?;
         let btf = btf::Btf::from_kernel()?;
         let offsets = [
@@ -282,10 +294,10 @@ impl KernelProbe {
                 ),
             ])
         };
-        let (task_offsets, mut runq_unavailable) = if opts.no_runq {
+        let (task_offsets, mut runq_unavailable) = if waits.no_runq {
             (
                 None,
-                Some("the run-queue programs were left out (--no-runq)".to_owned()),
+                Some("the run-queue programs were left out".to_owned()),
             )
         } else {
             match task() {
@@ -293,7 +305,7 @@ impl KernelProbe {
                 Err(e) => (None, Some(format!("this kernel's BTF lacks a field: {e}"))),
             }
         };
-        let own_tgid = u64::from(opts.own_tgid.unwrap_or(0));
+        let own_tgid = u64::from(waits.own_tgid.unwrap_or(0));
         raise_memlock();
         let mut loader = EbpfLoader::new();
         loader.verifier_log_level(if opts.verifier_log {
