@@ -22,7 +22,7 @@ const DIAG_MSG_LEN: usize = 72;
 /// `INET_DIAG_INFO`: the reply carries `struct tcp_info` (`tcp_diag_get_info`).
 pub(super) const INET_DIAG_INFO: u16 = 2;
 /// `INET_DIAG_SKMEMINFO`: the reply carries `u32 [SK_MEMINFO_VARS]` (`sock_diag_put_meminfo`).
-pub(super) const INET_DIAG_SKMEMINFO: u16 = 4;
+pub(super) const INET_DIAG_SKMEMINFO: u16 = 7;
 /// Offset of `SK_MEMINFO_DROPS` (index 8, since 4.x) in it.
 const SK_MEMINFO_DROPS: usize = 8 * 4;
 /// `NLA_TYPE_MASK`: attribute type without the nested/byte-order flags.
