@@ -4,7 +4,10 @@
 //! leaves the namespace). Two loads run there, each several times, alternating probe detached
 //! and probe attached (a separate `herd probe` process watching everything):
 //! - a connection storm: one client connecting and closing first as fast as it can;
-//! - keep-alive requests: 50 workers over 50 pooled connections, one byte each way.
+//! - keep-alive requests: 50 workers over 50 pooled connections, one byte each way;
+//! - context switches: two threads of this process pinned to CPU 0 pass one byte back and
+//!   forth over two pipes, so every message is a wakeup and a context switch, the scheduler
+//!   programs' (`sched_wakeup`, `sched_switch`) worst case.
 //!
 //! Reported: throughput with/without the probe and their ratio, the probe process's CPU (share
 //! of one core) and peak RSS, and events it lost (must be 0).
@@ -112,8 +115,68 @@ impl ProbeProc {
 struct Load {
     name: &'static str,
     unit: &'static str,
+    /// herd-workload's arguments; empty for the in-process ping-pong.
     args: Vec<String>,
     field: &'static str,
+}
+
+/// Pins the calling thread to CPU 0.
+fn pin_to_cpu0() {
+    // SAFETY: a zeroed cpu_set_t is an empty set; sched_setaffinity(0) is this thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(0, &mut set);
+        libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+/// Round trips of one byte between two threads on CPU 0 over two pipes for `d`: each round
+/// trip is two wakeups and two context switches.
+fn ping_pong(d: Duration) -> Result<u64> {
+    let pipe = || -> Result<(std::fs::File, std::fs::File)> {
+        let mut fds = [0i32; 2];
+        // SAFETY: pipe(2) fills two fds, owned by the Files below.
+        if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
+            bail!("pipe: {}", std::io::Error::last_os_error());
+        }
+        use std::os::fd::FromRawFd as _;
+        // SAFETY: fresh fds from pipe(2), each owned once.
+        Ok(unsafe { (std::fs::File::from_raw_fd(fds[0]), std::fs::File::from_raw_fd(fds[1])) })
+    };
+    let (mut a_rx, mut b_tx) = pipe()?;
+    let (mut b_rx, mut a_tx) = pipe()?;
+    let echo = std::thread::spawn(move || {
+        use std::io::{Read as _, Write as _};
+        pin_to_cpu0();
+        let mut b = [0u8; 1];
+        // Ends when the other side closes its end (read returns 0).
+        while b_rx.read(&mut b).map(|n| n == 1).unwrap_or(false) {
+            if b_tx.write_all(&b).is_err() {
+                break;
+            }
+        }
+    });
+    use std::io::{Read as _, Write as _};
+    pin_to_cpu0();
+    let (start, mut trips, mut b) = (Instant::now(), 0u64, [0u8; 1]);
+    while start.elapsed() < d {
+        for _ in 0..1_000 {
+            a_tx.write_all(&b)?;
+            a_rx.read_exact(&mut b)?;
+        }
+        trips += 1_000;
+    }
+    drop(a_tx);
+    let _ = echo.join();
+    // Unpin this thread again (both CPUs).
+    // SAFETY: as in pin_to_cpu0.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(0, &mut set);
+        libc::CPU_SET(1, &mut set);
+        libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set);
+    }
+    Ok(trips)
 }
 
 fn field(said: &str, name: &str) -> Result<u64> {
@@ -212,6 +275,12 @@ pub fn bench_probe(root: &Path) -> Result<String> {
             .to_vec(),
             field: "requests",
         },
+        Load {
+            name: "context switches (pipe ping-pong, 2 threads on CPU 0)",
+            unit: "round trips/s",
+            args: Vec::new(),
+            field: "",
+        },
     ];
     let mut report = String::new();
     report.push_str("| load | probe off | probe on | on/off | probe CPU (share of a core) | probe peak RSS | lost events |\n|---|---:|---:|---:|---:|---:|---:|\n");
@@ -233,8 +302,12 @@ pub fn bench_probe(root: &Path) -> Result<String> {
                     .transpose()?;
                 let before = probe.as_ref().map(|p| cpu_and_hwm(p.child.id()));
                 let t = Instant::now();
-                let said = run(&mut in_ns(&workload, &args))?;
-                let rate = field(&said, load.field)? as f64 / t.elapsed().as_secs_f64();
+                let done = if args.is_empty() {
+                    ping_pong(Duration::from_secs(SECONDS))?
+                } else {
+                    field(&run(&mut in_ns(&workload, &args))?, load.field)?
+                };
+                let rate = done as f64 / t.elapsed().as_secs_f64();
                 if let Some(p) = probe {
                     let (c1, h) = cpu_and_hwm(p.child.id());
                     cpu += (c1 - before.map_or(0.0, |b| b.0)) / t.elapsed().as_secs_f64();
