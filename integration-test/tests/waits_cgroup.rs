@@ -122,7 +122,11 @@ fn oom_kills_equal_the_memory_cgroups_count_and_psi_deltas_match_the_pressure_fi
     // Each hog doubles a string until the OOM killer ends it; the next one starts.
     let deadline = Instant::now() + Duration::from_secs(20);
     while oom_kills(&c).0 < kills0 + 2 {
-        assert!(Instant::now() < deadline, "no OOM kill in 20 s ({})", file.display());
+        assert!(
+            Instant::now() < deadline,
+            "no OOM kill in 20 s ({})",
+            file.display()
+        );
         let h = sb
             .spawn(&c, {
                 let mut cmd = Command::new("sh");
@@ -169,13 +173,20 @@ fn oom_kills_equal_the_memory_cgroups_count_and_psi_deltas_match_the_pressure_fi
             "{name} some: probe {} µs, files say {lo}..{hi}",
             got.some_us
         );
-        eprintln!("{name} pressure some {} µs, full {:?} µs", got.some_us, got.full_us);
+        eprintln!(
+            "{name} pressure some {} µs, full {:?} µs",
+            got.some_us, got.full_us
+        );
     }
     // Two spinning loops on one CPU: half the time one of them waits.
     assert!(cpu.unwrap().some_us > 100_000, "cpu pressure {cpu:?}");
     // The host row reads /proc/pressure and /proc/vmstat.
     let host = row(&iv, "host");
-    assert!(matches!(host.waits.psi, PsiCell::Measured { .. }), "{:?}", host.waits.psi);
+    assert!(
+        matches!(host.waits.psi, PsiCell::Measured { .. }),
+        "{:?}",
+        host.waits.psi
+    );
     match host.waits.oom {
         OomCell::Measured { oom_kills } => assert!(oom_kills >= kills1 - kills0),
         ref other => panic!("host OOM kills: {other:?}"),

@@ -97,19 +97,42 @@ fn retransmits_per_pair_and_syn_retries_equal_nstat_and_conntrack_its_files() {
     in_ns(
         &srv_ns,
         &[
-            "iptables", "-A", "INPUT", "-p", "tcp", "--dport", "9000", "-m", "statistic",
-            "--mode", "random", "--probability", "0.08", "-j", "DROP",
+            "iptables",
+            "-A",
+            "INPUT",
+            "-p",
+            "tcp",
+            "--dport",
+            "9000",
+            "-m",
+            "statistic",
+            "--mode",
+            "random",
+            "--probability",
+            "0.08",
+            "-j",
+            "DROP",
         ],
     );
     in_ns(
         &srv_ns,
-        &["iptables", "-A", "INPUT", "-p", "tcp", "--syn", "--dport", "9001", "-j", "DROP"],
+        &[
+            "iptables", "-A", "INPUT", "-p", "tcp", "--syn", "--dport", "9001", "-j", "DROP",
+        ],
     );
     // A conntrack rule in the client's namespace: conntrack tracks its connections.
     in_ns(
         &cli_ns,
         &[
-            "iptables", "-A", "OUTPUT", "-m", "conntrack", "--ctstate", "INVALID", "-j", "DROP",
+            "iptables",
+            "-A",
+            "OUTPUT",
+            "-m",
+            "conntrack",
+            "--ctstate",
+            "INVALID",
+            "-j",
+            "DROP",
         ],
     );
     pair.start_server(9000, &["--echo", "0s", "--deadline", "60s"])
@@ -122,9 +145,15 @@ fn retransmits_per_pair_and_syn_retries_equal_nstat_and_conntrack_its_files() {
     let mut handles = Vec::new();
     for _ in 0..2 {
         let mut cmd = workload_cmd();
-        cmd.args(["tcp-client", "--target", &format!("{ip}:9001"), "--count", "1"])
-            .args(["--connect-timeout", "1500ms"])
-            .stdout(Stdio::null());
+        cmd.args([
+            "tcp-client",
+            "--target",
+            &format!("{ip}:9001"),
+            "--count",
+            "1",
+        ])
+        .args(["--connect-timeout", "1500ms"])
+        .stdout(Stdio::null());
         let client = pair.client.clone();
         handles.push(pair.sandbox.spawn(&client, cmd).unwrap());
     }
@@ -152,11 +181,15 @@ fn retransmits_per_pair_and_syn_retries_equal_nstat_and_conntrack_its_files() {
     let d = |k: &str| after.get(k).copied().unwrap_or(0) - before.get(k).copied().unwrap_or(0);
     let (segs, syns) = (d("TcpRetransSegs"), d("TcpExtTCPSynRetrans"));
     eprintln!("client netns: TcpRetransSegs {segs}, TCPSynRetrans {syns}");
-    assert!(segs > syns, "the loss made no data retransmit: {segs} segs, {syns} SYNs");
+    assert!(
+        segs > syns,
+        "the loss made no data retransmit: {segs} segs, {syns} SYNs"
+    );
     assert!(syns >= 2, "the silent port made {syns} SYN retries");
 
     let echo = pair_row(&iv, SocketAddr::from((ip, 9000))).expect("a pair toward the echo port");
-    let silent = pair_row(&iv, SocketAddr::from((ip, 9001))).expect("a pair toward the silent port");
+    let silent =
+        pair_row(&iv, SocketAddr::from((ip, 9001))).expect("a pair toward the silent port");
     let probe_segs = echo.waits.retrans_segs + silent.waits.retrans_segs;
     let probe_syns = echo.waits.syn_retrans + silent.waits.syn_retrans;
     assert_eq!(
@@ -167,7 +200,10 @@ fn retransmits_per_pair_and_syn_retries_equal_nstat_and_conntrack_its_files() {
         silent.waits
     );
     // Each silent connect sent its SYN twice: one retry each, no data.
-    assert_eq!((silent.waits.syn_retrans, silent.waits.data_retrans()), (2, 0));
+    assert_eq!(
+        (silent.waits.syn_retrans, silent.waits.data_retrans()),
+        (2, 0)
+    );
     // The windows hold every retransmit, each in a closed 100 ms window of the interval.
     for p in [echo, silent] {
         let (ws, wsyn): (u64, u64) = p
@@ -186,14 +222,20 @@ fn retransmits_per_pair_and_syn_retries_equal_nstat_and_conntrack_its_files() {
     assert!(!silent_windows.is_empty());
 
     // conntrack of the client's namespace: the gauge against its file, read right after.
-    let count: u64 = in_ns(&cli_ns, &["cat", "/proc/sys/net/netfilter/nf_conntrack_count"])
-        .trim()
-        .parse()
-        .unwrap();
-    let max: u64 = in_ns(&cli_ns, &["cat", "/proc/sys/net/netfilter/nf_conntrack_max"])
-        .trim()
-        .parse()
-        .unwrap();
+    let count: u64 = in_ns(
+        &cli_ns,
+        &["cat", "/proc/sys/net/netfilter/nf_conntrack_count"],
+    )
+    .trim()
+    .parse()
+    .unwrap();
+    let max: u64 = in_ns(
+        &cli_ns,
+        &["cat", "/proc/sys/net/netfilter/nf_conntrack_max"],
+    )
+    .trim()
+    .parse()
+    .unwrap();
     let cli = iv
         .containers
         .iter()
@@ -207,7 +249,10 @@ fn retransmits_per_pair_and_syn_retries_equal_nstat_and_conntrack_its_files() {
             ..
         } => {
             assert_eq!((*entries, *m), (count, max));
-            assert!(*entries >= 6, "the client's connections are tracked: {entries}");
+            assert!(
+                *entries >= 6,
+                "the client's connections are tracked: {entries}"
+            );
             assert_eq!(*drop, Some(0));
         }
         other => panic!("client conntrack: {other:?}"),
@@ -218,14 +263,24 @@ fn retransmits_per_pair_and_syn_retries_equal_nstat_and_conntrack_its_files() {
 /// A listener with a backlog of 4 in the server's namespace, accepting one connection every
 /// `every`, for at most `accepts` connections: made by a thread of this test that enters the
 /// namespace (the socket stays in it).
-fn slow_listener(netns: &str, addr: SocketAddr, every: Duration, accepts: usize) -> std::thread::JoinHandle<()> {
+fn slow_listener(
+    netns: &str,
+    addr: SocketAddr,
+    every: Duration,
+    accepts: usize,
+) -> std::thread::JoinHandle<()> {
     let ns = std::fs::File::open(format!("/run/netns/{netns}")).unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     let h = std::thread::spawn(move || {
         use std::os::fd::{AsRawFd as _, FromRawFd as _};
         // SAFETY: setns on a valid fd changes only this thread's network namespace.
-        assert_eq!(unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) }, 0);
-        let std::net::IpAddr::V4(ip) = addr.ip() else { unreachable!() };
+        assert_eq!(
+            unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) },
+            0
+        );
+        let std::net::IpAddr::V4(ip) = addr.ip() else {
+            unreachable!()
+        };
         // SAFETY: plain socket calls on a socket this thread owns.
         let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0) };
         let sa = libc::sockaddr_in {
@@ -238,7 +293,11 @@ fn slow_listener(netns: &str, addr: SocketAddr, every: Duration, accepts: usize)
         };
         unsafe {
             assert_eq!(
-                libc::bind(fd, (&sa as *const libc::sockaddr_in).cast(), size_of::<libc::sockaddr_in>() as u32),
+                libc::bind(
+                    fd,
+                    (&sa as *const libc::sockaddr_in).cast(),
+                    size_of::<libc::sockaddr_in>() as u32
+                ),
                 0
             );
             assert_eq!(libc::listen(fd, 4), 0);
@@ -286,7 +345,10 @@ fn listen_drops_per_port_equal_the_namespaces_listen_drops_and_connects_wait_a_s
     let d = |k: &str| after.get(k).copied().unwrap_or(0) - before.get(k).copied().unwrap_or(0);
     let (drops, overflows) = (d("TcpExtListenDrops"), d("TcpExtListenOverflows"));
     eprintln!("server netns: ListenDrops {drops}, ListenOverflows {overflows}");
-    assert!(drops >= 2, "the accept queue never overflowed: {drops} drops");
+    assert!(
+        drops >= 2,
+        "the accept queue never overflowed: {drops} drops"
+    );
 
     let srv = iv
         .containers

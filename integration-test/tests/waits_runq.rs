@@ -9,10 +9,7 @@
 //! whole test, so the sum over `cgroup.threads` read before and after covers every wait.
 
 use std::{
-    collections::HashMap,
-    os::unix::process::CommandExt as _,
-    path::Path,
-    process::Command,
+    collections::HashMap, os::unix::process::CommandExt as _, path::Path, process::Command,
     time::Duration,
 };
 
@@ -67,7 +64,10 @@ fn runq_of(iv: &Interval, name: &str) -> (u64, u64) {
             total_ns, count, ..
         } => (*total_ns, *count),
         RunqCell::Unavailable { reason } => {
-            panic!("run-queue delay of {name} unavailable on Linux {}: {reason}", kernel_release())
+            panic!(
+                "run-queue delay of {name} unavailable on Linux {}: {reason}",
+                kernel_release()
+            )
         }
     }
 }
@@ -104,16 +104,16 @@ fn runq_delay_per_container_matches_schedstat_and_herds_own_threads_have_their_r
     .unwrap();
     // Let the processes settle into their pipe and be discovered.
     std::thread::sleep(Duration::from_millis(300));
-    let before: HashMap<&str, u64> = [("victim", run_delay(&victim)), ("noisy", run_delay(&noisy))]
-        .into();
+    let before: HashMap<&str, u64> =
+        [("victim", run_delay(&victim)), ("noisy", run_delay(&noisy))].into();
     sampler.sample().unwrap();
     for _ in 0..20 {
         std::thread::sleep(Duration::from_millis(100));
         sampler.poll_cpu();
     }
     let iv = sampler.sample().unwrap();
-    let after: HashMap<&str, u64> = [("victim", run_delay(&victim)), ("noisy", run_delay(&noisy))]
-        .into();
+    let after: HashMap<&str, u64> =
+        [("victim", run_delay(&victim)), ("noisy", run_delay(&noisy))].into();
     for name in ["victim", "noisy"] {
         let truth = after[name] - before[name];
         let (probe_ns, count) = runq_of(&iv, name);
@@ -144,7 +144,10 @@ fn runq_delay_per_container_matches_schedstat_and_herds_own_threads_have_their_r
             "{name}: windows sum {windows} ns, interval {probe_ns} ns"
         );
         for w in &c.waits.windows {
-            assert!(w.end_ns > w.start_ns && w.end_ns - w.start_ns < 1_000_000_000, "{w:?}");
+            assert!(
+                w.end_ns > w.start_ns && w.end_ns - w.start_ns < 1_000_000_000,
+                "{w:?}"
+            );
         }
     }
     // This test's own threads (sleeping and waking every 100 ms) are herd's row, not host's.

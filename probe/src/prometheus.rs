@@ -4,6 +4,8 @@
 
 use std::fmt::Write as _;
 
+mod waits;
+
 use probe_common::{Counter, HIST_BUCKETS, Log2Hist, Loss, PairStats};
 
 use crate::Counts;
@@ -108,7 +110,7 @@ impl Exposition {
                 }
             }
         }
-        let pair_counters: [PairCounter; 4] = [
+        let pair_counters: [PairCounter; 6] = [
             (
                 "herd_pair_connects_total",
                 "New connections from a container to a destination.",
@@ -128,6 +130,16 @@ impl Exposition {
                 "herd_pair_closed_total",
                 "Connections to a destination that closed.",
                 |p| p.closed,
+            ),
+            (
+                "herd_pair_retransmits_total",
+                "TCP segments retransmitted toward a destination (as TcpRetransSegs), SYNs included.",
+                |p| p.retrans_segs,
+            ),
+            (
+                "herd_pair_syn_retransmits_total",
+                "SYNs retransmitted toward a destination (as TCPSynRetrans): connects retried.",
+                |p| p.syn_retrans,
             ),
         ];
         let labels = |c: &str, r: &std::net::SocketAddr, rc: &Option<String>| {
@@ -202,6 +214,8 @@ pub struct Gauges {
     /// CPU seconds and throttled seconds per container, summed over intervals.
     cpu: std::collections::BTreeMap<String, (f64, f64)>,
     latest: Option<crate::sample::Interval>,
+    /// Run-queue delay, PSI, OOM kills, listen drops, conntrack drops, summed.
+    waits: waits::WaitTotals,
 }
 
 impl Gauges {
@@ -216,6 +230,7 @@ impl Gauges {
                 }
             }
         }
+        self.waits.add(iv);
         self.latest = Some(iv.clone());
     }
 
@@ -251,6 +266,7 @@ impl Gauges {
                 line(&mut o, name, &format!("container=\"{}\"", esc(c)), v);
             }
         }
+        self.waits.render(&mut o, self.latest.as_ref());
         let Some(iv) = &self.latest else {
             return o;
         };

@@ -141,7 +141,12 @@ fn ping_pong(d: Duration) -> Result<u64> {
         }
         use std::os::fd::FromRawFd as _;
         // SAFETY: fresh fds from pipe(2), each owned once.
-        Ok(unsafe { (std::fs::File::from_raw_fd(fds[0]), std::fs::File::from_raw_fd(fds[1])) })
+        Ok(unsafe {
+            (
+                std::fs::File::from_raw_fd(fds[0]),
+                std::fs::File::from_raw_fd(fds[1]),
+            )
+        })
     };
     let (mut a_rx, mut b_tx) = pipe()?;
     let (mut b_rx, mut a_tx) = pipe()?;

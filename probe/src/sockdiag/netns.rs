@@ -615,6 +615,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn conntrack_stat_columns_are_found_by_name_and_summed_over_cpus() {
+        // As this host's 6.18 prints it (hex, one line per CPU).
+        let text = "entries  clashres found new invalid ignore delete chainlength insert insert_failed drop early_drop icmp_error  expect_new expect_create expect_delete search_restart\n\
+                    0000000a  00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000001 00000010 00000002 00000000  00000000 00000000 00000000 00000000\n\
+                    0000000a  00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000001 00000000 00000000  00000000 00000000 00000000 00000000\n";
+        assert_eq!(
+            parse_conntrack_stat(text, &["drop", "early_drop", "insert_failed", "nope"]),
+            [Some(17), Some(2), Some(1), None]
+        );
+        assert_eq!(parse_conntrack_stat("", &["drop"]), [None]);
+    }
+
+    #[test]
     fn opening_a_missing_namespace_names_it() {
         let e = Netns::open(&NetnsTarget::Named("herd-no-such-netns".into())).unwrap_err();
         let msg = e.to_string();
