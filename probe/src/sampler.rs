@@ -460,7 +460,10 @@ impl Sampler {
             match sample {
                 Ok(s) => {
                     let first = !self.net_prev.contains_key(&s.netns_inode);
-                    c.waits.listeners = self.listener_cell(&s, first);
+                    let ns_drops = self.net_prev.get(&s.netns_inode).map_or(0, |p| {
+                        s.counters.listen_drops.saturating_sub(p.listen_drops)
+                    });
+                    c.waits.listeners = self.listener_cell(&s, first, ns_drops);
                     c.waits.conntrack = self.conntrack_cell(&s, first);
                     let prev = self.net_prev.insert(s.netns_inode, s.counters.clone());
                     let delta = |now: u64, f: fn(&NetCounters) -> u64| {
@@ -548,7 +551,17 @@ impl Sampler {
     /// Listeners of a namespace per local port: drops since the previous sample (each
     /// listener's `sk_drops` delta; a listener new since then counts all of its drops, and
     /// the first sample of a namespace is its baseline), accept queue and backlog now.
-    fn listener_cell(&mut self, s: &crate::sockdiag::NetnsSample, first: bool) -> ListenerCell {
+    ///
+    /// `sk_drops` counts a handshake-completing ACK that found the accept queue full twice
+    /// (`tcp_listendrop` in `tcp_v4_syn_recv_sock`, then `sk_drops_add` on `tcp_v4_rcv`'s
+    /// discard path) where ListenDrops counts it once; so no port shows more drops than the
+    /// namespace's ListenDrops delta (`ns_drops`) of the same interval.
+    fn listener_cell(
+        &mut self,
+        s: &crate::sockdiag::NetnsSample,
+        first: bool,
+        ns_drops: u64,
+    ) -> ListenerCell {
         let mut ports: BTreeMap<u16, ListenerWaits> = BTreeMap::new();
         let mut seen = Vec::new();
         for l in &s.gauges.listeners {
@@ -580,6 +593,9 @@ impl Sampler {
         }
         self.listener_prev
             .retain(|k, _| k.0 != s.netns_inode || seen.contains(k));
+        for p in ports.values_mut() {
+            p.drops = p.drops.min(ns_drops);
+        }
         ListenerCell::Measured {
             ports: ports.into_values().collect(),
         }
