@@ -118,6 +118,7 @@ fn oom_kills_equal_the_memory_cgroups_count_and_psi_deltas_match_the_pressure_fi
     )
     .unwrap();
     let (kills0, file) = oom_kills(&c);
+    let psi_before_first = psi(&c);
     sampler.sample().unwrap();
     let psi_after_first = psi(&c);
 
@@ -161,8 +162,17 @@ fn oom_kills_equal_the_memory_cgroups_count_and_psi_deltas_match_the_pressure_fi
         OomCell::Measured { oom_kills } => assert!(oom_kills >= kills1 - kills0),
         ref other => panic!("host OOM kills: {other:?}"),
     }
-    let (Some(psi_after_first), Some(psi_before_second), Some(psi_after_second)) =
-        (psi_after_first, psi_before_second, psi_after_second)
+    let (
+        Some(psi_before_first),
+        Some(psi_after_first),
+        Some(psi_before_second),
+        Some(psi_after_second),
+    ) = (
+        psi_before_first,
+        psi_after_first,
+        psi_before_second,
+        psi_after_second,
+    )
     else {
         // The kernel's truth is "no PSI": the probe must say so, with the reason.
         let PsiCell::Unavailable { reason } = &hog.waits.psi else {
@@ -180,14 +190,14 @@ fn oom_kills_equal_the_memory_cgroups_count_and_psi_deltas_match_the_pressure_fi
         .enumerate()
     {
         let got = got.unwrap_or_else(|| panic!("no {name} pressure"));
-        // The sampler read the first totals just before `psi_after_first` and the second
-        // between `psi_before_second` and `psi_after_second`.
+        // The sampler read the first totals between `psi_before_first` and
+        // `psi_after_first`, the second between `psi_before_second` and `psi_after_second`.
         let lo = psi_before_second[i]
             .some_us
             .saturating_sub(psi_after_first[i].some_us);
-        let hi = psi_after_second[i].some_us - psi_after_first[i].some_us + 20_000;
+        let hi = psi_after_second[i].some_us - psi_before_first[i].some_us;
         assert!(
-            (lo.saturating_sub(20_000)..=hi).contains(&got.some_us),
+            (lo..=hi).contains(&got.some_us),
             "{name} some: probe {} µs, files say {lo}..{hi}",
             got.some_us
         );

@@ -74,7 +74,7 @@ fn sampler(pair: &Pair) -> Sampler {
     .unwrap()
 }
 
-fn pair_row<'a>(iv: &'a Interval, remote: SocketAddr) -> Option<&'a PairInterval> {
+fn pair_row(iv: &Interval, remote: SocketAddr) -> Option<&PairInterval> {
     iv.pairs
         .iter()
         .find(|p| p.container == "client" && p.remote == remote)

@@ -115,7 +115,8 @@ impl WaitTotals {
                 );
             }
         }
-        let counters: [(&str, &str, fn(&Totals) -> Option<u64>); 2] = [
+        type Counter = (&'static str, &'static str, fn(&Totals) -> Option<u64>);
+        let counters: [Counter; 2] = [
             (
                 "herd_container_oom_kills_total",
                 "Processes of the container's memory cgroup killed by the OOM killer.",

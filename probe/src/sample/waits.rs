@@ -40,6 +40,10 @@ pub struct ContainerWaits {
 /// Run-queue delay of a container over an interval, or why there is none.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one cell per container and interval; the histogram is the measurement"
+)]
 pub enum RunqCell {
     /// Measured by the scheduler programs.
     Measured {
