@@ -153,18 +153,16 @@ pub enum Loss {
     /// running on the same CPU (a softirq interrupting it in process context). Never written
     /// by the programs: user space reads each program's `recursion_misses` into this slot.
     RecursionMiss = 4,
-    /// `RUNQ_START` was full: a task's wakeup or preemption was not timed, so its next
-    /// run-queue wait is missing from the run-queue delay.
+    /// `RUNQ_TASKS` refused a thread's first entry: its wakeup or preemption was not timed,
+    /// so that run-queue wait is missing from the run-queue delay.
     RunqStartFull = 5,
     /// `RUNQ` was full: a cgroup's run-queue wait was measured but not recorded.
     RunqMapFull = 6,
-    /// Reading a task's pid, state or cgroup failed (the pointer chain was unreadable).
-    TaskUnreadable = 7,
     /// `RETRANS_WINDOWS` was full: a retransmit is in its pair's totals but not in a
     /// 100 ms window.
-    RetransWindowFull = 8,
+    RetransWindowFull = 7,
     /// Number of loss reasons; not a reason.
-    Count = 9,
+    Count = 8,
 }
 
 impl Loss {
@@ -177,7 +175,6 @@ impl Loss {
         Loss::RecursionMiss,
         Loss::RunqStartFull,
         Loss::RunqMapFull,
-        Loss::TaskUnreadable,
         Loss::RetransWindowFull,
     ];
 
@@ -191,7 +188,6 @@ impl Loss {
             Loss::RecursionMiss => "recursion_miss",
             Loss::RunqStartFull => "runq_start_full",
             Loss::RunqMapFull => "runq_map_full",
-            Loss::TaskUnreadable => "task_unreadable",
             Loss::RetransWindowFull => "retrans_window_full",
             Loss::Count => "count",
         }
@@ -417,9 +413,21 @@ impl RunqStats {
 /// this id (kernfs ids are inode numbers, far below it).
 pub const OWN_TGID_KEY: u64 = u64::MAX;
 
-/// Capacity of the per-task map of pending run-queue waits (wakeup or preemption time by
-/// thread id). Only threads runnable and not yet switched in hold an entry.
-pub const MAX_RUNQ_PENDING: u32 = 32_768;
+/// Capacity of the per-thread run-queue state map (an LRU: the threads that ran or woke
+/// most recently are kept).
+pub const MAX_RUNQ_TASKS: u32 = 32_768;
+
+/// One thread's run-queue state (value of the `RUNQ_TASKS` map).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunqTask {
+    /// When it became runnable (`bpf_ktime_get_ns`), 0 when it is not waiting.
+    pub start_ns: u64,
+    /// The wait it ended at its last switch-in, ns.
+    pub waited_ns: u64,
+    /// 1 while `waited_ns` is not yet recorded (it is, at the thread's next switch-out).
+    pub pending: u64,
+}
 
 /// Length of a retransmit window: retransmits are kept per pair and per window of this
 /// many ns of the monotonic clock (window `w` = `[w × RETRANS_WINDOW_NS, (w+1) × …)`).
@@ -507,17 +515,9 @@ pub mod globals {
     pub const SKC_FAMILY: &str = "SKC_FAMILY_OFF";
     /// `offsetof(struct sock_common, skc_state)`: valid in full, request and timewait sockets.
     pub const SKC_STATE: &str = "SKC_STATE_OFF";
-    /// `offsetof(struct task_struct, pid)`: the thread id.
-    pub const TASK_PID: &str = "TASK_PID_OFF";
-    /// `offsetof(struct task_struct, tgid)`: the process id.
-    pub const TASK_TGID: &str = "TASK_TGID_OFF";
     /// `offsetof(struct task_struct, __state)` (5.14+; `state` before, a `long` whose low
     /// 32 bits are read the same way on little-endian).
     pub const TASK_STATE: &str = "TASK_STATE_OFF";
-    /// `offsetof(struct task_struct, cgroups)`: its `css_set`.
-    pub const TASK_CGROUPS: &str = "TASK_CGROUPS_OFF";
-    /// `offsetof(struct css_set, dfl_cgrp)`: the task's cgroup in the unified hierarchy.
-    pub const CSS_SET_DFL_CGRP: &str = "CSS_SET_DFL_CGRP_OFF";
     /// `offsetof(struct sk_buff, cb)`: where TCP keeps its `struct tcp_skb_cb`.
     pub const SKB_CB: &str = "SKB_CB_OFF";
     /// `offsetof(struct tcp_skb_cb, tcp_flags)`.
@@ -607,6 +607,7 @@ mod pod {
     unsafe impl aya::Pod for super::SockInfo {}
     unsafe impl aya::Pod for super::CgroupPath {}
     unsafe impl aya::Pod for super::RunqStats {}
+    unsafe impl aya::Pod for super::RunqTask {}
     unsafe impl aya::Pod for super::RetransWindowKey {}
     unsafe impl aya::Pod for super::RetransWindow {}
 }

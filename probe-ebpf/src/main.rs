@@ -25,9 +25,9 @@ use aya_ebpf::{
 };
 use probe_common::{
     CGROUP_PATH_LEN, CgroupCounters, CgroupPath, Counter, Loss, MAX_CGROUPS, MAX_CREATED,
-    MAX_PAIRS, MAX_RETRANS_WINDOWS, MAX_RUNQ_PENDING, MAX_SOCKS, OWN_TGID_KEY, PairKey, PairStats,
-    RETRANS_WINDOW_NS, RetransWindow, RetransWindowKey, RunqStats, SockInfo, errno, log2_bucket,
-    tcp_state,
+    MAX_PAIRS, MAX_RETRANS_WINDOWS, MAX_RUNQ_TASKS, MAX_SOCKS, OWN_TGID_KEY, PairKey, PairStats,
+    RETRANS_WINDOW_NS, RetransWindow, RetransWindowKey, RunqStats, RunqTask, SockInfo, errno,
+    log2_bucket, tcp_state,
 };
 
 /// Per-cgroup TCP counters, keyed by cgroup v2 id. Per-CPU so increments need no atomics
@@ -95,15 +95,7 @@ static SKC_FAMILY_OFF: u64 = 0;
 #[unsafe(no_mangle)]
 static SKC_STATE_OFF: u64 = 0;
 #[unsafe(no_mangle)]
-static TASK_PID_OFF: u64 = 0;
-#[unsafe(no_mangle)]
-static TASK_TGID_OFF: u64 = 0;
-#[unsafe(no_mangle)]
 static TASK_STATE_OFF: u64 = 0;
-#[unsafe(no_mangle)]
-static TASK_CGROUPS_OFF: u64 = 0;
-#[unsafe(no_mangle)]
-static CSS_SET_DFL_CGRP_OFF: u64 = 0;
 #[unsafe(no_mangle)]
 static SKB_CB_OFF: u64 = 0;
 #[unsafe(no_mangle)]
@@ -115,10 +107,11 @@ static TCP_SKB_CB_GSO_SEGS_OFF: u64 = 0;
 #[unsafe(no_mangle)]
 static OWN_TGID: u64 = 0;
 
-/// When each runnable, not-yet-running thread became runnable (woken, or preempted while
-/// still runnable), by thread id. The entry is removed when the thread is switched in.
+/// Each thread's run-queue state, keyed by its `task_struct` address: when it became
+/// runnable, and the wait it ended at its last switch-in until it is recorded. Updated in
+/// place; LRU, so exited threads age out and a full map evicts the least recently used.
 #[map]
-static RUNQ_START: HashMap<u32, u64> = HashMap::with_max_entries(MAX_RUNQ_PENDING, 0);
+static RUNQ_TASKS: LruHashMap<u64, RunqTask> = LruHashMap::with_max_entries(MAX_RUNQ_TASKS, 0);
 
 /// Run-queue delay per cgroup v2 id (and `OWN_TGID_KEY`): count, total, log2 histogram.
 #[map]
@@ -556,47 +549,28 @@ const TCPHDR_SYN: u8 = 0x02;
 /// `TASK_RUNNING` (`include/linux/sched.h`).
 const TASK_RUNNING: u32 = 0;
 
-/// Starts timing `task`'s wait for a CPU: it became runnable now.
+/// Starts timing `task`'s wait for a CPU: it became runnable now. In place when the task is
+/// known (the steady state: no lock, no allocation), inserted the first time it is seen.
 #[inline(always)]
-fn runq_enqueue(task: *const u8) {
-    let Some(pid) = read::<u32>(task, global(&TASK_PID_OFF)) else {
-        lose(Loss::TaskUnreadable);
-        return;
-    };
-    // The idle task never waits.
-    if pid == 0 {
+fn runq_enqueue(task: u64, now: u64) {
+    if let Some(t) = RUNQ_TASKS.get_ptr_mut(task) {
+        unsafe { (*t).start_ns = now };
         return;
     }
-    let now = unsafe { bpf_ktime_get_ns() };
-    if RUNQ_START.insert(pid, now, 0).is_err() {
+    let fresh = RunqTask {
+        start_ns: now,
+        ..RunqTask::default()
+    };
+    if RUNQ_TASKS.insert(task, fresh, 0).is_err() {
         lose(Loss::RunqStartFull);
     }
-}
-
-/// `task->cgroups->dfl_cgrp->kn->id`: the task's cgroup v2 id, the key every per-cgroup map
-/// uses (the same id `bpf_get_current_cgroup_id()` returns for `current`).
-#[inline(always)]
-fn task_cgroup_id(task: *const u8) -> Option<u64> {
-    let cset: *const u8 = read(task, global(&TASK_CGROUPS_OFF))?;
-    if cset.is_null() {
-        return None;
-    }
-    let cgrp: *const u8 = read(cset, global(&CSS_SET_DFL_CGRP_OFF))?;
-    if cgrp.is_null() {
-        return None;
-    }
-    let kn: *const u8 = read(cgrp, global(&CGROUP_KN_OFF))?;
-    if kn.is_null() {
-        return None;
-    }
-    read(kn, global(&KERNFS_NODE_ID_OFF))
 }
 
 /// `trace_sched_wakeup(struct task_struct *p)`, from `ttwu_do_wakeup` once `p` is on a run
 /// queue and TASK_RUNNING (2.6.x; raw since 4.17): its wait for a CPU starts.
 #[raw_tracepoint(tracepoint = "sched_wakeup")]
 pub fn sched_wakeup(ctx: RawTracePointContext) -> i32 {
-    runq_enqueue(ctx.arg(0));
+    runq_enqueue(ctx.arg::<u64>(0), unsafe { bpf_ktime_get_ns() });
     0
 }
 
@@ -604,54 +578,92 @@ pub fn sched_wakeup(ctx: RawTracePointContext) -> i32 {
 /// first wait for a CPU.
 #[raw_tracepoint(tracepoint = "sched_wakeup_new")]
 pub fn sched_wakeup_new(ctx: RawTracePointContext) -> i32 {
-    runq_enqueue(ctx.arg(0));
+    runq_enqueue(ctx.arg::<u64>(0), unsafe { bpf_ktime_get_ns() });
     0
 }
 
 /// `trace_sched_switch(bool preempt, struct task_struct *prev, struct task_struct *next[,
 /// unsigned int prev_state])` (arguments 1 and 2 unchanged since 4.4; `prev_state` only
-/// since 5.18, so it is read from the task instead). `prev` leaving the CPU still
-/// TASK_RUNNING was preempted and waits again from now; `next` ends its wait. This is what
-/// schedstat's `run_delay` counts (`sched_info_enqueue` on enqueue and on a still-running
-/// depart, `sched_info_arrive` at switch-in), and what libbpf-tools' runqlat times.
-/// Runs on every context switch: two map operations and a few reads.
+/// since 5.18, so the state is read from the task). Runs on every context switch, so it does
+/// the least it can:
+///
+/// - `next` ends its wait: `now - start` is kept in its own entry as pending (no cgroup
+///   lookup here);
+/// - `prev` (still `current`) records the wait it ended at its own switch-in into its
+///   cgroup's row, the cgroup and process read by the cheap `current` helpers
+///   (`bpf_get_current_cgroup_id`, `bpf_get_current_pid_tgid`); and, when it leaves the CPU
+///   still TASK_RUNNING (preempted), starts its next wait.
+///
+/// A wait is therefore recorded when its thread next leaves the CPU (a time slice later at
+/// most), in the cgroup it is in then. What is timed is what schedstat's `run_delay` counts
+/// (`sched_info_enqueue` on enqueue and on a still-running depart, `sched_info_arrive` at
+/// switch-in) and libbpf-tools' runqlat times. Tasks are keyed by their `task_struct`
+/// address, so no field is read to find them; the LRU map forgets exited ones.
+///
+/// This variant takes `prev`'s state from the tracepoint's fourth argument (5.18,
+/// fa2c3254d7cf: `READ_ONCE(prev->__state)` at the top of `__schedule`), saving a probe
+/// read; an older kernel refuses to attach it (the program reads past the tracepoint's
+/// arguments) and gets [`sched_switch_old`].
 #[raw_tracepoint(tracepoint = "sched_switch")]
 pub fn sched_switch(ctx: RawTracePointContext) -> i32 {
-    let prev: *const u8 = ctx.arg(1);
-    let next: *const u8 = ctx.arg(2);
-    if read::<u32>(prev, global(&TASK_STATE_OFF)) == Some(TASK_RUNNING) {
-        runq_enqueue(prev);
+    let state = ctx.arg::<u64>(3) as u32;
+    on_switch(ctx.arg(1), ctx.arg(2), state == TASK_RUNNING);
+    0
+}
+
+/// [`sched_switch`] for kernels before 5.18: `prev`'s state read from the task
+/// (`task_struct.__state`, `state` before 5.14).
+#[raw_tracepoint(tracepoint = "sched_switch")]
+pub fn sched_switch_old(ctx: RawTracePointContext) -> i32 {
+    let prev: u64 = ctx.arg(1);
+    let running = read::<u32>(prev as *const u8, global(&TASK_STATE_OFF)) == Some(TASK_RUNNING);
+    on_switch(prev, ctx.arg(2), running);
+    0
+}
+
+#[inline(always)]
+fn on_switch(prev: u64, next: u64, running: bool) {
+    let now = unsafe { bpf_ktime_get_ns() };
+    match RUNQ_TASKS.get_ptr_mut(prev) {
+        Some(t) => unsafe {
+            if (*t).pending != 0 {
+                record_wait((*t).waited_ns);
+                (*t).pending = 0;
+            }
+            if running {
+                (*t).start_ns = now;
+            }
+        },
+        None if running => runq_enqueue(prev, now),
+        None => {}
     }
-    let Some(pid) = read::<u32>(next, global(&TASK_PID_OFF)) else {
-        lose(Loss::TaskUnreadable);
-        return 0;
-    };
-    if pid == 0 {
-        return 0;
-    }
-    let Some(start) = (unsafe { RUNQ_START.get(pid) }) else {
-        return 0;
-    };
-    let start = *start;
-    let _ = RUNQ_START.remove(pid);
-    let delta = unsafe { bpf_ktime_get_ns() }.saturating_sub(start);
-    let own = global(&OWN_TGID) as u32;
-    let key = if own != 0 && read::<u32>(next, global(&TASK_TGID_OFF)) == Some(own) {
-        OWN_TGID_KEY
-    } else {
-        match task_cgroup_id(next) {
-            Some(id) => id,
-            None => {
-                lose(Loss::TaskUnreadable);
-                return 0;
+    if let Some(t) = RUNQ_TASKS.get_ptr_mut(next) {
+        unsafe {
+            let start = (*t).start_ns;
+            if start != 0 {
+                (*t).waited_ns = now.saturating_sub(start);
+                (*t).pending = 1;
+                (*t).start_ns = 0;
             }
         }
+    }
+}
+
+/// Adds one wait of `current` to its cgroup's row (or to `OWN_TGID_KEY` for the threads of
+/// the named process).
+#[inline(always)]
+fn record_wait(waited_ns: u64) {
+    let own = global(&OWN_TGID) as u64;
+    let key = if own != 0 && bpf_get_current_pid_tgid() >> 32 == own {
+        OWN_TGID_KEY
+    } else {
+        unsafe { bpf_get_current_cgroup_id() }
     };
     let slot = match RUNQ.get_ptr_mut(key) {
         Some(s) => s,
         None => {
             let Some(zero) = ZERO_RUNQ.get_ptr(0) else {
-                return 0;
+                return;
             };
             // BPF_NOEXIST: another CPU's insert meanwhile is as good as ours.
             insert_zero_runq(key, zero);
@@ -659,17 +671,16 @@ pub fn sched_switch(ctx: RawTracePointContext) -> i32 {
                 Some(s) => s,
                 None => {
                     lose(Loss::RunqMapFull);
-                    return 0;
+                    return;
                 }
             }
         }
     };
     unsafe {
         (*slot).count += 1;
-        (*slot).total_ns += delta;
-        (*slot).delay_us.0[log2_bucket(delta / 1_000)] += 1;
+        (*slot).total_ns += waited_ns;
+        (*slot).delay_us.0[log2_bucket(waited_ns / 1_000)] += 1;
     }
-    0
 }
 
 #[cfg(not(test))]

@@ -109,9 +109,16 @@ const RUNQ_PROGRAMS: &[(&str, Hook, &str)] = &[
     (
         "sched_switch",
         Hook::Raw("sched_switch"),
-        "raw tracepoints (4.17) and the sched_switch tracepoint (prev, next as arguments 1, 2: 4.4)",
+        "raw tracepoints (4.17) and the sched_switch tracepoint (prev, next as arguments 1, 2: 4.4; prev_state as argument 3: 5.18)",
     ),
 ];
+
+/// What a kernel before 5.18 attaches instead of `sched_switch` (no `prev_state` argument).
+const SCHED_SWITCH_OLD: (&str, Hook, &str) = (
+    "sched_switch_old",
+    Hook::Raw("sched_switch"),
+    "raw tracepoints (4.17) and the sched_switch tracepoint (prev, next as arguments 1, 2: 4.4)",
+);
 
 /// Options for loading the probe.
 #[derive(Clone, Debug, Default)]
@@ -269,30 +276,12 @@ impl KernelProbe {
         // The run-queue programs' offsets: a kernel without one loses only the run-queue
         // delay. `__state` replaced `state` in 5.14 (2f064a59a11f); both are read as their
         // low 32 bits.
-        let task = || -> Result<[(&str, u64); 5], btf::BtfError> {
-            Ok([
-                (
-                    globals::TASK_PID,
-                    btf.member_offset("task_struct", &["pid"])?,
-                ),
-                (
-                    globals::TASK_TGID,
-                    btf.member_offset("task_struct", &["tgid"])?,
-                ),
-                (
-                    globals::TASK_STATE,
-                    btf.member_offset("task_struct", &["__state"])
-                        .or_else(|_| btf.member_offset("task_struct", &["state"]))?,
-                ),
-                (
-                    globals::TASK_CGROUPS,
-                    btf.member_offset("task_struct", &["cgroups"])?,
-                ),
-                (
-                    globals::CSS_SET_DFL_CGRP,
-                    btf.member_offset("css_set", &["dfl_cgrp"])?,
-                ),
-            ])
+        let task = || -> Result<[(&str, u64); 1], btf::BtfError> {
+            Ok([(
+                globals::TASK_STATE,
+                btf.member_offset("task_struct", &["__state"])
+                    .or_else(|_| btf.member_offset("task_struct", &["state"]))?,
+            )])
         };
         let (task_offsets, mut runq_unavailable) = if waits.no_runq {
             (
@@ -323,10 +312,15 @@ impl KernelProbe {
         }
         if runq_unavailable.is_none() {
             for &(program, hook, needs) in RUNQ_PROGRAMS {
-                if let Err(e) = attach(&mut ebpf, program, hook, needs) {
+                let mut attached = attach(&mut ebpf, program, hook, needs);
+                if attached.is_err() && program == "sched_switch" {
+                    let (old, hook, needs) = SCHED_SWITCH_OLD;
+                    attached = attach(&mut ebpf, old, hook, needs);
+                }
+                if let Err(e) = attached {
                     runq_unavailable = Some(format!("this kernel refused {program}: {e}"));
                     // Half the programs would time waits that never end: none run.
-                    for &(p, ..) in RUNQ_PROGRAMS {
+                    for &(p, ..) in RUNQ_PROGRAMS.iter().chain([&SCHED_SWITCH_OLD]) {
                         if let Some(prog) = ebpf.program_mut(p) {
                             let raw: Result<&mut RawTracePoint, _> = prog.try_into();
                             if let Ok(raw) = raw {
@@ -550,6 +544,7 @@ impl KernelProbe {
         PROGRAMS
             .iter()
             .chain(RUNQ_PROGRAMS)
+            .chain([&SCHED_SWITCH_OLD])
             .filter_map(|(name, ..)| self.ebpf.program(name)?.fd().ok())
             .map(|fd| {
                 let info = std::fs::read_to_string(format!(

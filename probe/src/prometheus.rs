@@ -473,7 +473,7 @@ mod tests {
                 Some("backend".into()),
                 st,
             )],
-            losses: [0, 0, 0, 1, 0, 0, 0, 0, 0],
+            losses: [0, 0, 0, 1, 0, 0, 0, 0],
         };
         let t = e.render();
         assert!(

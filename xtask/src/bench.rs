@@ -120,6 +120,19 @@ struct Load {
     field: &'static str,
 }
 
+/// CPU seconds (user + system) of this process (`RUSAGE_SELF`) or of its waited-for
+/// children (`RUSAGE_CHILDREN`).
+fn rusage_cpu(who: i32) -> f64 {
+    // SAFETY: getrusage fills the zeroed struct.
+    let r = unsafe {
+        let mut r: libc::rusage = std::mem::zeroed();
+        libc::getrusage(who, &mut r);
+        r
+    };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(r.ru_utime) + secs(r.ru_stime)
+}
+
 /// Pins the calling thread to CPU 0.
 fn pin_to_cpu0() {
     // SAFETY: a zeroed cpu_set_t is an empty set; sched_setaffinity(0) is this thread.
@@ -288,10 +301,11 @@ pub fn bench_probe(root: &Path) -> Result<String> {
         },
     ];
     let mut report = String::new();
-    report.push_str("| load | probe off | probe on | on/off | probe CPU (share of a core) | probe peak RSS | lost events |\n|---|---:|---:|---:|---:|---:|---:|\n");
+    report.push_str("| load | probe off | probe on | on/off | load CPU per op off → on | probe CPU (share of a core) | probe peak RSS | lost events |\n|---|---:|---:|---:|---:|---:|---:|---:|\n");
     let tmp = std::env::temp_dir().join(format!("herd-bench-{}.jsonl", std::process::id()));
     for load in &loads {
         let (mut off, mut on, mut cpu, mut hwm, mut lost) = (Vec::new(), Vec::new(), 0.0, 0, 0);
+        let (mut off_cpu, mut on_cpu) = (Vec::new(), Vec::new());
         let args: Vec<&str> = load.args.iter().map(String::as_str).collect();
         for rep in 0..REPS {
             // Alternate which goes first, so drift over the run does not favour one side.
@@ -307,11 +321,22 @@ pub fn bench_probe(root: &Path) -> Result<String> {
                     .transpose()?;
                 let before = probe.as_ref().map(|p| cpu_and_hwm(p.child.id()));
                 let t = Instant::now();
+                // The load's own CPU time per operation: the client process (a child, waited
+                // for) or this process for the ping-pong. On a machine others share it moves
+                // far less than throughput does, and the programs' cost lands in it (they
+                // run in the context of the task that switches or wakes).
+                let who = if args.is_empty() {
+                    libc::RUSAGE_SELF
+                } else {
+                    libc::RUSAGE_CHILDREN
+                };
+                let cpu0 = rusage_cpu(who);
                 let done = if args.is_empty() {
                     ping_pong(Duration::from_secs(SECONDS))?
                 } else {
                     field(&run(&mut in_ns(&workload, &args))?, load.field)?
                 };
+                let op_ns = (rusage_cpu(who) - cpu0) * 1e9 / done.max(1) as f64;
                 let rate = done as f64 / t.elapsed().as_secs_f64();
                 if let Some(p) = probe {
                     let (c1, h) = cpu_and_hwm(p.child.id());
@@ -319,11 +344,13 @@ pub fn bench_probe(root: &Path) -> Result<String> {
                     hwm = hwm.max(h);
                     lost += p.stop()?;
                     on.push(rate);
+                    on_cpu.push(op_ns);
                 } else {
                     off.push(rate);
+                    off_cpu.push(op_ns);
                 }
                 eprintln!(
-                    "xtask bench: {} rep {rep} probe {}: {rate:.0} {}",
+                    "xtask bench: {} rep {rep} probe {}: {rate:.0} {}, {op_ns:.0} ns CPU per op",
                     load.name,
                     if probe_on { "on" } else { "off" },
                     load.unit
@@ -332,13 +359,16 @@ pub fn bench_probe(root: &Path) -> Result<String> {
         }
         let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
         report.push_str(&format!(
-            "| {} | {:.0} {} | {:.0} {} | {:.3} | {:.1} % | {:.1} MiB | {lost} |\n",
+            "| {} | {:.0} {} | {:.0} {} | {:.3} | {:.0} → {:.0} ns ({:+.1} %) | {:.1} % | {:.1} MiB | {lost} |\n",
             load.name,
             mean(&off),
             load.unit,
             mean(&on),
             load.unit,
             mean(&on) / mean(&off),
+            mean(&off_cpu),
+            mean(&on_cpu),
+            100.0 * (mean(&on_cpu) / mean(&off_cpu) - 1.0),
             100.0 * cpu / REPS as f64,
             hwm as f64 / 1024.0,
         ));
