@@ -91,12 +91,21 @@ impl ProbeProc {
             .spawn()
             .context("starting herd probe")?;
         let mut err = BufReader::new(child.stderr.take().context("stderr")?);
-        let mut line = String::new();
-        err.read_line(&mut line)?;
-        if !line.contains("watching") {
-            bail!("herd probe did not start: {line}");
+        // Warnings (no Docker engine, ...) may come first; the start line says `watching`.
+        let mut said = String::new();
+        for _ in 0..20 {
+            let mut line = String::new();
+            if err.read_line(&mut line)? == 0 {
+                break;
+            }
+            if line.contains("watching") {
+                return Ok(Self { child, out });
+            }
+            said.push_str(&line);
         }
-        Ok(Self { child, out })
+        let _ = child.kill();
+        let _ = child.wait();
+        bail!("herd probe did not start: {said}");
     }
 
     fn stop(mut self) -> Result<u64> {
