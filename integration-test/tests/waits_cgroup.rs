@@ -89,6 +89,11 @@ fn oom_kills_equal_the_memory_cgroups_count_and_psi_deltas_match_the_pressure_fi
     if !privileged("oom_kills_equal_the_memory_cgroups_count") {
         return;
     }
+    // Declared before the sandbox so that it is dropped after it: the spinning processes
+    // stop before the programs are detached (under the VM suite's software emulation,
+    // unpatching the scheduler's tracepoints while CPU 0 is saturated took Linux 6.1 over
+    // 20 s, a soft lockup; on the host it is immediate).
+    let mut slot: Option<Sampler> = None;
     let mut sb = Sandbox::new("oom").unwrap();
     let c = sb.container("hog", None).unwrap();
     set_limit(&c);
@@ -111,12 +116,14 @@ fn oom_kills_equal_the_memory_cgroups_count_and_psi_deltas_match_the_pressure_fi
     }
     let probe = KernelProbe::load(&ProbeOptions::default())
         .unwrap_or_else(|e| panic!("loading the probe on Linux {}: {e}", kernel_release()));
-    let mut sampler = Sampler::new(
-        probe,
-        ContainerSet::default().with_discovery(),
-        sb.layout().clone(),
-    )
-    .unwrap();
+    let sampler = slot.insert(
+        Sampler::new(
+            probe,
+            ContainerSet::default().with_discovery(),
+            sb.layout().clone(),
+        )
+        .unwrap(),
+    );
     let (kills0, file) = oom_kills(&c);
     let psi_before_first = psi(&c);
     sampler.sample().unwrap();
