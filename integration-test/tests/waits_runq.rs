@@ -115,9 +115,12 @@ fn runq_delay_per_container_matches_schedstat_and_herds_own_threads_have_their_r
         std::thread::sleep(Duration::from_millis(100));
         sampler.poll_cpu();
     }
-    let iv = sampler.sample().unwrap();
+    // Read right before the sample, as `before` was: the sample reads the kernel map first
+    // thing, then spends a while on cgroupfs and the namespaces (long under emulation), which
+    // must not fall inside one bracket and outside the other.
     let after: HashMap<&str, u64> =
         [("victim", run_delay(&victim)), ("noisy", run_delay(&noisy))].into();
+    let iv = sampler.sample().unwrap();
     for name in ["victim", "noisy"] {
         let truth = after[name] - before[name];
         let (probe_ns, count) = runq_of(&iv, name);
