@@ -2,14 +2,22 @@
 //! environment (capabilities, kernel BTF, lockdown) exit with code 2.
 
 use anyhow::Result;
-use herd_probe::{KernelProbe, ProbeOptions};
+use herd_probe::{KernelProbe, ProbeOptions, WaitOptions};
 
 /// Loads and attaches the probe's programs; `verbose` prints the verifier's log of a program
-/// the kernel rejects.
-pub fn probe(verbose: bool) -> Result<KernelProbe> {
-    KernelProbe::load(&ProbeOptions {
-        verifier_log: verbose,
-    })
+/// the kernel rejects. `driving`: this process drives the load, so its own threads'
+/// run-queue delay gets a row of its own (`herd`), and a driver starved of CPU shows in
+/// kernel truth.
+pub fn probe(verbose: bool, driving: bool) -> Result<KernelProbe> {
+    KernelProbe::load_with(
+        &ProbeOptions {
+            verifier_log: verbose,
+        },
+        &WaitOptions {
+            own_tgid: driving.then(std::process::id),
+            ..WaitOptions::default()
+        },
+    )
     .map_err(|e| {
         if verbose && let Some(log) = e.verifier_log() {
             tracing::error!("verifier log:\n{log}");

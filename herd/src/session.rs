@@ -714,7 +714,7 @@ fn start_probe(
 ) -> Result<std::thread::JoinHandle<Result<()>>> {
     let layout = CgroupLayout::detect()?;
     let set = ContainerSet::from_args(&layout, &config.containers)?.with_discovery();
-    let probe = attach::probe(false)?;
+    let probe = attach::probe(false, true)?;
     // After the probe loads: a missing capability is the one line herd prints then.
     crate::note_docker_names(&layout);
     let mut sampler = Sampler::new(probe, set, layout)?;

@@ -224,10 +224,10 @@ fn a_terminal_gets_the_block_redrawn_in_place() {
     assert!(
         frames
             .iter()
-            .any(|f| f.contains("step 1/2 (step 1)  players 1"))
+            .any(|f| f.contains("phase 1/2 (step 1)  players 1"))
             && frames
                 .iter()
-                .any(|f| f.contains("step 2/2 (step 2)  players 2")),
+                .any(|f| f.contains("phase 2/2 (step 2)  players 2")),
         "{screen}"
     );
     // Heading, now/total, column names, one op, the driver: 5 lines to go back over (6

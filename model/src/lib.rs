@@ -12,6 +12,9 @@
 //!   rows as [`RunData`].
 //! - [`seeding`]: what `herd run` seeded and what became of it.
 //! - [`shard`]: which part of the plan a process runs (`--shard I/N`).
+//! - [`waits`]: every kernel-side wait of a container and a pair (run-queue delay, PSI, OOM
+//!   kills, listen drops, conntrack, retransmits), the probe's cells for why a request was
+//!   slow.
 //! - [`merge`]: the exact merge of several shards' driver rows.
 #![deny(missing_docs)]
 
@@ -23,6 +26,7 @@ pub mod probe;
 pub mod run;
 pub mod seeding;
 pub mod shard;
+pub mod waits;
 
 pub use driver::{
     CPU_SATURATED_SHARE, CheckFailure, DriverEvent, DriverHealth, DriverInterval, GroupStats,
@@ -36,7 +40,7 @@ pub use probe::{
     PairGauges, PairInterval, ProbeInterval, ProbeTotals, PublishedPort, Service, SocketCell,
     Throttling,
 };
-pub use probe_common::{Counter, HIST_BUCKETS, Log2Hist, Loss, N_COUNTERS, PairStats};
+pub use probe_common::{Counter, HIST_BUCKETS, Log2Hist, Loss, N_COUNTERS, PairStats, RunqStats};
 pub use run::{RunData, RunMeta, ShardInfo};
 pub use seeding::{CleanupRecord, SeedRecord, TableCount};
 pub use shard::{Shard, ShardError};

@@ -5,6 +5,8 @@ use std::net::{IpAddr, SocketAddr};
 
 use probe_common::{Counter, Log2Hist, Loss, N_COUNTERS, PairStats};
 
+use crate::waits::{ContainerWaits, PairWaits};
+
 /// Every kernel counter of one cgroup, indexed by [`Counter`].
 pub type Counts = [u64; N_COUNTERS];
 
@@ -28,6 +30,11 @@ pub struct ContainerInterval {
     /// When its cgroup disappeared (monotonic ns), once it has.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended_ns: Option<u64>,
+    /// Kernel-side waits: run-queue delay and its 100 ms windows, PSI, OOM kills, listen
+    /// drops, conntrack (the run-queue delay from the maps, the rest filled in by the
+    /// sampler).
+    #[serde(default)]
+    pub waits: ContainerWaits,
 }
 
 /// A container's socket gauges at the end of an interval, or why there are none.
@@ -232,6 +239,9 @@ pub struct PairInterval {
     /// Gauges toward this destination at the end of the interval (source netns's sockets).
     #[serde(default)]
     pub gauges: Option<PairGauges>,
+    /// Retransmits toward the destination, SYN retries apart, with their 100 ms windows.
+    #[serde(default)]
+    pub waits: PairWaits,
 }
 
 /// A destination's socket gauges in the source container's network namespace.
@@ -345,6 +355,7 @@ impl PairInterval {
             connect_latency_buckets: Default::default(),
             lifetime_buckets: Default::default(),
             gauges: Some(gauges),
+            waits: PairWaits::default(),
         }
     }
 
@@ -357,6 +368,8 @@ impl PairInterval {
             closed: self.closed,
             connect_latency_us: self.connect_latency_buckets,
             lifetime_ms: self.lifetime_buckets,
+            retrans_segs: self.waits.retrans_segs,
+            syn_retrans: self.waits.syn_retrans,
         }
     }
 }

@@ -153,8 +153,16 @@ pub enum Loss {
     /// running on the same CPU (a softirq interrupting it in process context). Never written
     /// by the programs: user space reads each program's `recursion_misses` into this slot.
     RecursionMiss = 4,
+    /// `RUNQ_TASKS` refused a thread's first entry: its wakeup or preemption was not timed,
+    /// so that run-queue wait is missing from the run-queue delay.
+    RunqStartFull = 5,
+    /// `RUNQ` was full: a cgroup's run-queue wait was measured but not recorded.
+    RunqMapFull = 6,
+    /// `RETRANS_WINDOWS` was full: a retransmit is in its pair's totals but not in a
+    /// 100 ms window.
+    RetransWindowFull = 7,
     /// Number of loss reasons; not a reason.
-    Count = 5,
+    Count = 8,
 }
 
 impl Loss {
@@ -165,6 +173,9 @@ impl Loss {
         Loss::SockMapFull,
         Loss::PairMapFull,
         Loss::RecursionMiss,
+        Loss::RunqStartFull,
+        Loss::RunqMapFull,
+        Loss::RetransWindowFull,
     ];
 
     /// The stable, snake_case name used in output.
@@ -175,6 +186,9 @@ impl Loss {
             Loss::SockMapFull => "sock_map_full",
             Loss::PairMapFull => "pair_map_full",
             Loss::RecursionMiss => "recursion_miss",
+            Loss::RunqStartFull => "runq_start_full",
+            Loss::RunqMapFull => "runq_map_full",
+            Loss::RetransWindowFull => "retrans_window_full",
             Loss::Count => "count",
         }
     }
@@ -324,6 +338,12 @@ pub struct PairStats {
     pub connect_latency_us: Log2Hist,
     /// Connection lifetime, SYN sent → CLOSE, in milliseconds.
     pub lifetime_ms: Log2Hist,
+    /// Segments retransmitted toward the pair (`tcp_retransmit_skb`, counted by the skb's
+    /// `tcp_gso_segs` as the kernel's `TcpRetransSegs` is), SYN retransmits included.
+    pub retrans_segs: u64,
+    /// Of those, SYN retransmits: a connect's SYN sent again (`TCPHDR_SYN` in the skb's
+    /// `tcp_flags`, what the kernel's `TCPSynRetrans` counts).
+    pub syn_retrans: u64,
 }
 
 impl PairStats {
@@ -335,6 +355,8 @@ impl PairStats {
         self.closed += o.closed;
         self.connect_latency_us.add(&o.connect_latency_us);
         self.lifetime_ms.add(&o.lifetime_ms);
+        self.retrans_segs += o.retrans_segs;
+        self.syn_retrans += o.syn_retrans;
     }
 
     /// `self - o`, saturating at 0 per field (a delta between two cumulative readings).
@@ -348,8 +370,91 @@ impl PairStats {
             .connect_latency_us
             .saturating_sub(&o.connect_latency_us);
         d.lifetime_ms = self.lifetime_ms.saturating_sub(&o.lifetime_ms);
+        d.retrans_segs = d.retrans_segs.saturating_sub(o.retrans_segs);
+        d.syn_retrans = d.syn_retrans.saturating_sub(o.syn_retrans);
         d
     }
+}
+
+/// Run-queue delay of one cgroup (value of the per-CPU `RUNQ` map, keyed by cgroup v2 id, or
+/// [`OWN_TGID_KEY`] for the threads of the process the loader named): the time its tasks
+/// spent runnable and not running, from a wakeup or a preemption to the next switch-in.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunqStats {
+    /// Waits measured (switch-ins that ended one).
+    pub count: u64,
+    /// Sum of the waits, ns.
+    pub total_ns: u64,
+    /// The waits, microseconds.
+    pub delay_us: Log2Hist,
+}
+
+impl RunqStats {
+    /// Adds `o` into `self` (per-CPU copies, cgroups of one container).
+    pub fn add(&mut self, o: &RunqStats) {
+        self.count += o.count;
+        self.total_ns += o.total_ns;
+        self.delay_us.add(&o.delay_us);
+    }
+
+    /// `self - o`, saturating at 0 per field (a delta between two cumulative readings).
+    pub fn delta(&self, o: &RunqStats) -> RunqStats {
+        RunqStats {
+            count: self.count.saturating_sub(o.count),
+            total_ns: self.total_ns.saturating_sub(o.total_ns),
+            delay_us: self.delay_us.saturating_sub(&o.delay_us),
+        }
+    }
+}
+
+/// The `RUNQ` key under which the threads of the process named by the `OWN_TGID` global are
+/// counted instead of under their cgroup: herd's own driver gets its own row. No cgroup has
+/// this id (kernfs ids are inode numbers, far below it).
+pub const OWN_TGID_KEY: u64 = u64::MAX;
+
+/// Capacity of the per-thread run-queue state map (an LRU: the threads that ran or woke
+/// most recently are kept).
+pub const MAX_RUNQ_TASKS: u32 = 32_768;
+
+/// One thread's run-queue state (value of the `RUNQ_TASKS` map).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunqTask {
+    /// When it became runnable (`bpf_ktime_get_ns`), 0 when it is not waiting.
+    pub start_ns: u64,
+    /// The wait it ended at its last switch-in, ns.
+    pub waited_ns: u64,
+    /// 1 while `waited_ns` is not yet recorded (it is, at the thread's next switch-out).
+    pub pending: u64,
+}
+
+/// Length of a retransmit window: retransmits are kept per pair and per window of this
+/// many ns of the monotonic clock (window `w` = `[w × RETRANS_WINDOW_NS, (w+1) × …)`).
+pub const RETRANS_WINDOW_NS: u64 = 100_000_000;
+
+/// Capacity of the (pair, window) → retransmits map; user space drains closed windows every
+/// interval, so this bounds the pairs × windows with a retransmit in one interval.
+pub const MAX_RETRANS_WINDOWS: u32 = 8_192;
+
+/// Key of the `RETRANS_WINDOWS` map: one pair in one 100 ms window.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct RetransWindowKey {
+    /// The pair.
+    pub pair: PairKey,
+    /// The window: `bpf_ktime_get_ns() / RETRANS_WINDOW_NS`.
+    pub window: u64,
+}
+
+/// Value of the `RETRANS_WINDOWS` map.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RetransWindow {
+    /// Segments retransmitted in the window, SYNs included.
+    pub retrans_segs: u64,
+    /// Of those, SYN retransmits.
+    pub syn_retrans: u64,
 }
 
 /// What the programs remember about one live socket (keyed by its kernel address).
@@ -410,6 +515,18 @@ pub mod globals {
     pub const SKC_FAMILY: &str = "SKC_FAMILY_OFF";
     /// `offsetof(struct sock_common, skc_state)`: valid in full, request and timewait sockets.
     pub const SKC_STATE: &str = "SKC_STATE_OFF";
+    /// `offsetof(struct task_struct, __state)` (5.14+; `state` before, a `long` whose low
+    /// 32 bits are read the same way on little-endian).
+    pub const TASK_STATE: &str = "TASK_STATE_OFF";
+    /// `offsetof(struct sk_buff, cb)`: where TCP keeps its `struct tcp_skb_cb`.
+    pub const SKB_CB: &str = "SKB_CB_OFF";
+    /// `offsetof(struct tcp_skb_cb, tcp_flags)`.
+    pub const TCP_SKB_CB_FLAGS: &str = "TCP_SKB_CB_FLAGS_OFF";
+    /// `offsetof(struct tcp_skb_cb, tcp_gso_segs)`: `tcp_skb_pcount()`.
+    pub const TCP_SKB_CB_GSO_SEGS: &str = "TCP_SKB_CB_GSO_SEGS_OFF";
+    /// Not an offset: the process (tgid) whose threads' run-queue delay is counted under
+    /// [`super::OWN_TGID_KEY`], 0 for none.
+    pub const OWN_TGID: &str = "OWN_TGID";
 }
 
 /// TCP states as numbered by the kernel (`include/net/tcp_states.h`); part of the UAPI-stable
@@ -489,6 +606,10 @@ mod pod {
     unsafe impl aya::Pod for super::PairStats {}
     unsafe impl aya::Pod for super::SockInfo {}
     unsafe impl aya::Pod for super::CgroupPath {}
+    unsafe impl aya::Pod for super::RunqStats {}
+    unsafe impl aya::Pod for super::RunqTask {}
+    unsafe impl aya::Pod for super::RetransWindowKey {}
+    unsafe impl aya::Pod for super::RetransWindow {}
 }
 
 #[cfg(test)]
@@ -533,8 +654,11 @@ mod tests {
         assert_eq!(core::mem::size_of::<SockInfo>(), 8 + 32 + 4 + 4);
         assert_eq!(
             core::mem::size_of::<PairStats>(),
-            8 * (4 + 2 * HIST_BUCKETS)
+            8 * (6 + 2 * HIST_BUCKETS)
         );
+        assert_eq!(core::mem::size_of::<RunqStats>(), 8 * (2 + HIST_BUCKETS));
+        assert_eq!(core::mem::size_of::<RetransWindowKey>(), 32 + 8);
+        assert_eq!(core::mem::size_of::<RetransWindow>(), 16);
         for (i, c) in Counter::ALL.iter().enumerate() {
             assert_eq!(*c as usize, i);
         }

@@ -25,7 +25,9 @@ use aya_ebpf::{
 };
 use probe_common::{
     CGROUP_PATH_LEN, CgroupCounters, CgroupPath, Counter, Loss, MAX_CGROUPS, MAX_CREATED,
-    MAX_PAIRS, MAX_SOCKS, PairKey, PairStats, SockInfo, errno, log2_bucket, tcp_state,
+    MAX_PAIRS, MAX_RETRANS_WINDOWS, MAX_RUNQ_TASKS, MAX_SOCKS, OWN_TGID_KEY, PairKey, PairStats,
+    RETRANS_WINDOW_NS, RetransWindow, RetransWindowKey, RunqStats, RunqTask, SockInfo, errno,
+    log2_bucket, tcp_state,
 };
 
 /// Per-cgroup TCP counters, keyed by cgroup v2 id. Per-CPU so increments need no atomics
@@ -39,7 +41,7 @@ static CGROUP_COUNTERS: PerCpuHashMap<u64, CgroupCounters> =
 #[map]
 static PAIRS: PerCpuHashMap<PairKey, PairStats> = PerCpuHashMap::with_max_entries(MAX_PAIRS, 0);
 
-/// One all-zero `PairStats`, the template for new pairs: at 448 bytes it does not fit on the
+/// One all-zero `PairStats`, the template for new pairs: at 464 bytes it does not fit on the
 /// 512-byte BPF stack next to everything else. Never written.
 #[map]
 static ZERO_PAIR: PerCpuArray<PairStats> = PerCpuArray::with_max_entries(1, 0);
@@ -92,6 +94,39 @@ static SKC_DPORT_OFF: u64 = 0;
 static SKC_FAMILY_OFF: u64 = 0;
 #[unsafe(no_mangle)]
 static SKC_STATE_OFF: u64 = 0;
+#[unsafe(no_mangle)]
+static TASK_STATE_OFF: u64 = 0;
+#[unsafe(no_mangle)]
+static SKB_CB_OFF: u64 = 0;
+#[unsafe(no_mangle)]
+static TCP_SKB_CB_FLAGS_OFF: u64 = 0;
+#[unsafe(no_mangle)]
+static TCP_SKB_CB_GSO_SEGS_OFF: u64 = 0;
+/// The process whose threads' run-queue waits count under `OWN_TGID_KEY` (herd's own
+/// driver), 0 for none.
+#[unsafe(no_mangle)]
+static OWN_TGID: u64 = 0;
+
+/// Each thread's run-queue state, keyed by its `task_struct` address: when it became
+/// runnable, and the wait it ended at its last switch-in until it is recorded. Updated in
+/// place; LRU, so exited threads age out and a full map evicts the least recently used.
+#[map]
+static RUNQ_TASKS: LruHashMap<u64, RunqTask> = LruHashMap::with_max_entries(MAX_RUNQ_TASKS, 0);
+
+/// Run-queue delay per cgroup v2 id (and `OWN_TGID_KEY`): count, total, log2 histogram.
+#[map]
+static RUNQ: PerCpuHashMap<u64, RunqStats> = PerCpuHashMap::with_max_entries(MAX_CGROUPS, 0);
+
+/// One all-zero `RunqStats`, the template for new cgroups (224 bytes kept off the stack of a
+/// program that runs on every context switch).
+#[map]
+static ZERO_RUNQ: PerCpuArray<RunqStats> = PerCpuArray::with_max_entries(1, 0);
+
+/// Retransmits per pair and 100 ms window of `bpf_ktime_get_ns()`; user space removes each
+/// window once it has closed and been read.
+#[map]
+static RETRANS_WINDOWS: PerCpuHashMap<RetransWindowKey, RetransWindow> =
+    PerCpuHashMap::with_max_entries(MAX_RETRANS_WINDOWS, 0);
 
 const AF_INET: u16 = 2;
 const AF_INET6: u16 = 10;
@@ -136,16 +171,21 @@ fn sock_cgroup_id(sk: *const u8) -> Option<u64> {
 
 #[inline(always)]
 fn count(cgroup: u64, counter: Counter) {
+    count_n(cgroup, counter, 1)
+}
+
+#[inline(always)]
+fn count_n(cgroup: u64, counter: Counter, n: u64) {
     if let Some(c) = CGROUP_COUNTERS.get_ptr_mut(cgroup) {
-        unsafe { (*c).v[counter as usize] += 1 };
+        unsafe { (*c).v[counter as usize] += n };
         return;
     }
     let mut fresh = CgroupCounters::default();
-    fresh.v[counter as usize] = 1;
+    fresh.v[counter as usize] = n;
     // BPF_NOEXIST: another CPU may have inserted the key meanwhile; then add to ours.
     if CGROUP_COUNTERS.insert(cgroup, fresh, 1).is_err() {
         match CGROUP_COUNTERS.get_ptr_mut(cgroup) {
-            Some(c) => unsafe { (*c).v[counter as usize] += 1 },
+            Some(c) => unsafe { (*c).v[counter as usize] += n },
             None => lose(Loss::CgroupMapFull),
         }
     }
@@ -427,14 +467,220 @@ pub fn tcp_receive_reset(ctx: RawTracePointContext) -> i32 {
     0
 }
 
-/// `trace_tcp_retransmit_skb(const struct sock *sk, const struct sk_buff *skb, ...)`.
+/// `trace_tcp_retransmit_skb(const struct sock *sk, const struct sk_buff *skb, ...)`, fired
+/// by `__tcp_retransmit_skb` once per skb sent again. The kernel's `TcpRetransSegs` adds
+/// `tcp_skb_pcount(skb)` (= `TCP_SKB_CB(skb)->tcp_gso_segs`) and `TCPSynRetrans` 1 when the
+/// skb carries a SYN (`tcp_flags & TCPHDR_SYN`): the same two numbers are read here from the
+/// skb's control block, so the pair's counts are the kernel's own.
 #[raw_tracepoint(tracepoint = "tcp_retransmit_skb")]
 pub fn tcp_retransmit_skb(ctx: RawTracePointContext) -> i32 {
     let sk: *const u8 = ctx.arg(0);
-    if !sk.is_null() {
-        count_sock(sk, Counter::Retransmits);
+    let skb: *const u8 = ctx.arg(1);
+    if sk.is_null() {
+        return 0;
+    }
+    let (segs, syn) = if skb.is_null() {
+        (1, 0)
+    } else {
+        let cb = global(&SKB_CB_OFF);
+        let segs: u16 = read(skb, cb + global(&TCP_SKB_CB_GSO_SEGS_OFF)).unwrap_or(1);
+        let flags: u8 = read(skb, cb + global(&TCP_SKB_CB_FLAGS_OFF)).unwrap_or(0);
+        (u64::from(segs.max(1)), u64::from(flags & TCPHDR_SYN != 0))
+    };
+    match sock_cgroup_id(sk) {
+        Some(cgroup) => count_n(cgroup, Counter::Retransmits, segs),
+        None => lose(Loss::CgroupUnreadable),
+    }
+    // Pairs are the sockets seen connecting (see `PAIRS`).
+    let Some(info) = (unsafe { SOCKS.get(sk as u64) }) else {
+        return 0;
+    };
+    if info.active == 0 {
+        return 0;
+    }
+    let pair = info.pair;
+    if let Some(p) = pair_stats(&pair) {
+        unsafe {
+            (*p).retrans_segs += segs;
+            (*p).syn_retrans += syn;
+        }
+    }
+    let key = RetransWindowKey {
+        pair,
+        window: unsafe { bpf_ktime_get_ns() } / RETRANS_WINDOW_NS,
+    };
+    if let Some(w) = RETRANS_WINDOWS.get_ptr_mut(key) {
+        unsafe {
+            (*w).retrans_segs += segs;
+            (*w).syn_retrans += syn;
+        }
+        return 0;
+    }
+    let fresh = RetransWindow {
+        retrans_segs: segs,
+        syn_retrans: syn,
+    };
+    // BPF_NOEXIST, as in `count_n`.
+    if RETRANS_WINDOWS.insert(key, fresh, 1).is_err() {
+        match RETRANS_WINDOWS.get_ptr_mut(key) {
+            Some(w) => unsafe {
+                (*w).retrans_segs += segs;
+                (*w).syn_retrans += syn;
+            },
+            None => lose(Loss::RetransWindowFull),
+        }
     }
     0
+}
+
+/// Inserts the all-zero template for `key` (BPF_NOEXIST).
+#[inline(always)]
+#[expect(
+    clippy::needless_borrows_for_generic_args,
+    reason = "passing the map value by reference keeps 224 bytes off the BPF stack"
+)]
+fn insert_zero_runq(key: u64, zero: *const RunqStats) {
+    let _ = RUNQ.insert(key, unsafe { &*zero }, 1);
+}
+
+/// `TCPHDR_SYN` (`include/net/tcp.h`), the wire bit.
+const TCPHDR_SYN: u8 = 0x02;
+
+/// `TASK_RUNNING` (`include/linux/sched.h`).
+const TASK_RUNNING: u32 = 0;
+
+/// Starts timing `task`'s wait for a CPU: it became runnable now. In place when the task is
+/// known (the steady state: no lock, no allocation), inserted the first time it is seen.
+#[inline(always)]
+fn runq_enqueue(task: u64, now: u64) {
+    if let Some(t) = RUNQ_TASKS.get_ptr_mut(task) {
+        unsafe { (*t).start_ns = now };
+        return;
+    }
+    let fresh = RunqTask {
+        start_ns: now,
+        ..RunqTask::default()
+    };
+    if RUNQ_TASKS.insert(task, fresh, 0).is_err() {
+        lose(Loss::RunqStartFull);
+    }
+}
+
+/// `trace_sched_wakeup(struct task_struct *p)`, from `ttwu_do_wakeup` once `p` is on a run
+/// queue and TASK_RUNNING (2.6.x; raw since 4.17): its wait for a CPU starts.
+#[raw_tracepoint(tracepoint = "sched_wakeup")]
+pub fn sched_wakeup(ctx: RawTracePointContext) -> i32 {
+    runq_enqueue(ctx.arg::<u64>(0), unsafe { bpf_ktime_get_ns() });
+    0
+}
+
+/// `trace_sched_wakeup_new(struct task_struct *p)`, from `wake_up_new_task`: a new thread's
+/// first wait for a CPU.
+#[raw_tracepoint(tracepoint = "sched_wakeup_new")]
+pub fn sched_wakeup_new(ctx: RawTracePointContext) -> i32 {
+    runq_enqueue(ctx.arg::<u64>(0), unsafe { bpf_ktime_get_ns() });
+    0
+}
+
+/// `trace_sched_switch(bool preempt, struct task_struct *prev, struct task_struct *next[,
+/// unsigned int prev_state])` (arguments 1 and 2 unchanged since 4.4; `prev_state` only
+/// since 5.18, so the state is read from the task). Runs on every context switch, so it does
+/// the least it can:
+///
+/// - `next` ends its wait: `now - start` is kept in its own entry as pending (no cgroup
+///   lookup here);
+/// - `prev` (still `current`) records the wait it ended at its own switch-in into its
+///   cgroup's row, the cgroup and process read by the cheap `current` helpers
+///   (`bpf_get_current_cgroup_id`, `bpf_get_current_pid_tgid`); and, when it leaves the CPU
+///   still TASK_RUNNING (preempted), starts its next wait.
+///
+/// A wait is therefore recorded when its thread next leaves the CPU (a time slice later at
+/// most), in the cgroup it is in then. What is timed is what schedstat's `run_delay` counts
+/// (`sched_info_enqueue` on enqueue and on a still-running depart, `sched_info_arrive` at
+/// switch-in) and libbpf-tools' runqlat times. Tasks are keyed by their `task_struct`
+/// address, so no field is read to find them; the LRU map forgets exited ones.
+///
+/// This variant takes `prev`'s state from the tracepoint's fourth argument (5.18,
+/// fa2c3254d7cf: `READ_ONCE(prev->__state)` at the top of `__schedule`), saving a probe
+/// read; an older kernel refuses to attach it (the program reads past the tracepoint's
+/// arguments) and gets [`sched_switch_old`].
+#[raw_tracepoint(tracepoint = "sched_switch")]
+pub fn sched_switch(ctx: RawTracePointContext) -> i32 {
+    let state = ctx.arg::<u64>(3) as u32;
+    on_switch(ctx.arg(1), ctx.arg(2), state == TASK_RUNNING);
+    0
+}
+
+/// [`sched_switch`] for kernels before 5.18: `prev`'s state read from the task
+/// (`task_struct.__state`, `state` before 5.14).
+#[raw_tracepoint(tracepoint = "sched_switch")]
+pub fn sched_switch_old(ctx: RawTracePointContext) -> i32 {
+    let prev: u64 = ctx.arg(1);
+    let running = read::<u32>(prev as *const u8, global(&TASK_STATE_OFF)) == Some(TASK_RUNNING);
+    on_switch(prev, ctx.arg(2), running);
+    0
+}
+
+#[inline(always)]
+fn on_switch(prev: u64, next: u64, running: bool) {
+    let now = unsafe { bpf_ktime_get_ns() };
+    match RUNQ_TASKS.get_ptr_mut(prev) {
+        Some(t) => unsafe {
+            if (*t).pending != 0 {
+                record_wait((*t).waited_ns);
+                (*t).pending = 0;
+            }
+            if running {
+                (*t).start_ns = now;
+            }
+        },
+        None if running => runq_enqueue(prev, now),
+        None => {}
+    }
+    if let Some(t) = RUNQ_TASKS.get_ptr_mut(next) {
+        unsafe {
+            let start = (*t).start_ns;
+            if start != 0 {
+                (*t).waited_ns = now.saturating_sub(start);
+                (*t).pending = 1;
+                (*t).start_ns = 0;
+            }
+        }
+    }
+}
+
+/// Adds one wait of `current` to its cgroup's row (or to `OWN_TGID_KEY` for the threads of
+/// the named process).
+#[inline(always)]
+fn record_wait(waited_ns: u64) {
+    let own = global(&OWN_TGID) as u64;
+    let key = if own != 0 && bpf_get_current_pid_tgid() >> 32 == own {
+        OWN_TGID_KEY
+    } else {
+        unsafe { bpf_get_current_cgroup_id() }
+    };
+    let slot = match RUNQ.get_ptr_mut(key) {
+        Some(s) => s,
+        None => {
+            let Some(zero) = ZERO_RUNQ.get_ptr(0) else {
+                return;
+            };
+            // BPF_NOEXIST: another CPU's insert meanwhile is as good as ours.
+            insert_zero_runq(key, zero);
+            match RUNQ.get_ptr_mut(key) {
+                Some(s) => s,
+                None => {
+                    lose(Loss::RunqMapFull);
+                    return;
+                }
+            }
+        }
+    };
+    unsafe {
+        (*slot).count += 1;
+        (*slot).total_ns += waited_ns;
+        (*slot).delay_us.0[log2_bucket(waited_ns / 1_000)] += 1;
+    }
 }
 
 #[cfg(not(test))]

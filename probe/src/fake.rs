@@ -2,12 +2,12 @@
 //! read back in order. The real source is tested for real in `integration-test/`.
 
 use std::{
-    collections::VecDeque,
+    collections::{HashMap, VecDeque},
     net::SocketAddr,
     sync::{Arc, Mutex},
 };
 
-use probe_common::{Counter, Loss, PairStats};
+use probe_common::{Counter, Loss, PairStats, RunqStats};
 
 use crate::{CounterSource, ProbeError, Snapshot, pair_key};
 
@@ -21,6 +21,9 @@ pub struct FakeCounters {
 #[derive(Default)]
 struct Script {
     queue: VecDeque<Result<Snapshot, ProbeError>>,
+    /// Run-queue readings for the 100 ms polls, in order; the last one repeats.
+    runq: VecDeque<HashMap<u64, RunqStats>>,
+    last_runq: Option<HashMap<u64, RunqStats>>,
     /// The last reading handed out, repeated once the queue is empty (counters at rest).
     last: Snapshot,
 }
@@ -34,6 +37,11 @@ impl FakeCounters {
     /// Queues the next reading.
     pub fn push(&self, s: Snapshot) {
         self.lock().queue.push_back(Ok(s));
+    }
+
+    /// Queues the next run-queue reading a 100 ms poll gets.
+    pub fn push_runq(&self, r: HashMap<u64, RunqStats>) {
+        self.lock().runq.push_back(r);
     }
 
     /// Queues a failed read (the next reading after it continues the script).
@@ -58,6 +66,14 @@ impl CounterSource for FakeCounters {
             None => Ok(s.last.clone()),
         }
     }
+
+    fn runq(&self) -> Result<Option<HashMap<u64, RunqStats>>, ProbeError> {
+        let mut s = self.lock();
+        if let Some(next) = s.runq.pop_front() {
+            s.last_runq = Some(next);
+        }
+        Ok(s.last_runq.clone())
+    }
 }
 
 /// Builders for scripted readings.
@@ -80,6 +96,12 @@ impl Snapshot {
     pub fn with_pair(mut self, cgroup: u64, remote: SocketAddr, stats: PairStats) -> Self {
         self.pairs
             .insert(pair_key(cgroup, remote.ip(), remote.port()), stats);
+        self
+    }
+
+    /// Sets `cgroup`'s run-queue totals.
+    pub fn with_runq(mut self, cgroup: u64, stats: RunqStats) -> Self {
+        self.runq.insert(cgroup, stats);
         self
     }
 

@@ -34,7 +34,10 @@ use aya::{
     programs::{ProgramError, RawTracePoint, TracePoint},
 };
 pub use error::ProbeError;
-use probe_common::{CgroupCounters, Counter, Loss, N_COUNTERS, PairKey, PairStats, globals};
+use probe_common::{
+    CgroupCounters, Counter, Loss, N_COUNTERS, PairKey, PairStats, RETRANS_WINDOW_NS,
+    RetransWindow, RetransWindowKey, RunqStats, globals,
+};
 pub use source::CounterSource;
 
 /// The eBPF object built by `build.rs` from the `probe-ebpf` crate.
@@ -88,12 +91,55 @@ const PROGRAMS: &[(&str, Hook, &str)] = &[
     ),
 ];
 
+/// The run-queue programs: optional. A kernel that refuses one (no such tracepoint, a BTF
+/// without the task fields) loses the run-queue delay, with the reason in every interval, and
+/// keeps everything else.
+const RUNQ_PROGRAMS: &[(&str, Hook, &str)] = &[
+    (
+        "sched_wakeup",
+        Hook::Raw("sched_wakeup"),
+        "raw tracepoints (4.17) and the sched_wakeup tracepoint",
+    ),
+    (
+        "sched_wakeup_new",
+        Hook::Raw("sched_wakeup_new"),
+        "raw tracepoints (4.17) and the sched_wakeup_new tracepoint",
+    ),
+    (
+        "sched_switch",
+        Hook::Raw("sched_switch"),
+        "raw tracepoints (4.17) and the sched_switch tracepoint (prev, next as arguments 1, 2: 4.4; prev_state as argument 3: 5.18)",
+    ),
+];
+
+/// What a kernel before 5.18 attaches instead of `sched_switch` (no `prev_state` argument).
+const SCHED_SWITCH_OLD: (&str, Hook, &str) = (
+    "sched_switch_old",
+    Hook::Raw("sched_switch"),
+    "raw tracepoints (4.17) and the sched_switch tracepoint (prev, next as arguments 1, 2: 4.4)",
+);
+
 /// Options for loading the probe.
 #[derive(Clone, Debug, Default)]
 pub struct ProbeOptions {
     /// Ask the verifier for its full log when a program is rejected (costly; for `--verbose`).
     pub verifier_log: bool,
 }
+
+/// Options of the run-queue programs ([`KernelProbe::load_with`]).
+#[derive(Clone, Debug, Default)]
+pub struct WaitOptions {
+    /// A process (tgid) whose threads' run-queue delay is counted in a row of their own,
+    /// [`OWN_ROW`], instead of in their cgroup's: herd's own pid when herd drives the load, so
+    /// a driver starved of CPU shows in kernel truth.
+    pub own_tgid: Option<u32>,
+    /// Leave the run-queue programs out (they run on every context switch): the run-queue
+    /// delay is then unavailable with this reason.
+    pub no_runq: bool,
+}
+
+/// The name of the row that holds the threads of [`WaitOptions::own_tgid`].
+pub const OWN_ROW: &str = "herd";
 
 /// Counter totals of one cgroup, summed over CPUs since the probe was loaded.
 pub use herd_model::Counts;
@@ -113,6 +159,27 @@ pub struct Snapshot {
     pub losses: [u64; Loss::Count as usize],
     /// Totals by source container → destination pair (active sockets).
     pub pairs: HashMap<PairKey, PairStats>,
+    /// Run-queue delay totals by cgroup v2 id ([`probe_common::OWN_TGID_KEY`] for the threads
+    /// of [`WaitOptions::own_tgid`]).
+    pub runq: HashMap<u64, RunqStats>,
+    /// Why there is no run-queue delay, when there is none.
+    pub runq_unavailable: Option<String>,
+    /// Retransmits per pair in the 100 ms windows that closed since the previous snapshot
+    /// (each window is handed out once), oldest first.
+    pub retrans_windows: Vec<(PairKey, RetransSpan)>,
+}
+
+/// Retransmits of one pair in one window of the monotonic clock.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RetransSpan {
+    /// Window start (ns).
+    pub start_ns: u64,
+    /// Window end (ns).
+    pub end_ns: u64,
+    /// Segments retransmitted, SYNs included.
+    pub retrans_segs: u64,
+    /// Of those, SYN retransmits.
+    pub syn_retrans: u64,
 }
 
 impl Snapshot {
@@ -140,11 +207,24 @@ impl Snapshot {
 /// The loaded and attached kernel programs. Dropping it detaches everything.
 pub struct KernelProbe {
     ebpf: Ebpf,
+    /// Why the run-queue programs are not attached, when they are not.
+    runq_unavailable: Option<String>,
+    /// `RETRANS_WINDOWS`, taken out of `ebpf`: reading it also removes what was read.
+    retrans_windows: std::sync::Mutex<RetransWindows>,
 }
 
+type RetransWindows = PerCpuHashMap<MapData, RetransWindowKey, RetransWindow>;
+
 impl KernelProbe {
-    /// Checks privileges and kernel support, then loads and attaches every program.
+    /// Checks privileges and kernel support, then loads and attaches every program, the
+    /// run-queue ones with default [`WaitOptions`] (no process counted apart).
     pub fn load(opts: &ProbeOptions) -> Result<Self, ProbeError> {
+        Self::load_with(opts, &WaitOptions::default())
+    }
+
+    /// [`Self::load`], with the run-queue programs' options: herd passes its own pid as
+    /// [`WaitOptions::own_tgid`] when it drives the load.
+    pub fn load_with(opts: &ProbeOptions, waits: &WaitOptions) -> Result<Self, ProbeError> {
         caps::require_bpf()?;
         let btf = btf::Btf::from_kernel()?;
         let offsets = [
@@ -182,7 +262,38 @@ impl KernelProbe {
                 globals::SKC_STATE,
                 btf.member_offset("sock_common", &["skc_state"])?,
             ),
+            (globals::SKB_CB, btf.member_offset("sk_buff", &["cb"])?),
+            (
+                globals::TCP_SKB_CB_FLAGS,
+                btf.member_offset("tcp_skb_cb", &["tcp_flags"])?,
+            ),
+            (
+                globals::TCP_SKB_CB_GSO_SEGS,
+                btf.member_offset("tcp_skb_cb", &["tcp_gso_segs"])?,
+            ),
         ];
+        // The run-queue programs' offsets: a kernel without one loses only the run-queue
+        // delay. `__state` replaced `state` in 5.14 (2f064a59a11f); both are read as their
+        // low 32 bits.
+        let task = || -> Result<[(&str, u64); 1], btf::BtfError> {
+            Ok([(
+                globals::TASK_STATE,
+                btf.member_offset("task_struct", &["__state"])
+                    .or_else(|_| btf.member_offset("task_struct", &["state"]))?,
+            )])
+        };
+        let (task_offsets, mut runq_unavailable) = if waits.no_runq {
+            (
+                None,
+                Some("the run-queue programs were left out".to_owned()),
+            )
+        } else {
+            match task() {
+                Ok(t) => (Some(t), None),
+                Err(e) => (None, Some(format!("this kernel's BTF lacks a field: {e}"))),
+            }
+        };
+        let own_tgid = u64::from(waits.own_tgid.unwrap_or(0));
         raise_memlock();
         let mut loader = EbpfLoader::new();
         loader.verifier_log_level(if opts.verifier_log {
@@ -190,11 +301,58 @@ impl KernelProbe {
         } else {
             VerifierLogLevel::default()
         });
-        for (name, value) in &offsets {
+        for (name, value) in offsets.iter().chain(task_offsets.iter().flatten()) {
             loader.override_global(name, value, true);
         }
+        loader.override_global(globals::OWN_TGID, &own_tgid, true);
         let mut ebpf = loader.load(EBPF_OBJECT).map_err(ProbeError::Object)?;
         for &(program, hook, needs) in PROGRAMS {
+            attach(&mut ebpf, program, hook, needs)?;
+        }
+        if runq_unavailable.is_none() {
+            for &(program, hook, needs) in RUNQ_PROGRAMS {
+                let mut attached = attach(&mut ebpf, program, hook, needs);
+                if attached.is_err() && program == "sched_switch" {
+                    let (old, hook, needs) = SCHED_SWITCH_OLD;
+                    attached = attach(&mut ebpf, old, hook, needs);
+                }
+                if let Err(e) = attached {
+                    runq_unavailable = Some(format!("this kernel refused {program}: {e}"));
+                    // Half the programs would time waits that never end: none run.
+                    for &(p, ..) in RUNQ_PROGRAMS.iter().chain([&SCHED_SWITCH_OLD]) {
+                        if let Some(prog) = ebpf.program_mut(p) {
+                            let raw: Result<&mut RawTracePoint, _> = prog.try_into();
+                            if let Ok(raw) = raw {
+                                let _ = raw.unload();
+                            }
+                        }
+                    }
+                    break;
+                }
+            }
+        }
+        let map = ebpf
+            .take_map("RETRANS_WINDOWS")
+            .ok_or(ProbeError::MissingMap("RETRANS_WINDOWS"))?;
+        let retrans_windows = RetransWindows::try_from(map)
+            .map_err(|source| ProbeError::Map("RETRANS_WINDOWS", source))?;
+        Ok(Self {
+            ebpf,
+            runq_unavailable,
+            retrans_windows: std::sync::Mutex::new(retrans_windows),
+        })
+    }
+}
+
+/// Loads and attaches one program.
+fn attach(
+    ebpf: &mut Ebpf,
+    program: &'static str,
+    hook: Hook,
+    needs: &'static str,
+) -> Result<(), ProbeError> {
+    {
+        {
             let prog = ebpf
                 .program_mut(program)
                 .ok_or(ProbeError::MissingProgram(program))?;
@@ -223,7 +381,74 @@ impl KernelProbe {
                 source,
             })?;
         }
-        Ok(Self { ebpf })
+    }
+    Ok(())
+}
+
+impl KernelProbe {
+    /// Why the run-queue delay is not measured, or `None` when it is.
+    pub fn runq_unavailable(&self) -> Option<&str> {
+        self.runq_unavailable.as_deref()
+    }
+
+    /// Run-queue delay totals by cgroup v2 id: one walk of the per-CPU `RUNQ` map, cheap
+    /// enough for every 100 ms poll.
+    pub fn runq(&self) -> Result<HashMap<u64, RunqStats>, ProbeError> {
+        let map = self
+            .ebpf
+            .map("RUNQ")
+            .ok_or(ProbeError::MissingMap("RUNQ"))?;
+        let runq = PerCpuHashMap::<&MapData, u64, RunqStats>::try_from(map)
+            .map_err(|source| ProbeError::Map("RUNQ", source))?;
+        let mut out = HashMap::new();
+        for entry in runq.iter() {
+            let (key, per_cpu) = entry.map_err(|source| ProbeError::Map("RUNQ", source))?;
+            let mut total = RunqStats::default();
+            for cpu in per_cpu.iter() {
+                total.add(cpu);
+            }
+            out.insert(key, total);
+        }
+        Ok(out)
+    }
+
+    /// Removes and returns the retransmit windows that closed before `now_ns`.
+    fn drain_retrans_windows(
+        &self,
+        now_ns: u64,
+    ) -> Result<Vec<(PairKey, RetransSpan)>, ProbeError> {
+        let open = now_ns / RETRANS_WINDOW_NS;
+        let mut windows = self
+            .retrans_windows
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut closed = Vec::new();
+        for entry in windows.iter() {
+            let (key, per_cpu) =
+                entry.map_err(|source| ProbeError::Map("RETRANS_WINDOWS", source))?;
+            if key.window >= open {
+                continue;
+            }
+            let mut span = RetransSpan {
+                start_ns: key.window * RETRANS_WINDOW_NS,
+                end_ns: (key.window + 1) * RETRANS_WINDOW_NS,
+                ..RetransSpan::default()
+            };
+            for cpu in per_cpu.iter() {
+                span.retrans_segs += cpu.retrans_segs;
+                span.syn_retrans += cpu.syn_retrans;
+            }
+            closed.push((key, span));
+        }
+        // A closed window gets no more writes (its time has passed), so removing it after
+        // reading loses nothing.
+        for (key, _) in &closed {
+            let _ = windows.remove(key);
+        }
+        let mut out: Vec<(PairKey, RetransSpan)> =
+            closed.into_iter().map(|(k, s)| (k.pair, s)).collect();
+        out.sort_by_key(|(_, s)| s.start_ns);
+        Ok(out)
     }
 
     /// Reads every counter. Cheap: one map walk per call, no per-event work.
@@ -289,12 +514,19 @@ impl KernelProbe {
                 created.insert(id, std::path::PathBuf::from(p));
             }
         }
+        let runq = match self.runq_unavailable {
+            None => self.runq()?,
+            Some(_) => HashMap::new(),
+        };
         Ok(Snapshot {
             at_ns,
             by_cgroup,
             created,
             losses,
             pairs,
+            runq,
+            runq_unavailable: self.runq_unavailable.clone(),
+            retrans_windows: self.drain_retrans_windows(at_ns)?,
         })
     }
 }
@@ -310,6 +542,8 @@ impl KernelProbe {
         use std::os::fd::{AsFd as _, AsRawFd as _};
         PROGRAMS
             .iter()
+            .chain(RUNQ_PROGRAMS)
+            .chain([&SCHED_SWITCH_OLD])
             .filter_map(|(name, ..)| self.ebpf.program(name)?.fd().ok())
             .map(|fd| {
                 let info = std::fs::read_to_string(format!(

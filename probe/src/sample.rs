@@ -6,12 +6,17 @@ use std::{
     path::PathBuf,
 };
 
-use probe_common::{N_COUNTERS, PairStats};
+use probe_common::{N_COUNTERS, OWN_TGID_KEY, PairStats, RunqStats};
 
-use crate::{Snapshot, containers::ContainerSet, pair_addr};
+use crate::{OWN_ROW, Snapshot, containers::ContainerSet, pair_addr};
 use herd_model::{
     ContainerInterval, CountMap, CpuCell, Log2Summary, PairInterval, ProbeInterval, SocketCell,
+    waits::{ContainerWaits, PairWaits, RetransWindowCell, RunqCell},
 };
+
+/// Why the row of herd's own process has only its run-queue delay.
+pub const OWN_ROW_REASON: &str = "herd's own process: this row holds its threads' run-queue delay only; its CPU, sockets \
+     and TCP counts are in its cgroup's row";
 
 /// Turns cumulative snapshots into deltas per container and per pair. `paths` maps cgroup ids
 /// to paths (for attributing descendants); ids missing from it count as `host`. `owners` maps
@@ -40,7 +45,12 @@ pub fn interval(
             Some(before) => now.delta(before),
             None => *now,
         };
-        if d.connects == 0 && d.established == 0 && d.closed == 0 && d.time_wait_entries == 0 {
+        if d.connects == 0
+            && d.established == 0
+            && d.closed == 0
+            && d.time_wait_entries == 0
+            && d.retrans_segs == 0
+        {
             continue;
         }
         let remote = SocketAddr::new(pair_addr(key), key.port);
@@ -49,9 +59,39 @@ pub fn interval(
             .or_default()
             .add(&d);
     }
+    // Retransmit windows: per (container, destination), cgroups of one container merged.
+    let mut windows: BTreeMap<(usize, SocketAddr), BTreeMap<u64, RetransWindowCell>> =
+        BTreeMap::new();
+    for (key, span) in &cur.retrans_windows {
+        let remote = SocketAddr::new(pair_addr(key), key.port);
+        let w = windows
+            .entry((set.attribute(key.cgroup, paths), remote))
+            .or_default()
+            .entry(span.start_ns)
+            .or_insert(RetransWindowCell {
+                start_ns: span.start_ns,
+                end_ns: span.end_ns,
+                ..RetransWindowCell::default()
+            });
+        w.retrans_segs += span.retrans_segs;
+        w.syn_retrans += span.syn_retrans;
+    }
+    for k in windows.keys() {
+        // A window that closed after its pair's last count of an earlier interval still
+        // needs a row to be shown on.
+        merged.entry(*k).or_default();
+    }
     let pairs = merged
         .into_iter()
         .map(|((i, remote), st)| PairInterval {
+            waits: PairWaits {
+                retrans_segs: st.retrans_segs,
+                syn_retrans: st.syn_retrans,
+                windows: windows
+                    .remove(&(i, remote))
+                    .map(|w| w.into_values().collect())
+                    .unwrap_or_default(),
+            },
             container: names[i].to_owned(),
             remote,
             remote_container: owners.get(&remote.ip()).cloned(),
@@ -66,22 +106,67 @@ pub fn interval(
             gauges: None,
         })
         .collect();
+    // Run-queue delay: delta per key, summed per container; the named process's threads
+    // (herd's own) in a row of their own.
+    let mut runq = vec![RunqStats::default(); names.len()];
+    let mut own: Option<RunqStats> = None;
+    for (id, now) in &cur.runq {
+        let d = match prev.runq.get(id) {
+            Some(before) => now.delta(before),
+            None => *now,
+        };
+        if *id == OWN_TGID_KEY {
+            own.get_or_insert_default().add(&d);
+        } else {
+            runq[set.attribute(*id, paths)].add(&d);
+        }
+    }
+    let runq_cell = |d: &RunqStats| match &cur.runq_unavailable {
+        Some(reason) => RunqCell::Unavailable {
+            reason: reason.clone(),
+        },
+        None => RunqCell::of(d),
+    };
+    let mut containers: Vec<ContainerInterval> = names
+        .iter()
+        .zip(sums)
+        .zip(&runq)
+        .map(|((n, c), r)| ContainerInterval {
+            container: (*n).to_owned(),
+            counts: CountMap(c),
+            cpu: CpuCell::default(),
+            sockets: SocketCell::default(),
+            started_ns: None,
+            ended_ns: None,
+            waits: ContainerWaits {
+                runq: runq_cell(r),
+                ..ContainerWaits::default()
+            },
+        })
+        .collect();
+    if let Some(d) = own {
+        containers.push(ContainerInterval {
+            container: OWN_ROW.to_owned(),
+            counts: CountMap::default(),
+            cpu: CpuCell::Unavailable {
+                reason: OWN_ROW_REASON.into(),
+            },
+            sockets: SocketCell::Unavailable {
+                reason: OWN_ROW_REASON.into(),
+            },
+            started_ns: None,
+            ended_ns: None,
+            waits: ContainerWaits {
+                runq: runq_cell(&d),
+                ..ContainerWaits::default()
+            },
+        });
+    }
     ProbeInterval {
         at_ns: cur.at_ns,
         interval_ns: cur.at_ns.saturating_sub(prev.at_ns),
         pairs,
-        containers: names
-            .iter()
-            .zip(sums)
-            .map(|(n, c)| ContainerInterval {
-                container: (*n).to_owned(),
-                counts: CountMap(c),
-                cpu: CpuCell::default(),
-                sockets: SocketCell::default(),
-                started_ns: None,
-                ended_ns: None,
-            })
-            .collect(),
+        containers,
         lost: cur.lost().saturating_sub(prev.lost()),
         services: Vec::new(),
     }
@@ -160,7 +245,7 @@ mod tests {
         let cur = Snapshot {
             at_ns: 2_000,
             by_cgroup: HashMap::from([(1, counts(8, 0)), (7, counts(1, 4)), (9, counts(2, 0))]),
-            losses: [1, 0, 0, 0, 0],
+            losses: [1, 0, 0, 0, 0, 0, 0, 0],
             ..Snapshot::default()
         };
         let i = interval(&prev, &cur, &set, &HashMap::new(), &HashMap::new());

@@ -10,18 +10,24 @@ use std::{
     time::{Duration, Instant},
 };
 
-use probe_common::PairStats;
+use probe_common::{OWN_TGID_KEY, PairStats, RunqStats};
 
 use crate::{
     CounterSource, Counts, ProbeError, Snapshot, addrs,
     cgroup::{CgroupLayout, walk},
-    cgroupfs::{CpuSampler, HostFiles},
+    cgroupfs::{CgroupDirs, CpuSampler, HostFiles, WaitReading, WaitSources},
     containers::{ContainerSet, HOST},
     netstat::NetCounters,
     sample::interval,
     sockdiag::{DestinationGauges, NetnsCache, NetnsTarget, TcpState},
 };
-use herd_model::{CpuCell, InboundCell, PairGauges, ProbeInterval, ProbeTotals, SocketCell};
+use herd_model::{
+    CpuCell, InboundCell, PairGauges, ProbeInterval, ProbeTotals, SocketCell,
+    waits::{
+        ConntrackCell, ListenerCell, ListenerWaits, OomCell, Pressure, PsiCell, WaitWindow,
+        push_window,
+    },
+};
 
 /// Samples the kernel maps into intervals.
 pub struct Sampler {
@@ -54,6 +60,27 @@ pub struct Sampler {
     /// Container cgroups the kernel saw created (`cgroup_mkdir`), kept after their directory
     /// is gone: a one-shot container's events are its own, not `host`'s.
     created: HashMap<u64, PathBuf>,
+    /// The sub-second windows of run-queue delay and throttling.
+    windows: WaitWindows,
+    /// Where each container's PSI and OOM kills come from, or why they cannot be read.
+    wait_sources: HashMap<String, Result<WaitSources, String>>,
+    /// Each container's previous PSI and OOM reading, for deltas.
+    wait_prev: HashMap<String, WaitReading>,
+    /// Each listener's drops at the previous sample, by (netns inode, socket cookie).
+    listener_prev: HashMap<(u64, u64), u32>,
+    /// conntrack's drop counters at the previous sample, by netns inode.
+    conntrack_prev: HashMap<u64, [Option<u64>; 3]>,
+}
+
+/// State of the 100 ms windows between two intervals.
+#[derive(Default)]
+struct WaitWindows {
+    /// Run-queue totals per cgroup id at the last poll.
+    runq_prev: HashMap<u64, RunqStats>,
+    /// Per container: the last poll's time and throttled total.
+    last: HashMap<String, (u64, Option<u64>)>,
+    /// Per container: the windows closed since the last interval.
+    open: HashMap<String, Vec<WaitWindow>>,
 }
 
 impl Sampler {
@@ -82,7 +109,13 @@ impl Sampler {
             netns: NetnsCache::default(),
             net_prev: HashMap::new(),
             own_netns: std::fs::metadata("/proc/self/ns/net").map_or(0, |m| m.ino()),
+            windows: WaitWindows::default(),
+            wait_sources: HashMap::new(),
+            wait_prev: HashMap::new(),
+            listener_prev: HashMap::new(),
+            conntrack_prev: HashMap::new(),
         };
+        s.windows.runq_prev = s.prev.runq.clone();
         s.refresh(start_ns);
         Ok(s)
     }
@@ -125,6 +158,14 @@ impl Sampler {
             .map(|c| (c.name.clone(), c.cgroup.clone()))
             .chain(std::iter::once((HOST.to_owned(), PathBuf::from("/"))));
         for (name, cgroup) in roots.collect::<Vec<_>>() {
+            if !self.wait_sources.contains_key(&name) {
+                let dirs = CgroupDirs::of(&self.layout, &cgroup);
+                let sources = WaitSources::resolve(&HostFiles, &dirs).map_err(|e| e.to_string());
+                if let Ok(s) = &sources {
+                    self.wait_prev.insert(name.clone(), s.read(&HostFiles));
+                }
+                self.wait_sources.insert(name.clone(), sources);
+            }
             if self.cpu.contains_key(&name) || self.cpu_missing.contains_key(&name) {
                 continue;
             }
@@ -148,6 +189,123 @@ impl Sampler {
         for s in self.cpu.values_mut() {
             let _ = s.poll(now);
         }
+        self.poll_windows(now);
+    }
+
+    /// Closes one sub-second window per container: the run-queue delay that ended since the
+    /// last poll (the kernel map's per-cgroup deltas, attributed as the interval's are) and
+    /// the throttled time its CPU sampler just read.
+    fn poll_windows(&mut self, now: u64) {
+        let runq = self.probe.runq().ok().flatten();
+        let names = self.set.names();
+        let mut per: HashMap<&str, (u64, u64)> = HashMap::new();
+        if let Some(runq) = &runq {
+            for (id, cur) in runq {
+                let d = match self.windows.runq_prev.get(id) {
+                    Some(before) => cur.delta(before),
+                    None => *cur,
+                };
+                let name = if *id == OWN_TGID_KEY {
+                    crate::OWN_ROW
+                } else {
+                    names[self.set.attribute(*id, &self.paths)]
+                };
+                let slot = per.entry(name).or_default();
+                slot.0 += d.total_ns;
+                slot.1 += d.count;
+            }
+        }
+        let own = runq.as_ref().is_some_and(|r| r.contains_key(&OWN_TGID_KEY));
+        for name in names.iter().copied().chain(own.then_some(crate::OWN_ROW)) {
+            let throttled = self
+                .cpu
+                .get(name)
+                .and_then(|s| s.last_reading().1.throttle.map(|t| t.throttled_ns));
+            let Some((start, before)) = self.windows.last.insert(name.to_owned(), (now, throttled))
+            else {
+                continue;
+            };
+            let (runq_ns, runq_count) = match (&runq, per.get(name)) {
+                (None, _) => (None, 0),
+                (Some(_), Some((ns, n))) => (Some(*ns), *n),
+                (Some(_), None) => (Some(0), 0),
+            };
+            let w = WaitWindow {
+                start_ns: start,
+                end_ns: now,
+                runq_ns,
+                runq_count,
+                throttled_ns: throttled.zip(before).map(|(a, b)| a.saturating_sub(b)),
+            };
+            push_window(self.windows.open.entry(name.to_owned()).or_default(), w);
+        }
+        if let Some(runq) = runq {
+            self.windows.runq_prev = runq;
+        }
+    }
+
+    /// PSI and OOM deltas of one container since the previous interval.
+    fn fill_psi_oom(&mut self, name: &str) -> (PsiCell, OomCell) {
+        let sources = match self.wait_sources.get(name) {
+            Some(Ok(s)) => s,
+            Some(Err(reason)) => {
+                return (
+                    PsiCell::Unavailable {
+                        reason: reason.clone(),
+                    },
+                    OomCell::Unavailable {
+                        reason: reason.clone(),
+                    },
+                );
+            }
+            None => {
+                let reason = "the container has no cgroup to read".to_owned();
+                return (
+                    PsiCell::Unavailable {
+                        reason: reason.clone(),
+                    },
+                    OomCell::Unavailable { reason },
+                );
+            }
+        };
+        let now = sources.read(&HostFiles);
+        let before = self.wait_prev.insert(name.to_owned(), now.clone());
+        let psi = match (&sources.psi, &now.psi) {
+            (Err(reason), _) => PsiCell::Unavailable {
+                reason: reason.clone(),
+            },
+            (Ok(_), None) => PsiCell::Unavailable {
+                reason: "the pressure files could not be read".into(),
+            },
+            (Ok(_), Some(cur)) => {
+                let prev = before.as_ref().and_then(|b| b.psi);
+                let d = |i: usize| {
+                    let c = cur[i]?;
+                    let p = prev.and_then(|p| p[i]).unwrap_or(c);
+                    Some(Pressure {
+                        some_us: c.some_us.saturating_sub(p.some_us),
+                        full_us: c.full_us.map(|f| f.saturating_sub(p.full_us.unwrap_or(f))),
+                    })
+                };
+                PsiCell::Measured {
+                    cpu: d(0),
+                    memory: d(1),
+                    io: d(2),
+                }
+            }
+        };
+        let oom = match (&sources.oom, now.oom_kills) {
+            (crate::cgroupfs::OomSource::Unavailable { reason }, _) => OomCell::Unavailable {
+                reason: reason.clone(),
+            },
+            (_, None) => OomCell::Unavailable {
+                reason: "the OOM counter could not be read".into(),
+            },
+            (_, Some(k)) => OomCell::Measured {
+                oom_kills: k.saturating_sub(before.and_then(|b| b.oom_kills).unwrap_or(k)),
+            },
+        };
+        (psi, oom)
     }
 
     /// Reads the maps and returns the interval since the previous call.
@@ -187,6 +345,18 @@ impl Sampler {
                         .unwrap_or_else(|| "the container has no cgroup to read".into()),
                 },
             };
+        }
+        for c in &mut iv.containers {
+            c.waits.windows = self.windows.open.remove(&c.container).unwrap_or_default();
+            if c.container == crate::OWN_ROW {
+                let reason = crate::sample::OWN_ROW_REASON.to_owned();
+                c.waits.psi = PsiCell::Unavailable {
+                    reason: reason.clone(),
+                };
+                c.waits.oom = OomCell::Unavailable { reason };
+                continue;
+            }
+            (c.waits.psi, c.waits.oom) = self.fill_psi_oom(&c.container);
         }
         for c in &iv.containers {
             match self.totals.iter_mut().find(|(n, _)| *n == c.container) {
@@ -262,9 +432,23 @@ impl Sampler {
     fn attach_sockets(&mut self, iv: &mut ProbeInterval) {
         let mut samples: HashMap<String, crate::sockdiag::NetnsSample> = HashMap::new();
         for c in &mut iv.containers {
+            if c.container == crate::OWN_ROW {
+                let reason = crate::sample::OWN_ROW_REASON.to_owned();
+                c.waits.listeners = ListenerCell::Unavailable {
+                    reason: reason.clone(),
+                };
+                c.waits.conntrack = ConntrackCell::Unavailable { reason };
+                continue;
+            }
             let target = match self.netns_target(&c.container) {
                 Ok(t) => t,
                 Err(reason) => {
+                    c.waits.listeners = ListenerCell::Unavailable {
+                        reason: reason.clone(),
+                    };
+                    c.waits.conntrack = ConntrackCell::Unavailable {
+                        reason: reason.clone(),
+                    };
                     c.sockets = SocketCell::Unavailable { reason };
                     continue;
                 }
@@ -275,6 +459,12 @@ impl Sampler {
                 .and_then(|n| n.sample_since(Some(self.start_ns)));
             match sample {
                 Ok(s) => {
+                    let first = !self.net_prev.contains_key(&s.netns_inode);
+                    let ns_drops = self.net_prev.get(&s.netns_inode).map_or(0, |p| {
+                        s.counters.listen_drops.saturating_sub(p.listen_drops)
+                    });
+                    c.waits.listeners = self.listener_cell(&s, first, ns_drops);
+                    c.waits.conntrack = self.conntrack_cell(&s, first);
                     let prev = self.net_prev.insert(s.netns_inode, s.counters.clone());
                     let delta = |now: u64, f: fn(&NetCounters) -> u64| {
                         prev.as_ref().map_or(0, |p| now.saturating_sub(f(p)))
@@ -306,9 +496,14 @@ impl Sampler {
                     samples.insert(c.container.clone(), s);
                 }
                 Err(e) => {
-                    c.sockets = SocketCell::Unavailable {
-                        reason: e.to_string(),
-                    }
+                    let reason = e.to_string();
+                    c.waits.listeners = ListenerCell::Unavailable {
+                        reason: reason.clone(),
+                    };
+                    c.waits.conntrack = ConntrackCell::Unavailable {
+                        reason: reason.clone(),
+                    };
+                    c.sockets = SocketCell::Unavailable { reason }
                 }
             }
         }
@@ -348,6 +543,98 @@ impl Sampler {
         for inode in stale {
             self.net_prev.remove(&inode);
             self.netns.remove(inode);
+            self.conntrack_prev.remove(&inode);
+            self.listener_prev.retain(|(ns, _), _| *ns != inode);
+        }
+    }
+
+    /// Listeners of a namespace per local port: drops since the previous sample (each
+    /// listener's `sk_drops` delta; a listener new since then counts all of its drops, and
+    /// the first sample of a namespace is its baseline), accept queue and backlog now.
+    ///
+    /// `sk_drops` counts a handshake-completing ACK that found the accept queue full twice
+    /// (`tcp_listendrop` in `tcp_v4_syn_recv_sock`, then `sk_drops_add` on `tcp_v4_rcv`'s
+    /// discard path) where ListenDrops counts it once; so no port shows more drops than the
+    /// namespace's ListenDrops delta (`ns_drops`) of the same interval.
+    fn listener_cell(
+        &mut self,
+        s: &crate::sockdiag::NetnsSample,
+        first: bool,
+        ns_drops: u64,
+    ) -> ListenerCell {
+        let mut ports: BTreeMap<u16, ListenerWaits> = BTreeMap::new();
+        let mut seen = Vec::new();
+        for l in &s.gauges.listeners {
+            let key = (s.netns_inode, l.cookie);
+            seen.push(key);
+            let drops = match l.drops {
+                Some(now) => {
+                    let before = self.listener_prev.insert(key, now);
+                    match before {
+                        Some(b) => u64::from(now.wrapping_sub(b)),
+                        None if first => 0,
+                        None => u64::from(now),
+                    }
+                }
+                None => {
+                    return ListenerCell::Unavailable {
+                        reason: "this kernel sent no INET_DIAG_SKMEMINFO for the listeners".into(),
+                    };
+                }
+            };
+            let p = ports.entry(l.local.port()).or_insert(ListenerWaits {
+                local_port: l.local.port(),
+                ..ListenerWaits::default()
+            });
+            p.sockets += 1;
+            p.drops += drops;
+            p.accept_queue += u64::from(l.accept_queue);
+            p.backlog += u64::from(l.backlog);
+        }
+        self.listener_prev
+            .retain(|k, _| k.0 != s.netns_inode || seen.contains(k));
+        for p in ports.values_mut() {
+            p.drops = p.drops.min(ns_drops);
+        }
+        ListenerCell::Measured {
+            ports: ports.into_values().collect(),
+        }
+    }
+
+    /// A namespace's conntrack entries and limit now, and its drop counters' deltas.
+    fn conntrack_cell(&mut self, s: &crate::sockdiag::NetnsSample, first: bool) -> ConntrackCell {
+        match &s.conntrack {
+            crate::sockdiag::ConntrackReading::Unavailable { reason } => {
+                ConntrackCell::Unavailable {
+                    reason: reason.clone(),
+                }
+            }
+            crate::sockdiag::ConntrackReading::Read {
+                entries,
+                max,
+                drop,
+                early_drop,
+                insert_failed,
+            } => {
+                let now = [*drop, *early_drop, *insert_failed];
+                let before = self.conntrack_prev.insert(s.netns_inode, now);
+                let d = |i: usize| {
+                    let n = now[i]?;
+                    let b = if first {
+                        n
+                    } else {
+                        before.and_then(|b| b[i]).unwrap_or(n)
+                    };
+                    Some(n.saturating_sub(b))
+                };
+                ConntrackCell::Measured {
+                    entries: *entries,
+                    max: *max,
+                    drop: d(0),
+                    early_drop: d(1),
+                    insert_failed: d(2),
+                }
+            }
         }
     }
 

@@ -301,6 +301,7 @@ fn hop(
         connect_latency_buckets: latency,
         lifetime_buckets: lifetime,
         gauges: Some(gauges),
+        waits: Default::default(),
     }
 }
 
@@ -376,6 +377,7 @@ fn probe(t: u64, phase: Option<usize>, fixed: bool) -> ProbeInterval {
         },
         started_ns: None,
         ended_ns: None,
+        waits: Default::default(),
     };
     let backend_row = ContainerInterval {
         container: "backend".into(),
@@ -386,6 +388,7 @@ fn probe(t: u64, phase: Option<usize>, fixed: bool) -> ProbeInterval {
         },
         started_ns: None,
         ended_ns: None,
+        waits: Default::default(),
     };
     let host = ContainerInterval {
         container: "host".into(),
@@ -407,6 +410,7 @@ fn probe(t: u64, phase: Option<usize>, fixed: bool) -> ProbeInterval {
         },
         started_ns: None,
         ended_ns: None,
+        waits: Default::default(),
     };
     let mut pairs = vec![
         hop(

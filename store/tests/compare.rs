@@ -110,6 +110,7 @@ async fn write_compare_reads_two_stored_runs_and_writes_both_pages() {
                         h
                     },
                 }),
+                waits: Default::default(),
             };
             let probe = ProbeInterval {
                 at_ns: mono0 + i * 1_000_000_000,
@@ -125,6 +126,7 @@ async fn write_compare_reads_two_stored_runs_and_writes_both_pages() {
                     },
                     started_ns: None,
                     ended_ns: None,
+                    waits: Default::default(),
                 }],
                 pairs: vec![
                     hop("host", "127.0.0.1:8080", "gateway", 1, 0),

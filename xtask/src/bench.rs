@@ -4,7 +4,10 @@
 //! leaves the namespace). Two loads run there, each several times, alternating probe detached
 //! and probe attached (a separate `herd probe` process watching everything):
 //! - a connection storm: one client connecting and closing first as fast as it can;
-//! - keep-alive requests: 50 workers over 50 pooled connections, one byte each way.
+//! - keep-alive requests: 50 workers over 50 pooled connections, one byte each way;
+//! - context switches: two threads of this process pinned to CPU 0 pass one byte back and
+//!   forth over two pipes, so every message is a wakeup and a context switch, the scheduler
+//!   programs' (`sched_wakeup`, `sched_switch`) worst case.
 //!
 //! Reported: throughput with/without the probe and their ratio, the probe process's CPU (share
 //! of one core) and peak RSS, and events it lost (must be 0).
@@ -88,12 +91,21 @@ impl ProbeProc {
             .spawn()
             .context("starting herd probe")?;
         let mut err = BufReader::new(child.stderr.take().context("stderr")?);
-        let mut line = String::new();
-        err.read_line(&mut line)?;
-        if !line.contains("watching") {
-            bail!("herd probe did not start: {line}");
+        // Warnings (no Docker engine, ...) may come first; the start line says `watching`.
+        let mut said = String::new();
+        for _ in 0..20 {
+            let mut line = String::new();
+            if err.read_line(&mut line)? == 0 {
+                break;
+            }
+            if line.contains("watching") {
+                return Ok(Self { child, out });
+            }
+            said.push_str(&line);
         }
-        Ok(Self { child, out })
+        let _ = child.kill();
+        let _ = child.wait();
+        bail!("herd probe did not start: {said}");
     }
 
     fn stop(mut self) -> Result<u64> {
@@ -112,8 +124,86 @@ impl ProbeProc {
 struct Load {
     name: &'static str,
     unit: &'static str,
+    /// herd-workload's arguments; empty for the in-process ping-pong.
     args: Vec<String>,
     field: &'static str,
+}
+
+/// CPU seconds (user + system) of this process (`RUSAGE_SELF`) or of its waited-for
+/// children (`RUSAGE_CHILDREN`).
+fn rusage_cpu(who: i32) -> f64 {
+    // SAFETY: getrusage fills the zeroed struct.
+    let r = unsafe {
+        let mut r: libc::rusage = std::mem::zeroed();
+        libc::getrusage(who, &mut r);
+        r
+    };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(r.ru_utime) + secs(r.ru_stime)
+}
+
+/// Pins the calling thread to CPU 0.
+fn pin_to_cpu0() {
+    // SAFETY: a zeroed cpu_set_t is an empty set; sched_setaffinity(0) is this thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(0, &mut set);
+        libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+/// Round trips of one byte between two threads on CPU 0 over two pipes for `d`: each round
+/// trip is two wakeups and two context switches.
+fn ping_pong(d: Duration) -> Result<u64> {
+    let pipe = || -> Result<(std::fs::File, std::fs::File)> {
+        let mut fds = [0i32; 2];
+        // SAFETY: pipe(2) fills two fds, owned by the Files below.
+        if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
+            bail!("pipe: {}", std::io::Error::last_os_error());
+        }
+        use std::os::fd::FromRawFd as _;
+        // SAFETY: fresh fds from pipe(2), each owned once.
+        Ok(unsafe {
+            (
+                std::fs::File::from_raw_fd(fds[0]),
+                std::fs::File::from_raw_fd(fds[1]),
+            )
+        })
+    };
+    let (mut a_rx, mut b_tx) = pipe()?;
+    let (mut b_rx, mut a_tx) = pipe()?;
+    let echo = std::thread::spawn(move || {
+        use std::io::{Read as _, Write as _};
+        pin_to_cpu0();
+        let mut b = [0u8; 1];
+        // Ends when the other side closes its end (read returns 0).
+        while b_rx.read(&mut b).map(|n| n == 1).unwrap_or(false) {
+            if b_tx.write_all(&b).is_err() {
+                break;
+            }
+        }
+    });
+    use std::io::{Read as _, Write as _};
+    pin_to_cpu0();
+    let (start, mut trips, mut b) = (Instant::now(), 0u64, [0u8; 1]);
+    while start.elapsed() < d {
+        for _ in 0..1_000 {
+            a_tx.write_all(&b)?;
+            a_rx.read_exact(&mut b)?;
+        }
+        trips += 1_000;
+    }
+    drop(a_tx);
+    let _ = echo.join();
+    // Unpin this thread again (both CPUs).
+    // SAFETY: as in pin_to_cpu0.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(0, &mut set);
+        libc::CPU_SET(1, &mut set);
+        libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set);
+    }
+    Ok(trips)
 }
 
 fn field(said: &str, name: &str) -> Result<u64> {
@@ -212,12 +302,19 @@ pub fn bench_probe(root: &Path) -> Result<String> {
             .to_vec(),
             field: "requests",
         },
+        Load {
+            name: "context switches (pipe ping-pong, 2 threads on CPU 0)",
+            unit: "round trips/s",
+            args: Vec::new(),
+            field: "",
+        },
     ];
     let mut report = String::new();
-    report.push_str("| load | probe off | probe on | on/off | probe CPU (share of a core) | probe peak RSS | lost events |\n|---|---:|---:|---:|---:|---:|---:|\n");
+    report.push_str("| load | probe off | probe on | on/off | load CPU per op off → on | probe CPU (share of a core) | probe peak RSS | lost events |\n|---|---:|---:|---:|---:|---:|---:|---:|\n");
     let tmp = std::env::temp_dir().join(format!("herd-bench-{}.jsonl", std::process::id()));
     for load in &loads {
         let (mut off, mut on, mut cpu, mut hwm, mut lost) = (Vec::new(), Vec::new(), 0.0, 0, 0);
+        let (mut off_cpu, mut on_cpu) = (Vec::new(), Vec::new());
         let args: Vec<&str> = load.args.iter().map(String::as_str).collect();
         for rep in 0..REPS {
             // Alternate which goes first, so drift over the run does not favour one side.
@@ -233,19 +330,36 @@ pub fn bench_probe(root: &Path) -> Result<String> {
                     .transpose()?;
                 let before = probe.as_ref().map(|p| cpu_and_hwm(p.child.id()));
                 let t = Instant::now();
-                let said = run(&mut in_ns(&workload, &args))?;
-                let rate = field(&said, load.field)? as f64 / t.elapsed().as_secs_f64();
+                // The load's own CPU time per operation: the client process (a child, waited
+                // for) or this process for the ping-pong. On a machine others share it moves
+                // far less than throughput does, and the programs' cost lands in it (they
+                // run in the context of the task that switches or wakes).
+                let who = if args.is_empty() {
+                    libc::RUSAGE_SELF
+                } else {
+                    libc::RUSAGE_CHILDREN
+                };
+                let cpu0 = rusage_cpu(who);
+                let done = if args.is_empty() {
+                    ping_pong(Duration::from_secs(SECONDS))?
+                } else {
+                    field(&run(&mut in_ns(&workload, &args))?, load.field)?
+                };
+                let op_ns = (rusage_cpu(who) - cpu0) * 1e9 / done.max(1) as f64;
+                let rate = done as f64 / t.elapsed().as_secs_f64();
                 if let Some(p) = probe {
                     let (c1, h) = cpu_and_hwm(p.child.id());
                     cpu += (c1 - before.map_or(0.0, |b| b.0)) / t.elapsed().as_secs_f64();
                     hwm = hwm.max(h);
                     lost += p.stop()?;
                     on.push(rate);
+                    on_cpu.push(op_ns);
                 } else {
                     off.push(rate);
+                    off_cpu.push(op_ns);
                 }
                 eprintln!(
-                    "xtask bench: {} rep {rep} probe {}: {rate:.0} {}",
+                    "xtask bench: {} rep {rep} probe {}: {rate:.0} {}, {op_ns:.0} ns CPU per op",
                     load.name,
                     if probe_on { "on" } else { "off" },
                     load.unit
@@ -254,13 +368,16 @@ pub fn bench_probe(root: &Path) -> Result<String> {
         }
         let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
         report.push_str(&format!(
-            "| {} | {:.0} {} | {:.0} {} | {:.3} | {:.1} % | {:.1} MiB | {lost} |\n",
+            "| {} | {:.0} {} | {:.0} {} | {:.3} | {:.0} → {:.0} ns ({:+.1} %) | {:.1} % | {:.1} MiB | {lost} |\n",
             load.name,
             mean(&off),
             load.unit,
             mean(&on),
             load.unit,
             mean(&on) / mean(&off),
+            mean(&off_cpu),
+            mean(&on_cpu),
+            100.0 * (mean(&on_cpu) / mean(&off_cpu) - 1.0),
             100.0 * cpu / REPS as f64,
             hwm as f64 / 1024.0,
         ));

@@ -251,7 +251,7 @@ pub fn run(args: &ProbeArgs) -> Result<()> {
     let store = super::store_or_file(&args.store, &args.store_file)?;
     // Attached before waiting for the run: a probe per node counts from the shards' first
     // connection, however soon after the first shard's registration they start.
-    let probe = attach::probe(args.verbose)?;
+    let probe = attach::probe(args.verbose, false)?;
     if store.is_some() {
         eprintln!("{ATTACHED}");
     }

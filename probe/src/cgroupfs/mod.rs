@@ -27,6 +27,7 @@
 mod error;
 mod files;
 mod memory;
+mod pressure;
 mod sampler;
 mod sources;
 mod throttle;
@@ -39,6 +40,9 @@ mod fake;
 pub use error::CgroupfsError;
 pub use files::{CgroupFiles, HostFiles};
 pub use memory::{MEMINFO, MemoryCounters, MemorySource};
+pub use pressure::{
+    OomSource, PSI_RESOURCES, PressureTotals, WaitReading, WaitSources, parse_pressure,
+};
 pub use sampler::{CpuSampler, MIN_WINDOW_NS, Polled};
 pub use sources::{CgroupDirs, CgroupReading, CgroupSources, Reading};
 pub use throttle::{ThrottleCounters, ThrottleSource};

@@ -361,3 +361,149 @@ fn watch_takes_a_last_interval_when_the_load_is_over() {
     // Two intervals while the load ran, and the one after it said it was over.
     assert_eq!(got, [2, 1, 1]);
 }
+
+fn runq(count: u64, total_ms: u64) -> probe_common::RunqStats {
+    let mut s = probe_common::RunqStats {
+        count,
+        total_ns: total_ms * 1_000_000,
+        ..Default::default()
+    };
+    // Every wait between 1 and 2 ms.
+    s.delay_us.0[10] = count;
+    s
+}
+
+#[test]
+fn runq_delay_is_attributed_like_the_counters_with_windows_and_herds_own_row() {
+    use herd_model::waits::RunqCell;
+    use probe_common::OWN_TGID_KEY;
+    let t = Tree::new();
+    let (gw, worker, other) = (t.id("gw"), t.id("gw/worker"), t.id("other"));
+    let fake = FakeCounters::new();
+    let at = |n: u64| {
+        std::collections::HashMap::from([
+            (gw, runq(n, 10 * n)),
+            (worker, runq(n, 5 * n)),
+            (other, runq(n, n)),
+            (OWN_TGID_KEY, runq(n, 2 * n)),
+        ])
+    };
+    fake.push(Snapshot::at(S));
+    fake.push_runq(at(0));
+    let mut sampler = t.sampler(&fake);
+    // Three 100 ms polls, each seeing one more wait per key.
+    for n in 1..=3 {
+        fake.push_runq(at(n));
+        sampler.poll_cpu();
+    }
+    let mut last = Snapshot::at(2 * S);
+    last.runq = at(3);
+    fake.push(last);
+    let iv = sampler.sample().unwrap();
+    let runq_of = |name: &str| match &row(&iv, name).waits.runq {
+        RunqCell::Measured {
+            count, total_ns, ..
+        } => (*count, *total_ns),
+        other => panic!("{name}: {other:?}"),
+    };
+    // gw: its own and its child's; host: the unnamed cgroup's; herd: the named process's.
+    assert_eq!(runq_of("gw"), (6, 45_000_000));
+    assert_eq!(runq_of("host"), (3, 3_000_000));
+    assert_eq!(runq_of("api"), (0, 0));
+    assert_eq!(runq_of(crate::OWN_ROW), (3, 6_000_000));
+    // The windows: the first poll (reading 0) starts them, each later one closes one, the
+    // sample's own poll (reading 3) the last.
+    let ws = &row(&iv, "gw").waits.windows;
+    let per: Vec<(Option<u64>, u64)> = ws.iter().map(|w| (w.runq_ns, w.runq_count)).collect();
+    assert_eq!(per, [(Some(15_000_000), 2); 3]);
+    assert!(ws.windows(2).all(|w| w[0].end_ns == w[1].start_ns));
+    // gw has cpu.stat throttling: each window says how much (none here).
+    assert!(ws.iter().all(|w| w.throttled_ns == Some(0)), "{ws:?}");
+    let own = row(&iv, crate::OWN_ROW);
+    assert_eq!(own.waits.windows.len(), 3);
+    assert!(matches!(own.cpu, CpuCell::Unavailable { .. }));
+    assert!(matches!(own.sockets, SocketCell::Unavailable { .. }));
+    // A row stored before the waits existed reads with them unavailable.
+    let mut json = serde_json::to_value(row(&iv, "gw")).unwrap();
+    json.as_object_mut().unwrap().remove("waits");
+    let old: ContainerInterval = serde_json::from_value(json).unwrap();
+    assert!(matches!(old.waits.runq, RunqCell::Unavailable { .. }));
+}
+
+#[test]
+fn without_the_scheduler_programs_every_row_says_why() {
+    use herd_model::waits::RunqCell;
+    let t = Tree::new();
+    let fake = FakeCounters::new();
+    let mut s = Snapshot::at(S);
+    s.runq_unavailable = Some("this kernel refused sched_switch".into());
+    fake.push(s.clone());
+    let mut sampler = t.sampler(&fake);
+    s.at_ns = 2 * S;
+    fake.push(s);
+    let iv = sampler.sample().unwrap();
+    for c in &iv.containers {
+        assert_eq!(
+            c.waits.runq,
+            RunqCell::Unavailable {
+                reason: "this kernel refused sched_switch".into()
+            }
+        );
+        assert!(c.waits.windows.iter().all(|w| w.runq_ns.is_none()));
+    }
+}
+
+#[test]
+fn retransmits_merge_per_pair_and_their_windows_stay_on_it() {
+    let t = Tree::new();
+    let (gw, worker) = (t.id("gw"), t.id("gw/worker"));
+    let backend = addr("198.18.0.2:5432");
+    let fake = FakeCounters::new();
+    fake.push(Snapshot::at(S));
+    let mut sampler = t.sampler(&fake);
+    let retrans = |segs, syn| PairStats {
+        retrans_segs: segs,
+        syn_retrans: syn,
+        ..PairStats::default()
+    };
+    let key = |cg| crate::pair_key(cg, backend.ip(), backend.port());
+    let span = |w: u64, segs, syn| crate::RetransSpan {
+        start_ns: w * 100_000_000,
+        end_ns: (w + 1) * 100_000_000,
+        retrans_segs: segs,
+        syn_retrans: syn,
+    };
+    let mut s = Snapshot::at(2 * S)
+        .with_pair(gw, backend, retrans(3, 1))
+        .with_pair(worker, backend, retrans(2, 0));
+    s.retrans_windows = vec![
+        (key(gw), span(12, 1, 1)),
+        (key(worker), span(12, 2, 0)),
+        (key(gw), span(15, 2, 0)),
+    ];
+    fake.push(s);
+    let iv = sampler.sample().unwrap();
+    let p = iv.pairs.iter().find(|p| p.remote == backend).unwrap();
+    assert_eq!(p.container, "gw");
+    assert_eq!(
+        (
+            p.waits.retrans_segs,
+            p.waits.syn_retrans,
+            p.waits.data_retrans()
+        ),
+        (5, 1, 4)
+    );
+    let ws: Vec<(u64, u64, u64)> = p
+        .waits
+        .windows
+        .iter()
+        .map(|w| (w.start_ns, w.retrans_segs, w.syn_retrans))
+        .collect();
+    assert_eq!(ws, [(1_200_000_000, 3, 1), (1_500_000_000, 2, 0)]);
+    // Running totals and the exposition carry them.
+    let text = herd_report::export::prometheus::counters(&sampler.running_totals());
+    assert!(
+        text.contains("herd_pair_syn_retransmits_total{container=\"gw\",remote=\"198.18.0.2:5432\",remote_container=\"\"} 1\n"),
+        "{text}"
+    );
+}

@@ -21,6 +21,10 @@ const REQ_V2_LEN: usize = 56;
 const DIAG_MSG_LEN: usize = 72;
 /// `INET_DIAG_INFO`: the reply carries `struct tcp_info` (`tcp_diag_get_info`).
 pub(super) const INET_DIAG_INFO: u16 = 2;
+/// `INET_DIAG_SKMEMINFO`: the reply carries `u32 [SK_MEMINFO_VARS]` (`sock_diag_put_meminfo`).
+pub(super) const INET_DIAG_SKMEMINFO: u16 = 7;
+/// Offset of `SK_MEMINFO_DROPS` (index 8, since 4.x) in it.
+const SK_MEMINFO_DROPS: usize = 8 * 4;
 /// `NLA_TYPE_MASK`: attribute type without the nested/byte-order flags.
 const NLA_TYPE_MASK: u16 = 0x3fff;
 /// `idiag_timer` value `inet_twsk_diag_fill` sets: only timewait sockets carry it.
@@ -175,7 +179,7 @@ fn parse_diag_msg(p: &[u8]) -> Result<TcpSocket, Failure> {
     let cookie = u64::from(u32_at(p, 44)) | (u64::from(u32_at(p, 48)) << 32);
     let expires_ms = u32_at(p, 52);
     let (recv_q, send_q) = (u32_at(p, 56), u32_at(p, 60));
-    let (mut srtt_us, mut rttvar_us) = (None, None);
+    let (mut srtt_us, mut rttvar_us, mut drops) = (None, None, None);
     let mut attrs = &p[DIAG_MSG_LEN..];
     while attrs.len() >= 4 {
         let len = usize::from(u16_at(attrs, 0));
@@ -192,6 +196,12 @@ fn parse_diag_msg(p: &[u8]) -> Result<TcpSocket, Failure> {
             srtt_us = Some(u32_at(data, TCPI_RTT));
             rttvar_us = Some(u32_at(data, TCPI_RTTVAR));
         }
+        if kind == INET_DIAG_SKMEMINFO
+            && state == TcpState::Listen
+            && data.len() >= SK_MEMINFO_DROPS + 4
+        {
+            drops = Some(u32_at(data, SK_MEMINFO_DROPS));
+        }
         attrs = &attrs[align4(len).min(attrs.len())..];
     }
     Ok(TcpSocket {
@@ -205,6 +215,7 @@ fn parse_diag_msg(p: &[u8]) -> Result<TcpSocket, Failure> {
         send_q,
         cookie,
         expires_ms,
+        drops,
     })
 }
 

@@ -81,6 +81,11 @@ pub struct Listener {
     /// The accept queue's limit (`sk_max_ack_backlog`: `listen()`'s backlog capped by
     /// `net.core.somaxconn`); the queue is full at `backlog + 1` (`sk_acceptq_is_full`).
     pub backlog: u32,
+    /// The socket cookie: which listener this is from one sample to the next.
+    pub cookie: u64,
+    /// Drops on this listener since it was created (`sk_drops`); `None` when the kernel did
+    /// not send `INET_DIAG_SKMEMINFO`.
+    pub drops: Option<u32>,
 }
 
 /// Gauges of the outbound sockets of one namespace toward one remote address and port.
@@ -223,6 +228,8 @@ pub fn aggregate_since(
             local: s.local,
             accept_queue: s.recv_q,
             backlog: s.send_q,
+            cookie: s.cookie,
+            drops: s.drops,
         });
     }
     g.listeners.sort_by_key(|l| l.local);
@@ -323,6 +330,8 @@ pub struct NetnsSample {
     pub port_range: PortRange,
     /// The namespace's TCP counters, read right after the dump.
     pub counters: NetCounters,
+    /// The namespace's connection tracking.
+    pub conntrack: super::ConntrackReading,
 }
 
 #[cfg(test)]
@@ -346,6 +355,7 @@ mod tests {
             send_q: 0,
             cookie: 0,
             expires_ms: 0,
+            drops: None,
         }
     }
 
@@ -392,7 +402,9 @@ mod tests {
             vec![Listener {
                 local: v4("0.0.0.0:8080"),
                 accept_queue: 3,
-                backlog: 128
+                backlog: 128,
+                cookie: 0,
+                drops: None,
             }]
         );
         assert_eq!(g.destinations.len(), 2);
@@ -517,8 +529,12 @@ mod tests {
             gauges: aggregate(&[est], &range),
             port_range: range,
             counters: NetCounters::default(),
+            conntrack: super::super::ConntrackReading::Unavailable {
+                reason: "not loaded".into(),
+            },
         };
         let v = serde_json::to_value(&s).unwrap();
+        assert_eq!(v["conntrack"]["state"], "unavailable");
         assert_eq!(v["states"]["established"], 1);
         assert_eq!(v["states"]["time_wait"], 0);
         assert_eq!(v["timewait_sockets"], 0);

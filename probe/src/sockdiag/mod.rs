@@ -29,7 +29,7 @@ pub use gauges::{
     DestinationGauges, InboundGauges, Listener, MinHeadroom, NetnsSample, SocketGauges,
     StateCounts, TCP_TIMEWAIT_LEN_MS, aggregate, aggregate_since, entered_before,
 };
-pub use netns::{Netns, NetnsCache, NetnsTarget};
+pub use netns::{ConntrackReading, Netns, NetnsCache, NetnsTarget, parse_conntrack_stat};
 pub use srtt::SrttSummary;
 
 /// TCP states as the kernel numbers them (`include/net/tcp_states.h`) and `ss` names them.
@@ -115,4 +115,8 @@ pub struct TcpSocket {
     /// is what is left of its `TCP_TIMEWAIT_LEN` (60 s, `inet_twsk_diag_fill`), so it says
     /// when the socket entered TIME_WAIT.
     pub expires_ms: u32,
+    /// `SK_MEMINFO_DROPS` of `INET_DIAG_SKMEMINFO` (`sk_drops`), for listeners only: every
+    /// `tcp_listendrop()` on this listener since it was created (a full accept queue's SYN or
+    /// handshake-completing ACK, and the rarer drops ListenDrops counts).
+    pub drops: Option<u32>,
 }

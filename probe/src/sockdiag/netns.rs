@@ -16,7 +16,7 @@ use std::{
 
 use super::{
     SockDiagError, TcpSocket, TcpState,
-    codec::{self, Failure, INET_DIAG_INFO, Progress},
+    codec::{self, Failure, INET_DIAG_INFO, INET_DIAG_SKMEMINFO, Progress},
     gauges::{NetnsSample, aggregate_since},
 };
 use crate::netstat::{self, NetCounters, ParseError, PortRange};
@@ -79,6 +79,66 @@ const FILES: [(&str, &str); 6] = [
     ),
     ("tcp_tw_reuse", "/proc/sys/net/ipv4/tcp_tw_reuse"),
 ];
+/// conntrack's per-namespace files: present only where nf_conntrack is loaded (and, for the
+/// stat file, `CONFIG_NF_CONNTRACK_PROCFS`). `nf_conntrack_count` is this namespace's
+/// `net->ct.count`; `nf_conntrack_max` is host-wide (only init_net may write it).
+const CONNTRACK_COUNT: &str = "/proc/sys/net/netfilter/nf_conntrack_count";
+const CONNTRACK_MAX: &str = "/proc/sys/net/netfilter/nf_conntrack_max";
+const CONNTRACK_STAT: &str = "/proc/thread-self/net/stat/nf_conntrack";
+
+/// conntrack's files of one namespace, opened inside it, or why there are none.
+type ConntrackFiles = Result<(File, File, Option<File>), String>;
+
+/// One reading of a namespace's connection tracking.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum ConntrackReading {
+    /// Read.
+    Read {
+        /// Entries in the namespace's table.
+        entries: u64,
+        /// The table's limit (host-wide).
+        max: u64,
+        /// Cumulative per-CPU sums of `/proc/net/stat/nf_conntrack`: `drop`, `early_drop`,
+        /// `insert_failed` (`None` for a column this kernel lacks, or without the file).
+        drop: Option<u64>,
+        /// `early_drop`.
+        early_drop: Option<u64>,
+        /// `insert_failed`.
+        insert_failed: Option<u64>,
+    },
+    /// Not available here.
+    Unavailable {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Sums the columns `names` over the per-CPU lines of `/proc/net/stat/nf_conntrack` (a
+/// header of column names, then one line of hex values per CPU; columns differ across
+/// kernels, so they are found by name).
+pub fn parse_conntrack_stat(text: &str, names: &[&str]) -> Vec<Option<u64>> {
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap_or("").split_whitespace().collect();
+    let idx: Vec<Option<usize>> = names
+        .iter()
+        .map(|n| header.iter().position(|h| h == n))
+        .collect();
+    let mut sums: Vec<Option<u64>> = idx.iter().map(|i| i.map(|_| 0)).collect();
+    for line in lines {
+        let values: Vec<&str> = line.split_whitespace().collect();
+        for (sum, i) in sums.iter_mut().zip(&idx) {
+            if let (Some(s), Some(i)) = (sum.as_mut(), i) {
+                *s += values
+                    .get(*i)
+                    .and_then(|v| u64::from_str_radix(v, 16).ok())
+                    .unwrap_or(0);
+            }
+        }
+    }
+    sums
+}
+
 const NETSTAT: usize = 0;
 const SNMP: usize = 1;
 const SOCKSTAT: usize = 2;
@@ -98,6 +158,7 @@ pub struct Netns {
     sock: Option<OwnedFd>,
     /// [`FILES`], opened inside the namespace and re-read at offset 0 for every sample.
     files: [File; FILES.len()],
+    conntrack: ConntrackFiles,
     seq: u32,
     buf: Vec<u8>,
 }
@@ -110,13 +171,14 @@ impl Netns {
     }
 
     fn enter(label: String, ns: File, inode: u64) -> Result<Self, SockDiagError> {
-        let (sock, files) = create_inside(&label, &ns)?;
+        let (sock, files, conntrack) = create_inside(&label, &ns)?;
         Ok(Self {
             label,
             inode,
             ns,
             sock: Some(sock),
             files,
+            conntrack,
             seq: 0,
             buf: vec![0; RECV_BUF],
         })
@@ -145,7 +207,9 @@ impl Netns {
     /// states.
     pub fn dump(&mut self) -> Result<Vec<TcpSocket>, SockDiagError> {
         let states = TcpState::ALL.iter().map(|s| s.bit()).fold(0, |a, b| a | b);
-        let info = 1u8 << (INET_DIAG_INFO - 1);
+        // SKMEMINFO for the listeners' drops (`sk_drops`); the kernel adds it to full sockets
+        // only (timewait and request sockets ignore `idiag_ext`).
+        let info = (1u8 << (INET_DIAG_INFO - 1)) | (1u8 << (INET_DIAG_SKMEMINFO - 1));
         let mut out = Vec::new();
         for family in [libc::AF_INET as u8, libc::AF_INET6 as u8] {
             self.dump_into(family, states, info, &mut out)?;
@@ -175,6 +239,46 @@ impl Netns {
         Ok(netstat::port_range(low, high, &reserved, tw_reuse))
     }
 
+    /// The namespace's connection tracking: entries, limit and drop counters.
+    pub fn conntrack(&mut self) -> ConntrackReading {
+        let (count, max, stat) = match &mut self.conntrack {
+            Ok(files) => files,
+            Err(reason) => {
+                return ConntrackReading::Unavailable {
+                    reason: reason.clone(),
+                };
+            }
+        };
+        let read = |f: &mut File| -> io::Result<String> {
+            let mut text = String::new();
+            f.seek(SeekFrom::Start(0))?;
+            f.read_to_string(&mut text)?;
+            Ok(text)
+        };
+        let number = |f: &mut File, name: &str| -> Result<u64, String> {
+            let text = read(f).map_err(|e| format!("reading {name}: {e}"))?;
+            text.trim()
+                .parse()
+                .map_err(|_| format!("{name} is {:?}, not a number", text.trim()))
+        };
+        let (entries, max) = match (number(count, CONNTRACK_COUNT), number(max, CONNTRACK_MAX)) {
+            (Ok(e), Ok(m)) => (e, m),
+            (Err(reason), _) | (_, Err(reason)) => return ConntrackReading::Unavailable { reason },
+        };
+        let sums = stat
+            .as_mut()
+            .and_then(|f| read(f).ok())
+            .map(|t| parse_conntrack_stat(&t, &["drop", "early_drop", "insert_failed"]))
+            .unwrap_or_else(|| vec![None; 3]);
+        ConntrackReading::Read {
+            entries,
+            max,
+            drop: sums[0],
+            early_drop: sums[1],
+            insert_failed: sums[2],
+        }
+    }
+
     /// One sample: dump, aggregate, counters and port range. `dump_us` in the result is what
     /// the two dumps cost.
     pub fn sample(&mut self) -> Result<NetnsSample, SockDiagError> {
@@ -191,6 +295,7 @@ impl Netns {
         let dump_us = started.elapsed().as_micros() as u64;
         let counters = self.counters()?;
         let port_range = self.port_range()?;
+        let conntrack = self.conntrack();
         let age_ms = start_ns.map(|s| at_ns.saturating_sub(s) / 1_000_000);
         let gauges = aggregate_since(&sockets, &port_range, age_ms);
         Ok(NetnsSample {
@@ -201,6 +306,7 @@ impl Netns {
             gauges,
             port_range,
             counters,
+            conntrack,
         })
     }
 
@@ -371,7 +477,10 @@ fn open_ns(target: &NetnsTarget) -> Result<(String, File, (u64, u64)), SockDiagE
 /// inside it: the sock_diag socket (its namespace is fixed at `socket()`, `__sock_create`
 /// takes `current->nsproxy->net_ns`) and the procfs files. The caller's thread never changes
 /// namespace; the helper exits with its namespace.
-fn create_inside(label: &str, ns: &File) -> Result<(OwnedFd, [File; FILES.len()]), SockDiagError> {
+fn create_inside(
+    label: &str,
+    ns: &File,
+) -> Result<(OwnedFd, [File; FILES.len()], ConntrackFiles), SockDiagError> {
     let err = |op: String, source: io::Error| {
         let hint = match source.raw_os_error() {
             Some(libc::EPERM) => "; entering a network namespace needs CAP_SYS_ADMIN (run as root)",
@@ -403,7 +512,18 @@ fn create_inside(label: &str, ns: &File) -> Result<(OwnedFd, [File; FILES.len()]
                     .collect::<Result<Vec<File>, _>>()?
                     .try_into()
                     .expect("one file per entry of FILES");
-                Ok((sock, files))
+                let conntrack = match (File::open(CONNTRACK_COUNT), File::open(CONNTRACK_MAX)) {
+                    (Ok(count), Ok(max)) => Ok((count, max, File::open(CONNTRACK_STAT).ok())),
+                    (Err(e), _) | (_, Err(e)) => Err(if e.kind() == io::ErrorKind::NotFound {
+                        format!(
+                            "conntrack is not loaded in this network namespace (no \
+                             {CONNTRACK_COUNT}: no NAT or stateful firewall rule uses it)"
+                        )
+                    } else {
+                        format!("opening {CONNTRACK_COUNT}: {e}")
+                    }),
+                };
+                Ok((sock, files, conntrack))
             })
             .map_err(|e| ("spawning the helper thread".to_owned(), e))?
             .join()
@@ -493,6 +613,19 @@ impl NetnsCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn conntrack_stat_columns_are_found_by_name_and_summed_over_cpus() {
+        // As this host's 6.18 prints it (hex, one line per CPU).
+        let text = "entries  clashres found new invalid ignore delete chainlength insert insert_failed drop early_drop icmp_error  expect_new expect_create expect_delete search_restart\n\
+                    0000000a  00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000001 00000010 00000002 00000000  00000000 00000000 00000000 00000000\n\
+                    0000000a  00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000001 00000000 00000000  00000000 00000000 00000000 00000000\n";
+        assert_eq!(
+            parse_conntrack_stat(text, &["drop", "early_drop", "insert_failed", "nope"]),
+            [Some(17), Some(2), Some(1), None]
+        );
+        assert_eq!(parse_conntrack_stat("", &["drop"]), [None]);
+    }
 
     #[test]
     fn opening_a_missing_namespace_names_it() {

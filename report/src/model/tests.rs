@@ -71,6 +71,7 @@ pub(crate) fn data() -> RunData {
                 },
                 started_ns: None,
                 ended_ns: None,
+                waits: Default::default(),
             }],
             pairs: vec![],
             lost: 0,
@@ -216,6 +217,7 @@ fn pair_rows_beyond_the_limit_are_one_other_row_of_sums() {
                 },
                 lifetime_buckets: Default::default(),
                 gauges: None,
+                waits: Default::default(),
             });
         }
     }
@@ -267,6 +269,7 @@ fn a_published_port_target_is_followed_to_the_container_that_serves_it() {
         connect_latency_buckets: Default::default(),
         lifetime_buckets: Default::default(),
         gauges: None,
+        waits: Default::default(),
     };
     for iv in &mut d.probe {
         // docker-proxy (in host's row) → the gateway; the gateway → the backend, 1 per call.

@@ -676,13 +676,13 @@ mod tests {
         let out: String = seq.iter().map(|iv| live.interval(iv)).collect();
         assert_eq!(
             out,
-            "start_s=0.0 dur_s=1.0 elapsed_s=1.0 planned_s=2 phase=- step=1/2 players=50 ops=1000 total_ops=1000 req_s=1000 p99_ms=12.4 errors=0 total_errors=0 error_pct=0 connects=50 connect_errors=0 driver_cpu_pct=35.4 saturated=0\n\
+            "start_s=0.0 dur_s=1.0 elapsed_s=1.0 planned_s=2 phase=- phase_num=1/2 players=50 ops=1000 total_ops=1000 req_s=1000 p99_ms=12.4 errors=0 total_errors=0 error_pct=0 connects=50 connect_errors=0 driver_cpu_pct=35.4 saturated=0\n\
              start_s=0.0 dur_s=1.0 op=game.state ops=900 total_ops=900 req_s=900 p50_ms=3.1 p99_ms=12.4 errors=0 outcome.ok=900 status.200=900\n\
              start_s=0.0 dur_s=1.0 op=game.move ops=100 total_ops=100 req_s=100 p50_ms=0.212 p99_ms=0.85 errors=0 outcome.ok=100 status.200=100\n\
-             start_s=1.0 dur_s=1.0 elapsed_s=2.0 planned_s=2 phase=- step=2/2 players=200 hammer_workers=4 ops=2230 total_ops=3230 req_s=2230 p99_ms=2500 errors=387 total_errors=387 error_pct=17.354 connects=50 connect_errors=3 driver_cpu_pct=191 saturated=1 lag_p99_ms=15\n\
+             start_s=1.0 dur_s=1.0 elapsed_s=2.0 planned_s=2 phase=- phase_num=2/2 players=200 hammer_workers=4 ops=2230 total_ops=3230 req_s=2230 p99_ms=2500 errors=387 total_errors=387 error_pct=17.354 connects=50 connect_errors=3 driver_cpu_pct=191 saturated=1 lag_p99_ms=15\n\
              start_s=1.0 dur_s=1.0 op=game.state ops=1830 total_ops=2730 req_s=1830 p50_ms=10.25 p99_ms=41 errors=7 outcome.ok=1823 outcome.transport_error.reset=2 outcome.rate_limited=5 status.200=1823 status.429=5\n\
              start_s=1.0 dur_s=1.0 op=hammer:game.move ops=400 total_ops=400 req_s=400 p50_ms=625 p99_ms=2500 errors=380 outcome.ok=20 outcome.rate_limited=380 status.200=20 status.429=380\n\
-             start_s=2.0 dur_s=0.5 elapsed_s=2.5 planned_s=2 phase=- step=- players=0 ops=0 total_ops=3230 req_s=0 p99_ms=0 errors=0 total_errors=387 error_pct=0 connects=50 connect_errors=0 driver_cpu_pct=35.4 saturated=0\n"
+             start_s=2.0 dur_s=0.5 elapsed_s=2.5 planned_s=2 phase=- phase_num=- players=0 ops=0 total_ops=3230 req_s=0 p99_ms=0 errors=0 total_errors=387 error_pct=0 connects=50 connect_errors=0 driver_cpu_pct=35.4 saturated=0\n"
         );
         // Parsed back: every field is key=value, units are in the keys and never in the
         // values, counts are integers, and start + duration is the interval's end.
@@ -775,7 +775,7 @@ mod tests {
         );
         let head = &Live::new(Style::Lines, 3).block(&iv)[0];
         assert!(
-            head.contains("step 3/3 (rate 1)  players 0 in_flight 12 late_starts 3"),
+            head.contains("phase 3/3 (rate 1)  players 0 in_flight 12 late_starts 3"),
             "{head}"
         );
     }

@@ -1,7 +1,10 @@
 //! `herd probe`'s terminal lines: each interval's active containers and destinations, and
 //! the totals table at the end.
 
-use herd_model::{Counter, Counts, CpuCell, ProbeInterval, Throttling};
+use herd_model::{
+    Counter, Counts, CpuCell, ProbeInterval, Throttling,
+    waits::{ConntrackCell, ContainerWaits, ListenerCell, OomCell, PairWaits, PsiCell, RunqCell},
+};
 
 use super::render;
 use crate::doc::{Column, Table, Value};
@@ -39,7 +42,8 @@ pub fn interval_lines(iv: &ProbeInterval, since_ns: u64, pair_rows: usize) -> Ve
             CpuCell::Unavailable { .. } => None,
         };
         let busy = cpu.as_ref().is_some_and(|(cores, _)| *cores >= 0.05);
-        if conn + acc + tw == 0 && !busy {
+        let waits = waits_text(&c.waits, iv.interval_ns);
+        if conn + acc + tw == 0 && !busy && waits.is_none() {
             continue;
         }
         let errors: u64 = Counter::CONNECT_ERRORS
@@ -56,7 +60,7 @@ pub fn interval_lines(iv: &ProbeInterval, since_ns: u64, pair_rows: usize) -> Ve
         if errors > 0 {
             line.push_str(&format!("  connect errors {errors}"));
         }
-        if let Some((_, text)) = cpu {
+        for text in [cpu.map(|(_, text)| text), waits].into_iter().flatten() {
             line.push_str("  ");
             line.push_str(&text);
         }
@@ -93,14 +97,19 @@ pub fn pair_lines(iv: &ProbeInterval, limit: usize) -> Vec<String> {
                 Some(c) => format!("{c} ({})", p.remote),
                 None => p.remote.to_string(),
             };
-            format!(
+            let mut line = format!(
                 "    {} -> {to}: new {:.0}/s, tw+ {:.0}/s, connect p50 <= {}us, lifetime p50 <= {}ms",
                 p.container,
                 p.connects as f64 / secs,
                 p.time_wait_entries as f64 / secs,
                 p.connect_latency_us.p50_le,
                 p.lifetime_ms.p50_le
-            )
+            );
+            if let Some(text) = pair_waits_text(&p.waits) {
+                line.push_str(", ");
+                line.push_str(&text);
+            }
+            line
         })
         .collect();
     let rest = &pairs[limit.min(pairs.len())..];
@@ -147,6 +156,62 @@ pub fn totals_table(totals: &[(String, Counts)]) -> String {
     render(&t)
 }
 
+/// A short text of a container's waits for the live view's line: run-queue delay, PSI,
+/// OOM kills, listen drops and conntrack when they say something; `None` when all are
+/// quiet.
+pub fn waits_text(w: &ContainerWaits, interval_ns: u64) -> Option<String> {
+    let mut parts = Vec::new();
+    if let RunqCell::Measured {
+        total_ns, delay_us, ..
+    } = &w.runq
+        && *total_ns > 0
+    {
+        parts.push(format!(
+            "runq {:.0} ms/s (p99 <= {} us)",
+            *total_ns as f64 / 1e6 / (interval_ns.max(1) as f64 / 1e9),
+            delay_us.p99_le
+        ));
+    }
+    if let PsiCell::Measured { cpu, memory, io } = &w.psi {
+        for (name, p) in [("cpu", cpu), ("mem", memory), ("io", io)] {
+            if let Some(p) = p
+                && p.some_us > 0
+            {
+                parts.push(format!("psi {name} {} ms", p.some_us / 1000));
+            }
+        }
+    }
+    if let OomCell::Measured { oom_kills } = w.oom
+        && oom_kills > 0
+    {
+        parts.push(format!("OOM KILLS {oom_kills}"));
+    }
+    if let ListenerCell::Measured { ports } = &w.listeners {
+        for l in ports.iter().filter(|l| l.drops > 0) {
+            parts.push(format!(
+                "listen :{} drops {} (queue {}/{})",
+                l.local_port, l.drops, l.accept_queue, l.backlog
+            ));
+        }
+    }
+    if let ConntrackCell::Measured {
+        entries, max, drop, ..
+    } = &w.conntrack
+        && (*entries * 10 >= *max * 8 || drop.unwrap_or(0) > 0)
+    {
+        parts.push(format!(
+            "conntrack {entries}/{max} drops {}",
+            drop.unwrap_or(0)
+        ));
+    }
+    (!parts.is_empty()).then(|| parts.join("  "))
+}
+
+/// A short text of a pair's retransmits for the live view's pair line; `None` when none.
+pub fn pair_waits_text(w: &PairWaits) -> Option<String> {
+    (w.retrans_segs > 0).then(|| format!("retrans {} (syn {})", w.retrans_segs, w.syn_retrans))
+}
+
 #[cfg(test)]
 mod tests {
     use herd_model::{PairInterval, ProbeInterval};
@@ -166,6 +231,7 @@ mod tests {
             connect_latency_buckets: Default::default(),
             lifetime_buckets: Default::default(),
             gauges: None,
+            waits: Default::default(),
         };
         let iv = ProbeInterval {
             at_ns: 1_000_000_000,

@@ -165,6 +165,17 @@ const SUITE: &[(&str, &[&str])] = &[
     ),
     // Its `matrix: program type …` lines are the table in docs/probes.md.
     ("program_types", &["--nocapture"]),
+    ("waits_runq", &["--nocapture"]),
+    ("waits_cgroup", &["--nocapture"]),
+    // The guests have no iptables: the retransmit test (loss made by iptables) stays on the
+    // host.
+    (
+        "waits_net",
+        &[
+            "--skip",
+            "retransmits_per_pair_and_syn_retries_equal_nstat_and_conntrack_its_files",
+        ],
+    ),
 ];
 
 /// The core tests, for the kernels that do not run the whole suite: the probe loads (BTF
@@ -192,6 +203,7 @@ const CORE: &[(&str, &[&str])] = &[
     ),
     ("lifecycle", &["programs_detach_on_sigkill"]),
     ("program_types", &[]),
+    ("waits_runq", &[]),
 ];
 
 /// One test binary as a guest runs it.

@@ -7,6 +7,7 @@
 
 pub mod driver;
 pub mod probe;
+mod waits;
 
 pub use driver::DriverTotals;
 pub use probe::{Gauges, counters};

@@ -92,7 +92,7 @@ pub fn counters(totals: &ProbeTotals) -> String {
             }
         }
     }
-    let pair_counters: [PairCounter; 4] = [
+    let pair_counters: [PairCounter; 6] = [
         (
             "herd_pair_connects_total",
             "New connections from a container to a destination.",
@@ -112,6 +112,16 @@ pub fn counters(totals: &ProbeTotals) -> String {
             "herd_pair_closed_total",
             "Connections to a destination that closed.",
             |p| p.closed,
+        ),
+        (
+            "herd_pair_retransmits_total",
+            "TCP segments retransmitted toward a destination (as TcpRetransSegs), SYNs included.",
+            |p| p.retrans_segs,
+        ),
+        (
+            "herd_pair_syn_retransmits_total",
+            "SYNs retransmitted toward a destination (as TCPSynRetrans): connects retried.",
+            |p| p.syn_retrans,
         ),
     ];
     let labels = |c: &str, r: &std::net::SocketAddr, rc: &Option<String>| {
@@ -185,6 +195,8 @@ pub struct Gauges {
     /// CPU seconds and throttled seconds per container, summed over intervals.
     cpu: std::collections::BTreeMap<String, (f64, f64)>,
     latest: Option<herd_model::ProbeInterval>,
+    /// Run-queue delay, PSI, OOM kills, listen drops, conntrack drops, summed.
+    waits: super::waits::WaitTotals,
 }
 
 impl Gauges {
@@ -199,6 +211,7 @@ impl Gauges {
                 }
             }
         }
+        self.waits.add(iv);
         self.latest = Some(iv.clone());
     }
 
@@ -231,6 +244,7 @@ impl Gauges {
                 line(&mut o, name, &format!("container=\"{}\"", esc(c)), v);
             }
         }
+        self.waits.render(&mut o, self.latest.as_ref());
         let Some(iv) = &self.latest else {
             return o;
         };
@@ -437,7 +451,7 @@ mod tests {
                 Some("backend".into()),
                 st,
             )],
-            losses: [0, 0, 0, 1, 0],
+            losses: [0, 0, 0, 1, 0, 0, 0, 0],
         };
         let t = counters(&e);
         assert!(
