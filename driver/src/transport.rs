@@ -18,9 +18,12 @@ pub fn for_target(target: &Target) -> Arc<dyn Transport> {
         source_addrs: target.source_addrs.clone(),
     };
     let protocol = match target.transport {
-        TransportKind::H1 => Protocol::H1,
+        // A WebSocket's upgrade is HTTP/1.1's (`ws.rs` dials its sockets itself).
+        TransportKind::H1 | TransportKind::Ws => Protocol::H1,
         TransportKind::H2c => Protocol::H2c,
         TransportKind::H2 => Protocol::H2,
+        TransportKind::Grpc if target.tls.is_some() => Protocol::H2,
+        TransportKind::Grpc => Protocol::H2c,
     };
     let tls = target.tls.as_ref().map(|t| TlsConfig {
         ca_certs: t.ca_certs.clone(),
