@@ -173,6 +173,7 @@ where
         abort: abort_rx,
         lobby: Lobby::new(&scenario, play.clone()).map(Arc::new),
         play,
+        ws: transport::ws_connector(&scenario.target).map(Arc::new),
     });
     let multiplexed = shared.transport.multiplexed();
     let conns = move |pool: &Option<Arc<Pool>>| match pool {

@@ -45,6 +45,7 @@ use op::{find_op, reads};
 use overrides::{Seg, path_string};
 pub use players::{Backoff, Finish, GroupSpec, OpKind, Role, StreamFormat};
 use raw::{Dur, RawScenario};
+pub(crate) use protocols::encode as encode_message;
 pub use protocols::{Call, GrpcCall, GrpcTarget, WsFrame, WsReply, WsSend, WsTarget};
 pub use shapes::{CatalogRoute, Phase, PhaseWork, RateStep, Shapes, Soak, WhenFull};
 pub use target::{Connections, Target, TransportKind};
