@@ -104,7 +104,7 @@ where
         scenario
             .ops
             .iter()
-            .map(|o| (o.name.clone(), stream_kind(&o.kind)))
+            .map(|o| (o.name.clone(), stream_kind(o)))
             .collect(),
         // One slot per plan phase: the gate opens plan indexes (catalog routes come first).
         plan.len(),

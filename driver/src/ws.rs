@@ -119,6 +119,7 @@ impl Socket {
             failed_at: None,
             opened_at: None,
             first_seen: false,
+            ended_at: None,
         };
         tokio::spawn(task.run());
         Self { cmds: tx }
@@ -249,6 +250,8 @@ struct Task {
     /// When the open socket's upgrade was sent, and whether a push has come on it since.
     opened_at: Option<Instant>,
     first_seen: bool,
+    /// When the socket last ended (closed, dropped, failed).
+    ended_at: Option<Instant>,
 }
 
 type WsSocket = ws::Socket<Stream>;
@@ -276,20 +279,9 @@ impl Task {
         let stopped = self.stopped();
         tokio::pin!(stopped);
         loop {
-            if sock.is_none() && self.stream_op.is_some() {
-                let wait = self.backoff_left();
-                tokio::select! {
-                    () = &mut stopped => return,
-                    () = tokio::time::sleep(wait) => {}
-                }
-                tokio::select! {
-                    () = &mut stopped => return,
-                    r = self.open() => match r {
-                        Ok(s) => sock = Some(s),
-                        Err(_) => continue,
-                    },
-                }
-            }
+            // A held socket (a stream op's) reopens by itself, after the stream's reconnect
+            // pause and the connect backoff; one only ops use waits for the next op.
+            let reopen = (sock.is_none() && self.stream_op.is_some()).then(|| self.reopen_at());
             tokio::select! {
                 () = &mut stopped => break,
                 cmd = self.cmds.recv() => {
@@ -298,6 +290,11 @@ impl Task {
                 }
                 r = recv(&mut sock) => {
                     self.message(&mut sock, &mut pending, r);
+                }
+                () = sleep_until(reopen) => {
+                    if let Ok(s) = self.open().await {
+                        sock = Some(s);
+                    }
                 }
             }
         }
@@ -308,12 +305,21 @@ impl Task {
         }
     }
 
-    /// How long the connect backoff still holds the next open back.
-    fn backoff_left(&self) -> Duration {
-        match self.failed_at {
-            Some(at) => (at + backoff(self.failures)).saturating_duration_since(Instant::now()),
-            None => Duration::ZERO,
-        }
+    /// When a held socket may reopen: after the stream op's reconnect pause since it ended,
+    /// and after the connect backoff since the last failed open.
+    fn reopen_at(&self) -> Instant {
+        let now = Instant::now();
+        let after_end = match (self.ended_at, self.stream_op) {
+            (Some(at), Some(op)) => match &self.shared.scenario.ops[op].kind {
+                OpKind::Stream { reconnect, .. } => at + reconnect.min,
+                _ => at,
+            },
+            _ => now,
+        };
+        let after_failure = self
+            .failed_at
+            .map_or(now, |at| at + backoff(self.failures));
+        after_end.max(after_failure)
     }
 
     /// Opens the socket: counted as a connect (a reconnect after the first), its failure
@@ -385,9 +391,8 @@ impl Task {
     /// Sends an op's frame; returns the op if it waits for a reply.
     async fn command(&mut self, sock: &mut Option<WsSocket>, cmd: Cmd) -> Option<Pending> {
         if sock.is_none() {
-            let wait = self.backoff_left();
-            if !wait.is_zero() {
-                tokio::time::sleep(wait).await;
+            if let Some(at) = self.failed_at {
+                tokio::time::sleep_until((at + backoff(self.failures)).into()).await;
             }
             match self.open().await {
                 Ok(s) => *sock = Some(s),
@@ -403,15 +408,14 @@ impl Task {
         match tokio::time::timeout(cmd.timeout, s.send(cmd.opcode, &cmd.payload)).await {
             Err(_) => {
                 *sock = None;
-                self.ended(Outcome::Timeout.name().as_str());
+                self.ended(None);
                 let _ = cmd.done.send(Answer::Failed(Outcome::Timeout));
                 None
             }
             Ok(Err(e)) => {
                 *sock = None;
-                let o = broken(&e);
-                self.ended(&o.name());
-                let _ = cmd.done.send(Answer::Failed(o));
+                self.ended(None);
+                let _ = cmd.done.send(Answer::Failed(broken(&e)));
                 None
             }
             Ok(Ok(())) => match cmd.want {
@@ -455,17 +459,23 @@ impl Task {
             }
             Ok(Message::Close(c)) => {
                 *sock = None;
-                self.ended(&Outcome::WsClose(c.code.0).name());
-                if let Some(p) = pending.take() {
-                    let _ = p.done.send(Answer::Closed(c.code));
+                match pending.take() {
+                    Some(p) => {
+                        self.ended(None);
+                        let _ = p.done.send(Answer::Closed(c.code));
+                    }
+                    None => self.ended(Some(&Outcome::WsClose(c.code.0).name())),
                 }
             }
             Err(e) => {
                 *sock = None;
                 let o = broken(&e);
-                self.ended(&o.name());
-                if let Some(p) = pending.take() {
-                    let _ = p.done.send(Answer::Failed(o));
+                match pending.take() {
+                    Some(p) => {
+                        self.ended(None);
+                        let _ = p.done.send(Answer::Failed(o));
+                    }
+                    None => self.ended(Some(&o.name())),
                 }
             }
         }
@@ -513,11 +523,12 @@ impl Task {
         }
     }
 
-    /// The socket ended (how, by outcome name): an error of the stream op's, if it holds
-    /// the socket.
-    fn ended(&mut self, class: &str) {
+    /// The socket ended. How (by outcome name), when no op was waiting on it to take that
+    /// as its outcome: an error of the stream op's, if it holds the socket.
+    fn ended(&mut self, class: Option<&str>) {
         self.opened_at = None;
-        if let Some(op) = self.stream_op {
+        self.ended_at = Some(Instant::now());
+        if let (Some(op), Some(class)) = (self.stream_op, class) {
             self.shared.play.error(op, class);
         }
     }
@@ -533,6 +544,14 @@ impl Task {
                 latency_us: latency.as_micros() as u64,
             });
         }
+    }
+}
+
+/// Sleeps until `at`; never without one.
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
     }
 }
 
