@@ -331,7 +331,9 @@ duration = "1s"
 url = "ws://127.0.0.1:{port}/drop?after=3"
 
 [player]
-max_ops = 9
+# 8, not 9: a player's last op is then never a socket's third echo, whose drop would
+# come after the player (and its socket) left.
+max_ops = 8
 
 [[op]]
 name = "say"
@@ -355,7 +357,7 @@ duration = "1500ms"
     assert_eq!(outcomes(&r, "say", "ok"), c["drop"]["sent"].as_u64().unwrap(), "{c}");
     assert_eq!(resets, c["drop"]["drops"].as_u64().unwrap(), "{c} {s:?}");
     assert_eq!(r.reconnects + 2, c["drop"]["connections"].as_u64().unwrap());
-    assert!(r.reconnects >= 4, "{}", r.reconnects);
+    assert!(r.reconnects >= 2, "{}", r.reconnects);
     assert_eq!(s.reconnects, r.reconnects);
 
     // A server that closes with its own code (4001) as each socket opens: the op waiting
