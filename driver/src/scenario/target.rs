@@ -84,8 +84,16 @@ pub(super) struct CompiledTarget {
 pub(super) fn compile_target(file: &str, t: RawTarget) -> Result<CompiledTarget, Invalid> {
     let p = [key("target")];
     let url_path = [key("target"), key("url")];
-    let uri: http::Uri = t
-        .url
+    // A WebSocket URL's path and query may read variables (`?player={player}`), which a
+    // URI cannot hold: only its scheme and authority are parsed as one.
+    let origin = match t.url.split_once("://") {
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("ws") || scheme.eq_ignore_ascii_case("wss") => {
+            let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+            format!("{scheme}://{}/", &rest[..end])
+        }
+        _ => t.url.clone(),
+    };
+    let uri: http::Uri = origin
         .parse()
         .map_err(|e| at(&url_path, format!("`{}` is not a URL: {e}", t.url)))?;
     let scheme = uri.scheme_str().unwrap_or_default().to_ascii_lowercase();
@@ -126,7 +134,7 @@ pub(super) fn compile_target(file: &str, t: RawTarget) -> Result<CompiledTarget,
         .trim_matches(['[', ']'])
         .to_owned();
     let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
-    if uri.query().is_some() && transport != TransportKind::Ws {
+    if uri.query().is_some() {
         return Err(at(
             &url_path,
             "the target URL takes no query; put it in each op's path",
