@@ -406,7 +406,9 @@ impl Session {
                     Err(ended) => (ended.outcome(), Bytes::new(), None),
                     Ok(r) => crate::ws::judge_answer(o, r, &mut self.vars),
                 };
-                let latency = at.unwrap_or_else(Instant::now).saturating_duration_since(start);
+                let latency = at
+                    .unwrap_or_else(Instant::now)
+                    .saturating_duration_since(start);
                 (outcome, None, body, None, latency)
             }
         };

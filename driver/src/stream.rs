@@ -93,7 +93,10 @@ impl Session {
                     // No grpc-timeout: a stream is held open; the op's timeout bounds its
                     // opening only.
                     crate::grpc::frames(call, target, &self.vars).and_then(|frames| {
-                        Some((crate::grpc::request(op, call, target, &self.vars, None)?, frames))
+                        Some((
+                            crate::grpc::request(op, call, target, &self.vars, None)?,
+                            frames,
+                        ))
                     })
                 }
                 _ => self
@@ -515,7 +518,13 @@ impl Task {
             OpKind::Stream { event_type, .. } => event_type.as_deref(),
             _ => None,
         };
-        let json = shared.scenario.target.grpc.as_ref().expect("a gRPC target").json;
+        let json = shared
+            .scenario
+            .target
+            .grpc
+            .as_ref()
+            .expect("a gRPC target")
+            .json;
         let mut decoder = grpc::Decoder::new(grpc::DEFAULT_MAX_MESSAGE, encoding);
         let mut delivered = false;
         let mut stopped = Gated::new(self.stopped());
@@ -525,13 +534,21 @@ impl Task {
                 _ = &mut stopped => return End::Stopped,
             };
             let data = match chunk {
-                None => break match head.body.trailers().map(|t| grpc::Status::from_trailers(&t)) {
-                    Some(Ok(status)) => match crate::grpc::status_outcome(status.code) {
-                        Outcome::Ok => "ended".to_owned(),
-                        o => o.name(),
-                    },
-                    _ => Outcome::TransportError(herd_model::TransportErrorKind::Protocol).name(),
-                },
+                None => {
+                    break match head
+                        .body
+                        .trailers()
+                        .map(|t| grpc::Status::from_trailers(&t))
+                    {
+                        Some(Ok(status)) => match crate::grpc::status_outcome(status.code) {
+                            Outcome::Ok => "ended".to_owned(),
+                            o => o.name(),
+                        },
+                        _ => {
+                            Outcome::TransportError(herd_model::TransportErrorKind::Protocol).name()
+                        }
+                    };
+                }
                 Some(Err(e)) => break crate::transport::outcome(&e).name(),
                 Some(Ok(data)) => data,
             };

@@ -22,8 +22,8 @@ use std::{
 
 use bytes::Bytes;
 use herd_http::ws::{
-    self, Close, CloseCode, ConnectError, DEFAULT_MAX_MESSAGE, Handshake, Masks,
-    Message, Opcode, Stream,
+    self, Close, CloseCode, ConnectError, DEFAULT_MAX_MESSAGE, Handshake, Masks, Message, Opcode,
+    Stream,
 };
 use herd_model::{Outcome, TransportErrorKind};
 use http::{HeaderMap, HeaderValue};
@@ -126,12 +126,7 @@ impl Socket {
     }
 
     /// Sends op `op`'s frame (`message`) and waits for what answers it.
-    pub async fn call(
-        &mut self,
-        send: &WsSend,
-        message: Bytes,
-        timeout: Duration,
-    ) -> Answer {
+    pub async fn call(&mut self, send: &WsSend, message: Bytes, timeout: Duration) -> Answer {
         let (opcode, want) = match (send.frame, &send.reply) {
             (WsFrame::Ping, _) => (Opcode::Ping, Want::Pong(message.clone())),
             (f, WsReply::None) => (opcode(f), Want::None),
@@ -158,9 +153,7 @@ impl Socket {
         if self.cmds.send(cmd).is_err() {
             return Answer::Failed(Outcome::Cancelled);
         }
-        answer
-            .await
-            .unwrap_or(Answer::Failed(Outcome::Cancelled))
+        answer.await.unwrap_or(Answer::Failed(Outcome::Cancelled))
     }
 }
 
@@ -316,9 +309,7 @@ impl Task {
             },
             _ => now,
         };
-        let after_failure = self
-            .failed_at
-            .map_or(now, |at| at + backoff(self.failures));
+        let after_failure = self.failed_at.map_or(now, |at| at + backoff(self.failures));
         after_end.max(after_failure)
     }
 
@@ -326,10 +317,20 @@ impl Task {
     /// as a connect error and, with a stream op, as that op's sample.
     async fn open(&mut self) -> Result<WsSocket, Outcome> {
         let counters = &self.shared.counters;
-        let connector = self.shared.ws.as_ref().expect("a WebSocket target's connector");
+        let connector = self
+            .shared
+            .ws
+            .as_ref()
+            .expect("a WebSocket target's connector");
         let started = Instant::now();
         let mut masks = Masks::new();
-        let target = self.shared.scenario.target.ws.as_ref().expect("a WebSocket target");
+        let target = self
+            .shared
+            .scenario
+            .target
+            .ws
+            .as_ref()
+            .expect("a WebSocket target");
         let r = async {
             let hs = Handshake::new(connector.authority(), &self.path, &mut masks)
                 .and_then(|h| h.protocols(target.subprotocols.clone()))
@@ -454,7 +455,10 @@ impl Task {
                 if matches!(pending.as_ref().map(|p| &p.want), Some(Want::Pong(want)) if *want == p)
                 {
                     let p = pending.take().expect("checked");
-                    let _ = p.done.send(Answer::Reply { data: Bytes::new(), at });
+                    let _ = p.done.send(Answer::Reply {
+                        data: Bytes::new(),
+                        at,
+                    });
                 }
             }
             Ok(Message::Close(c)) => {

@@ -121,7 +121,10 @@ duration = "1500ms"
     })
     .await;
     let joins = count(&r, "join");
-    assert_eq!(count(&r, "join") + count(&r, "submit") + count(&r, "play"), 4 * 30);
+    assert_eq!(
+        count(&r, "join") + count(&r, "submit") + count(&r, "play"),
+        4 * 30
+    );
     assert_eq!(c["Join"]["calls"], joins, "{c}");
     assert_eq!(
         outcomes(&r, "join", "grpc_resource_exhausted"),
@@ -241,7 +244,12 @@ duration = "1s"
     .replace("[player.setup]\n", "");
     let src = src.replace("max_ops = 3\n", "max_ops = 3\nsetup = [\"submit\"]\n");
     let r = run(&src).await;
-    assert_eq!(outcomes(&r, "join", "grpc_unavailable"), 2, "{:?}", all_outcomes(&r));
+    assert_eq!(
+        outcomes(&r, "join", "grpc_unavailable"),
+        2,
+        "{:?}",
+        all_outcomes(&r)
+    );
     assert_eq!(outcomes(&r, "submit", "ok"), 1, "{:?}", all_outcomes(&r));
     let c = server.counters();
     assert_eq!(c["Submit"]["received"], 3);
@@ -354,7 +362,11 @@ duration = "1500ms"
     let s = r.play.stream("socket").expect("the socket's numbers");
     let resets = outcomes(&r, "say", "transport_error.reset")
         + s.errors.get("transport_error.reset").copied().unwrap_or(0);
-    assert_eq!(outcomes(&r, "say", "ok"), c["drop"]["sent"].as_u64().unwrap(), "{c}");
+    assert_eq!(
+        outcomes(&r, "say", "ok"),
+        c["drop"]["sent"].as_u64().unwrap(),
+        "{c}"
+    );
     assert_eq!(resets, c["drop"]["drops"].as_u64().unwrap(), "{c} {s:?}");
     assert_eq!(r.reconnects + 2, c["drop"]["connections"].as_u64().unwrap());
     assert!(r.reconnects >= 2, "{}", r.reconnects);

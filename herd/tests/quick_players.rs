@@ -82,7 +82,14 @@ fn grpc_quick_mode_makes_exactly_the_calls_asked_and_bad_protos_exit_2() {
     assert_eq!(server.counters()["Join"]["calls"], 20);
 
     // A method the .proto lacks, and a .proto that does not compile: exit 2, nothing sent.
-    let out = herd(&["drive", &addr, "--proto", &proto, "--call", "herd.arena.Arena/Leave"]);
+    let out = herd(&[
+        "drive",
+        &addr,
+        "--proto",
+        &proto,
+        "--call",
+        "herd.arena.Arena/Leave",
+    ]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -104,7 +111,11 @@ fn grpc_quick_mode_makes_exactly_the_calls_asked_and_bad_protos_exit_2() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains(&format!("{}:4:3:", bad.display())), "{err}");
-    assert_eq!(server.counters()["Join"]["calls"], 20, "nothing more was sent");
+    assert_eq!(
+        server.counters()["Join"]["calls"],
+        20,
+        "nothing more was sent"
+    );
 }
 
 #[test]

@@ -160,7 +160,11 @@ async fn unary_trailers_only_and_a_server_stream_over_herds_h2c() {
     )
     .unwrap();
     assert_eq!(whole.status.code, Code::DeadlineExceeded);
-    assert!(started.elapsed() < Duration::from_secs(1), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
 
     // Client streaming: 50 moves written one by one after the head, gzip-compressed.
     let submit = protos.method("herd.arena.Arena/Submit").unwrap();
@@ -170,7 +174,9 @@ async fn unary_trailers_only_and_a_server_stream_over_herds_h2c() {
     let mut call = conn.duplex(req).await.unwrap();
     for seq in 1..=50 {
         let m = submit.encode_request(&json!({"seq": seq})).unwrap();
-        call.send.send(grpc::encode_one(&m, Encoding::Gzip)).unwrap();
+        call.send
+            .send(grpc::encode_one(&m, Encoding::Gzip))
+            .unwrap();
     }
     call.send.finish().unwrap();
     let mut s = call.response.head().await.unwrap();
@@ -195,7 +201,9 @@ async fn unary_trailers_only_and_a_server_stream_over_herds_h2c() {
     let mut req = request(&play, &json!({}));
     req.body = Bytes::new();
     let mut call = conn.duplex(req).await.unwrap();
-    let first = play.encode_request(&json!({"seq": 1, "text": "a"})).unwrap();
+    let first = play
+        .encode_request(&json!({"seq": 1, "text": "a"}))
+        .unwrap();
     call.send
         .send(grpc::encode_one(&first, Encoding::Identity))
         .unwrap();
@@ -212,7 +220,9 @@ async fn unary_trailers_only_and_a_server_stream_over_herds_h2c() {
                 let m = play
                     .encode_request(&json!({"seq": seq, "text": format!("m{seq}")}))
                     .unwrap();
-                call.send.send(grpc::encode_one(&m, Encoding::Identity)).unwrap();
+                call.send
+                    .send(grpc::encode_one(&m, Encoding::Identity))
+                    .unwrap();
             } else {
                 call.send.finish().unwrap();
             }
@@ -237,7 +247,9 @@ async fn unary_trailers_only_and_a_server_stream_over_herds_h2c() {
         .await
         .unwrap();
     assert_eq!(
-        Status::from_trailers(r.trailers.as_ref().unwrap()).unwrap().code,
+        Status::from_trailers(r.trailers.as_ref().unwrap())
+            .unwrap()
+            .code,
         Code::Ok
     );
 
@@ -248,7 +260,10 @@ async fn unary_trailers_only_and_a_server_stream_over_herds_h2c() {
     );
     assert_eq!(c["Watch"]["sent"], 43);
     assert_eq!(c["Watch"]["status"]["UNAVAILABLE"], 1);
-    assert_eq!(c["Submit"], json!({"calls": 1, "received": 50, "sent": 1, "status": {"OK": 1}}));
+    assert_eq!(
+        c["Submit"],
+        json!({"calls": 1, "received": 50, "sent": 1, "status": {"OK": 1}})
+    );
     assert_eq!(c["Slow"]["status"], json!({"DEADLINE_EXCEEDED": 1}));
     let play = &c["Play"];
     assert_eq!(play["calls"], 2);

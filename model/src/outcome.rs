@@ -360,7 +360,10 @@ mod tests {
             Outcome::Domain("grpc_unavailable".into()).name(),
             "domain.grpc_unavailable"
         );
-        assert_eq!("ws_1000".parse::<Outcome>().unwrap(), Outcome::WsClose(1000));
+        assert_eq!(
+            "ws_1000".parse::<Outcome>().unwrap(),
+            Outcome::WsClose(1000)
+        );
         assert_eq!("grpc_8".parse::<Outcome>().unwrap(), Outcome::Grpc(8));
         // An unknown transport error kind or status class is a domain code, as it was.
         assert_eq!(

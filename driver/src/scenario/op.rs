@@ -88,13 +88,18 @@ pub(super) fn expected_outcome(
     match &o {
         Outcome::Grpc(_) if transport != TransportKind::Grpc => Err(at(
             path,
-            format!("`{name}` is a gRPC status, and this target is {transport}: only gRPC calls end with one"),
+            format!(
+                "`{name}` is a gRPC status, and this target is {transport}: only gRPC calls end with one"
+            ),
         )),
         Outcome::WsClose(_) if transport != TransportKind::Ws => Err(at(
             path,
             format!("`{name}` is a WebSocket close code, and this target is {transport}"),
         )),
-        Outcome::Grpc(0) => Err(at(path, "`grpc_ok` is `ok`: list only outcomes that are not ok")),
+        Outcome::Grpc(0) => Err(at(
+            path,
+            "`grpc_ok` is `ok`: list only outcomes that are not ok",
+        )),
         Outcome::Grpc(4) => Err(at(
             path,
             "a deadline exceeded (grpc_deadline_exceeded) is the outcome `timeout`: write \"timeout\"",

@@ -171,7 +171,9 @@ pub(super) fn compile_grpc_target(
         Some(other) => {
             return Err(at(
                 &tp("compression"),
-                format!("`{other}`: herd compresses gRPC messages with \"gzip\" or not at all (\"identity\")"),
+                format!(
+                    "`{other}`: herd compresses gRPC messages with \"gzip\" or not at all (\"identity\")"
+                ),
             ));
         }
     };
@@ -211,7 +213,9 @@ pub(super) fn check_ws_target(
             if set {
                 return Err(at(
                     &tp(k),
-                    format!("`{k}` is for WebSocket targets (ws:// or wss://); this one is {transport}; an HTTP op sets its own headers"),
+                    format!(
+                        "`{k}` is for WebSocket targets (ws:// or wss://); this one is {transport}; an HTTP op sets its own headers"
+                    ),
                 ));
             }
         }
@@ -454,7 +458,10 @@ pub(super) fn compile_call(
                 }
             };
             if kind.is_background() {
-                for (k, set) in [("frame", raw.frame.is_some()), ("reply", raw.reply.is_some())] {
+                for (k, set) in [
+                    ("frame", raw.frame.is_some()),
+                    ("reply", raw.reply.is_some()),
+                ] {
                     if set {
                         return Err(at(
                             &here(k),
@@ -574,7 +581,11 @@ pub(super) fn check_templates(
                 }
                 let json = t.render(&vars).expect("every slot set");
                 if let Err(m) = encode(&call.method, grpc.compression, &json) {
-                    let mut path = here(if op.body.is_some() { "body" } else { "messages" });
+                    let mut path = here(if op.body.is_some() {
+                        "body"
+                    } else {
+                        "messages"
+                    });
                     if op.body.is_none() {
                         path.push(Seg::Index(k));
                     }

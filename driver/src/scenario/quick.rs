@@ -282,9 +282,7 @@ fn toml(url: &Url, q: &Quick, command: &str) -> Result<String, String> {
                     ));
                 }
                 let z = q.duration.ok_or_else(|| {
-                    format!(
-                        "without -d each player holds its socket open: say how long with -z (e.g. -z 30s), or give -d a message to send"
-                    )
+                    "without -d each player holds its socket open: say how long with -z (e.g. -z 30s), or give -d a message to send".to_owned()
                 })?;
                 let _ = writeln!(
                     t,
@@ -361,9 +359,7 @@ fn grpc_op(t: &mut String, url: &Url, q: &Quick) -> Result<(), String> {
         },
     };
     if q.proto.is_empty() {
-        return Err(format!(
-            "gRPC needs the service's .proto: --proto FILE (repeatable; imports from --proto-path DIR), as ghz's --proto"
-        ));
+        return Err("gRPC needs the service's .proto: --proto FILE (repeatable; imports from --proto-path DIR), as ghz's --proto".to_owned());
     }
     let list = |v: &[String]| v.iter().map(|p| quoted(p)).collect::<Vec<_>>().join(", ");
     let _ = writeln!(t, "proto = [{}]", list(&q.proto));

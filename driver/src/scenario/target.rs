@@ -87,7 +87,9 @@ pub(super) fn compile_target(file: &str, t: RawTarget) -> Result<CompiledTarget,
     // A WebSocket URL's path and query may read variables (`?player={player}`), which a
     // URI cannot hold: only its scheme and authority are parsed as one.
     let origin = match t.url.split_once("://") {
-        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("ws") || scheme.eq_ignore_ascii_case("wss") => {
+        Some((scheme, rest))
+            if scheme.eq_ignore_ascii_case("ws") || scheme.eq_ignore_ascii_case("wss") =>
+        {
             let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
             format!("{scheme}://{}/", &rest[..end])
         }

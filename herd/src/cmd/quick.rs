@@ -272,10 +272,7 @@ mod tests {
         q.duration = Some(Duration::from_secs(2));
         let s = scenario("ws://127.0.0.1:9/echo?room=1", &q);
         assert_eq!(s.target.base_path, "/echo?room=1");
-        assert!(matches!(
-            s.ops[0].call,
-            herd_driver::scenario::Call::Ws(_)
-        ));
+        assert!(matches!(s.ops[0].call, herd_driver::scenario::Call::Ws(_)));
         q.body = None;
         q.concurrency = Some(3);
         let s = scenario("wss://127.0.0.1:9/feed", &q);

@@ -145,8 +145,7 @@ impl Inner {
                 self.send_window -= n as i64;
                 s.sent_end |= last;
             }
-            if !s.sent_end && !s.reset && !s.body_open && s.body.is_empty() && s.more.is_empty()
-            {
+            if !s.sent_end && !s.reset && !s.body_open && s.body.is_empty() && s.more.is_empty() {
                 frame_head(&mut self.wbuf, 0, DATA, END_STREAM, s.id);
                 s.sent_end = true;
             }
