@@ -27,7 +27,7 @@ use herd_http::ws::{
 };
 use herd_model::{Outcome, TransportErrorKind};
 use http::{HeaderMap, HeaderValue};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot};
 
 use crate::{
     conns::backoff,
@@ -78,13 +78,7 @@ pub(crate) enum Answer {
 impl Socket {
     /// Starts the socket task of a player with variables `vars` (its URL's and headers'
     /// values); the socket opens now if the target has a stream op, else at the first op.
-    pub fn start(
-        shared: Arc<Shared>,
-        gate: Arc<Gate>,
-        vars: &Vars,
-        halt: watch::Receiver<bool>,
-        retire: Option<watch::Receiver<bool>>,
-    ) -> Self {
+    pub fn start(shared: Arc<Shared>, gate: Arc<Gate>, vars: &Vars) -> Self {
         let scenario = &shared.scenario;
         let target = scenario.target.ws.as_ref().expect("a WebSocket target");
         let path = target.path.render(vars).unwrap_or_else(|_| "/".to_owned());
@@ -112,8 +106,6 @@ impl Socket {
             stream_op,
             subscribe,
             cmds: rx,
-            halt,
-            retire,
             opened_before: false,
             failures: 0,
             failed_at: None,
@@ -182,13 +174,7 @@ impl Session {
         if self.ws.is_some() || !shared.scenario.ops.iter().any(|o| o.kind.is_background()) {
             return false;
         }
-        self.ws = Some(Socket::start(
-            shared,
-            self.role.gate.clone(),
-            &self.vars,
-            self.halt.clone(),
-            self.retire.clone(),
-        ));
+        self.ws = Some(Socket::start(shared, self.role.gate.clone(), &self.vars));
         true
     }
 }
@@ -234,8 +220,6 @@ struct Task {
     /// The stream op's body: sent as text each time the socket opens.
     subscribe: Option<Bytes>,
     cmds: mpsc::UnboundedReceiver<Cmd>,
-    halt: watch::Receiver<bool>,
-    retire: Option<watch::Receiver<bool>>,
     opened_before: bool,
     /// Consecutive failed opens, and when the last one failed.
     failures: u32,
@@ -250,33 +234,16 @@ struct Task {
 type WsSocket = ws::Socket<Stream>;
 
 impl Task {
-    fn stopped(&self) -> impl std::future::Future<Output = ()> + use<> {
-        let (mut halt, retire) = (self.halt.clone(), self.retire.clone());
-        async move {
-            let retire = async move {
-                match retire {
-                    Some(mut r) => until_true(&mut r).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                _ = until_true(&mut halt) => {}
-                _ = retire => {}
-            }
-        }
-    }
-
     async fn run(mut self) {
         let mut sock: Option<WsSocket> = None;
         let mut pending: Option<Pending> = None;
-        let stopped = self.stopped();
-        tokio::pin!(stopped);
         loop {
             // A held socket (a stream op's) reopens by itself, after the stream's reconnect
             // pause and the connect backoff; one only ops use waits for the next op.
             let reopen = (sock.is_none() && self.stream_op.is_some()).then(|| self.reopen_at());
+            // The player's end (its session dropped) ends the task: not the run's stop, under
+            // which an op in flight still gets its reply within the grace.
             tokio::select! {
-                () = &mut stopped => break,
                 cmd = self.cmds.recv() => {
                     let Some(cmd) = cmd else { break };
                     pending = self.command(&mut sock, cmd).await;
@@ -591,12 +558,5 @@ fn scalar(v: &serde_json::Value) -> Option<String> {
         serde_json::Value::Number(n) => Some(n.to_string()),
         serde_json::Value::Bool(b) => Some(b.to_string()),
         _ => None,
-    }
-}
-
-/// Resolves when `rx` holds true; never, if its sender is gone without saying so.
-async fn until_true(rx: &mut watch::Receiver<bool>) {
-    if rx.wait_for(|v| *v).await.is_err() {
-        std::future::pending::<()>().await;
     }
 }

@@ -12,7 +12,11 @@ use herd_testkit::{PyServer, py::arena_proto};
 use serde_json::{Value, json};
 
 async fn run(src: &str) -> RunResult {
-    let scenario = Scenario::parse("players.toml", src, &[]).unwrap_or_else(|e| panic!("{e}"));
+    run_as("players.toml", src, &[]).await
+}
+
+async fn run_as(file: &str, src: &str, sets: &[String]) -> RunResult {
+    let scenario = Scenario::parse(file, src, sets).unwrap_or_else(|e| panic!("{e}"));
     let opts = RunOptions {
         grace: Duration::from_secs(3),
         ..RunOptions::default()
@@ -41,6 +45,69 @@ fn count(r: &RunResult, op: &str) -> u64 {
         .filter(|o| o.op == op)
         .map(|o| o.count)
         .sum()
+}
+
+/// The TOML blocks of docs/scenario.md's section `heading` (up to the next `## `), and the
+/// example files `examples/players/NAME`, each with the address it names swapped for
+/// `addr`: (a name to parse it as, its text).
+fn examples(heading: &str, files: &[&str], from: &str, addr: &str) -> Vec<(String, String)> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let doc = std::fs::read_to_string(root.join("docs/scenario.md")).unwrap();
+    let section = doc
+        .split(&format!("\n## {heading}\n"))
+        .nth(1)
+        .unwrap_or_else(|| panic!("no section {heading}"))
+        .split("\n## ")
+        .next()
+        .unwrap();
+    let py = herd_testkit::py::py_dir();
+    let mut out: Vec<(String, String)> = section
+        .split("```toml\n")
+        .skip(1)
+        .enumerate()
+        .map(|(i, b)| {
+            let name = py.join(format!("docs-{heading}-{i}.toml"));
+            (
+                name.display().to_string(),
+                b.split("```").next().unwrap().replace(from, addr),
+            )
+        })
+        .collect();
+    assert!(
+        !out.is_empty(),
+        "no example in docs/scenario.md's {heading}"
+    );
+    for f in files {
+        let path = root.join("examples/players").join(f);
+        let text = std::fs::read_to_string(&path).unwrap();
+        out.push((path.display().to_string(), text.replace(from, addr)));
+    }
+    out
+}
+
+/// Runs each example for `secs`, with 3 players; returns its errors (outcomes neither ok
+/// nor expected) and its ops.
+async fn run_example(name: &str, text: &str) -> (u64, u64) {
+    let sets = [
+        "step[0].duration=1s".to_owned(),
+        "step[0].players=3".to_owned(),
+    ];
+    let r = run_as(name, text, &sets).await;
+    eprintln!("{name}: {:?} {:?}", all_outcomes(&r), r.play.streams);
+    let mut errors = 0;
+    let mut ops = 0;
+    for p in &r.phases {
+        for o in &p.ops {
+            ops += o.count;
+            let expected = r.expected.get(&o.op);
+            for s in &o.outcomes {
+                if !s.outcome.is_ok() && !expected.is_some_and(|e| e.contains(&s.outcome)) {
+                    errors += s.count;
+                }
+            }
+        }
+    }
+    (errors, ops)
 }
 
 fn all_outcomes(r: &RunResult) -> Vec<(String, String, u64)> {
@@ -254,6 +321,16 @@ duration = "1s"
     let c = server.counters();
     assert_eq!(c["Submit"]["received"], 3);
     assert_eq!(c["Join"]["status"]["UNAVAILABLE"], 2);
+
+    // docs/scenario.md's gRPC examples and examples/players/arena.toml run, 1 s each, and
+    // every call they make is one the server counted.
+    let addr = format!("127.0.0.1:{}", server.port());
+    for (name, text) in examples("gRPC", &["arena.toml"], "127.0.0.1:50051", &addr) {
+        server.command("reset");
+        let (errors, ops) = run_example(&name, &text).await;
+        assert!(ops > 0, "{name}");
+        assert_eq!(errors, 0, "{name}");
+    }
 }
 
 /// ~5 s: three scenarios against one websockets server.
@@ -400,4 +477,18 @@ duration = "1s"
     // herd's Close echoed the server's code.
     assert_eq!(c["close"]["close_received"]["4001"], 3, "{c}");
     assert_eq!(json!(r.expected["say"]), json!(["ws_4001"]));
+
+    // docs/scenario.md's WebSocket examples and examples/players/{chat,feed}.toml run, 1 s
+    // each, without an error.
+    let addr = format!("127.0.0.1:{port}");
+    for (name, text) in examples(
+        "WebSocket",
+        &["chat.toml", "feed.toml"],
+        "127.0.0.1:8765",
+        &addr,
+    ) {
+        let (errors, ops) = run_example(&name, &text).await;
+        assert!(ops > 0, "{name}");
+        assert_eq!(errors, 0, "{name}");
+    }
 }
