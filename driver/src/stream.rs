@@ -227,7 +227,9 @@ impl Task {
         let shared = self.shared.clone();
         let op = &shared.scenario.ops[self.op];
         let (reconnect, timeout, repoll) = match &op.kind {
-            OpKind::Stream { reconnect, .. } => (*reconnect, op.timeout, Duration::ZERO),
+            OpKind::Stream {
+                reconnect, pause, ..
+            } => (*reconnect, op.timeout, *pause),
             OpKind::LongPoll {
                 reconnect, pause, ..
             } => (*reconnect, op.timeout, *pause),
@@ -237,8 +239,12 @@ impl Task {
         let mut pause = min;
         let mut first = true;
         let mut after_failure = false;
+        // A gRPC stream that ended with status ok was a call that completed: its reopening
+        // is the next call, not a reconnect (an HTTP stream's end always breaks it).
+        let completes = matches!(op.call, crate::scenario::Call::Grpc(_));
         while !self.stopping() {
-            if !first && (after_failure || matches!(op.kind, OpKind::Stream { .. })) {
+            if !first && (after_failure || (matches!(op.kind, OpKind::Stream { .. }) && !completes))
+            {
                 self.play().reconnect(self.op);
             }
             first = false;
@@ -502,11 +508,10 @@ impl Task {
             Ok(Head::TrailersOnly(status)) => {
                 let o = crate::grpc::status_outcome(status.code);
                 if o.is_ok() {
-                    // Over before it began: an opening that delivered nothing.
+                    // Over before it began: a call that completed with no message.
                     self.sample(Outcome::Ok, sent.elapsed());
                     self.play().opened(self.op);
-                    self.play().error(self.op, "ended");
-                    return End::Failed { delivered: false };
+                    return End::Again;
                 }
                 return self.failed(o, sent.elapsed());
             }
@@ -541,7 +546,7 @@ impl Task {
                         .map(|t| grpc::Status::from_trailers(&t))
                     {
                         Some(Ok(status)) => match crate::grpc::status_outcome(status.code) {
-                            Outcome::Ok => "ended".to_owned(),
+                            Outcome::Ok => return End::Again,
                             o => o.name(),
                         },
                         _ => {

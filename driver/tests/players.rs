@@ -231,7 +231,7 @@ call = "herd.arena.Arena/Watch"
 kind = "stream"
 body = '{{"count": 30, "interval_ms": 2, "kind": "tick", "pad_bytes": 100}}'
 event_type = "/kind"
-reconnect = {{ min = "30s" }}
+pause = "30s"
 
 [[step]]
 players = 3
@@ -241,12 +241,15 @@ duration = "800ms"
     let r = run(&src).await;
     let c = counters_once(&mut server, |c| c["Watch"]["status"]["OK"] == 3).await;
     let s = r.play.stream("watch").expect("the stream's numbers");
-    assert_eq!(c["Watch"]["calls"], 3);
+    assert_eq!(c["Watch"]["calls"], 3, "{c} {s:?}");
     assert_eq!(c["Watch"]["sent"], 90);
     assert_eq!(s.events, 90, "{s:?}");
     assert_eq!(s.by_type.get("tick"), Some(&90));
     assert_eq!(s.opened, 3);
-    assert_eq!(s.errors.get("ended"), Some(&3), "{s:?}");
+    // A stream that completed (status ok) is a call done, not a break: no error, no
+    // reconnect; the next call waits for the op's pause.
+    assert!(s.errors.is_empty(), "{s:?}");
+    assert_eq!(s.reconnects, 0);
     assert!(s.first_event.is_some());
 
     // Deadlines: the op's timeout is the call's grpc-timeout; either clock ends it as a

@@ -171,6 +171,7 @@ pub(super) fn compile_op(
             delivery: o.delivery,
             pause: o.pause.map(|d| d.0),
             conditional: o.conditional,
+            grpc: target.transport == TransportKind::Grpc,
         },
         &here,
     )?;
