@@ -392,7 +392,12 @@ impl Session {
                     .watchdog
                     .get_or_insert_with(|| Watchdog::new(shared.abort.clone()));
                 let ws = self.ws.get_or_insert_with(|| {
-                    crate::ws::Socket::start(shared.clone(), self.role.gate.clone(), &self.vars)
+                    crate::ws::Socket::start(
+                        shared.clone(),
+                        &self.vars,
+                        self.halt.clone(),
+                        self.retire.clone(),
+                    )
                 });
                 let exchange = Box::pin(ws.call(send, message, o.timeout));
                 let result = watchdog.guard(deadline, exchange).await;

@@ -7,7 +7,9 @@
 //! arrived, so the op's latency is send → reply. Messages that answer no op are the pushes:
 //! counted by type as the events of the target's stream op, if it has one.
 //!
-//! The socket opens at the player's first op, or at once when a stream op holds it. A Close
+//! The socket opens at the player's first op, or at once when a stream op holds it; an
+//! opening is a connect (or a reconnect), not an op: the stream op counts it as `opened`,
+//! and the pushes as its events. A Close
 //! from the server under an op is that op's outcome (`ws_<close code>`); a connection that
 //! ends without one is `transport_error.reset`. Either way the socket reopens (at once for a
 //! held one, with the connect backoff after failures; else at the next op), and the reopening
@@ -27,11 +29,10 @@ use herd_http::ws::{
 };
 use herd_model::{Outcome, TransportErrorKind};
 use http::{HeaderMap, HeaderValue};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::{
     conns::backoff,
-    measure::{aggregator::Msg, gate::Gate},
     outcome::{domain_code, judge, needs_json},
     player::{Session, Shared},
     scenario::{Op, OpKind, WsFrame, WsReply, WsSend},
@@ -78,7 +79,12 @@ pub(crate) enum Answer {
 impl Socket {
     /// Starts the socket task of a player with variables `vars` (its URL's and headers'
     /// values); the socket opens now if the target has a stream op, else at the first op.
-    pub fn start(shared: Arc<Shared>, gate: Arc<Gate>, vars: &Vars) -> Self {
+    pub fn start(
+        shared: Arc<Shared>,
+        vars: &Vars,
+        halt: watch::Receiver<bool>,
+        retire: Option<watch::Receiver<bool>>,
+    ) -> Self {
         let scenario = &shared.scenario;
         let target = scenario.target.ws.as_ref().expect("a WebSocket target");
         let path = target.path.render(vars).unwrap_or_else(|_| "/".to_owned());
@@ -100,7 +106,8 @@ impl Socket {
         let (tx, rx) = mpsc::unbounded_channel();
         let task = Task {
             shared: shared.clone(),
-            gate,
+            halt,
+            retire,
             path,
             headers,
             stream_op,
@@ -174,7 +181,12 @@ impl Session {
         if self.ws.is_some() || !shared.scenario.ops.iter().any(|o| o.kind.is_background()) {
             return false;
         }
-        self.ws = Some(Socket::start(shared, self.role.gate.clone(), &self.vars));
+        self.ws = Some(Socket::start(
+            shared,
+            &self.vars,
+            self.halt.clone(),
+            self.retire.clone(),
+        ));
         true
     }
 }
@@ -212,7 +224,9 @@ struct Pending {
 
 struct Task {
     shared: Arc<Shared>,
-    gate: Arc<Gate>,
+    /// The player's stop: a held socket is not reopened once it is stopping.
+    halt: watch::Receiver<bool>,
+    retire: Option<watch::Receiver<bool>>,
     path: String,
     headers: HeaderMap,
     /// The op counting pushes, which also holds the socket open.
@@ -237,10 +251,13 @@ impl Task {
     async fn run(mut self) {
         let mut sock: Option<WsSocket> = None;
         let mut pending: Option<Pending> = None;
+        let mut halt = self.halt.clone();
         loop {
             // A held socket (a stream op's) reopens by itself, after the stream's reconnect
-            // pause and the connect backoff; one only ops use waits for the next op.
-            let reopen = (sock.is_none() && self.stream_op.is_some()).then(|| self.reopen_at());
+            // pause and the connect backoff, until the player is stopping; one only ops use
+            // waits for the next op.
+            let reopen = (sock.is_none() && self.stream_op.is_some() && !self.stopping())
+                .then(|| self.reopen_at());
             // The player's end (its session dropped) ends the task: not the run's stop, under
             // which an op in flight still gets its reply within the grace.
             tokio::select! {
@@ -256,6 +273,8 @@ impl Task {
                         sock = Some(s);
                     }
                 }
+                // Only to look at `reopen` again.
+                _ = halt.changed(), if reopen.is_some() => {}
             }
         }
         if let Some(mut s) = sock {
@@ -263,6 +282,10 @@ impl Task {
                 tokio::time::timeout(CLOSE_WAIT, s.close(Close::new(CloseCode::GOING_AWAY, "")))
                     .await;
         }
+    }
+
+    fn stopping(&self) -> bool {
+        *self.halt.borrow() || self.retire.as_ref().is_some_and(|r| *r.borrow())
     }
 
     /// When a held socket may reopen: after the stream op's reconnect pause since it ended,
@@ -289,6 +312,7 @@ impl Task {
             .ws
             .as_ref()
             .expect("a WebSocket target's connector");
+        // When the upgrade is sent: the first push's latency counts from here.
         let started = Instant::now();
         let mut masks = Masks::new();
         let target = self
@@ -321,7 +345,6 @@ impl Task {
                 self.opened_at = Some(started);
                 self.first_seen = false;
                 if let Some(op) = self.stream_op {
-                    self.sample(op, Outcome::Ok, started.elapsed());
                     self.shared.play.opened(op);
                     if let Some(body) = &self.subscribe {
                         let text = String::from_utf8_lossy(body);
@@ -348,7 +371,6 @@ impl Task {
                     }
                 };
                 if let Some(op) = self.stream_op {
-                    self.sample(op, o.clone(), started.elapsed());
                     self.shared.play.error(op, &o.name());
                 }
                 Err(o)
@@ -501,19 +523,6 @@ impl Task {
         self.ended_at = Some(Instant::now());
         if let (Some(op), Some(class)) = (self.stream_op, class) {
             self.shared.play.error(op, class);
-        }
-    }
-
-    /// Records the stream op's opening in the phase open now.
-    fn sample(&self, op: usize, outcome: Outcome, latency: Duration) {
-        let n_ops = self.shared.scenario.ops.len();
-        if let Some(phase) = self.gate.enter(&self.shared.started) {
-            let _ = self.shared.tx.send(Msg::Sample {
-                row: (phase * n_ops + op) as u32,
-                outcome,
-                status: None,
-                latency_us: latency.as_micros() as u64,
-            });
         }
     }
 }

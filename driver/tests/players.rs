@@ -85,8 +85,8 @@ fn examples(heading: &str, files: &[&str], from: &str, addr: &str) -> Vec<(Strin
     out
 }
 
-/// Runs each example for `secs`, with 3 players; returns its errors (outcomes neither ok
-/// nor expected) and its ops.
+/// Runs an example for 1 s with 3 players; returns its errors (outcomes neither ok nor
+/// expected) and its ops and stream events.
 async fn run_example(name: &str, text: &str) -> (u64, u64) {
     let sets = [
         "step[0].duration=1s".to_owned(),
@@ -95,7 +95,7 @@ async fn run_example(name: &str, text: &str) -> (u64, u64) {
     let r = run_as(name, text, &sets).await;
     eprintln!("{name}: {:?} {:?}", all_outcomes(&r), r.play.streams);
     let mut errors = 0;
-    let mut ops = 0;
+    let mut ops: u64 = r.play.streams.iter().map(|s| s.events).sum();
     for p in &r.phases {
         for o in &p.ops {
             ops += o.count;

@@ -263,12 +263,16 @@ pub(super) fn compile(file: &str, raw: RawScenario) -> Result<Scenario, Invalid>
         &names,
         &mut steps,
     )?;
-    if steps.iter().any(|s| s.players > 0)
-        && !ops.iter().any(|o| o.weight > 0 || o.kind.is_background())
-    {
+    // WebSocket and gRPC players may only hold a stream (a socket's pushes, a server
+    // stream), counting its events.
+    let holds = matches!(
+        target.transport,
+        super::TransportKind::Ws | super::TransportKind::Grpc
+    ) && ops.iter().any(|o| o.kind.is_background());
+    if steps.iter().any(|s| s.players > 0) && !holds && !ops.iter().any(|o| o.weight > 0) {
         return Err(at(
             &[key("op")],
-            "players need at least one op with weight > 0, or a stream or long poll they hold",
+            "players need at least one op with weight > 0 (on a grpc:// or ws:// target, or a stream op they hold)",
         ));
     }
 
