@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
 
 use crate::measure::aggregator::Counters;
-use herd_http::{Connection, Request, Response, Streaming, Transport, TransportError};
+use herd_http::{Connection, Duplex, Request, Response, Streaming, Transport, TransportError};
 
 /// The first wait before connecting again after a failed connect; it doubles with each
 /// consecutive failure up to [`BACKOFF_MAX`], and a successful connect resets it. Without it a
@@ -287,6 +287,39 @@ impl Conns {
     }
 }
 
+impl Conns {
+    /// Opens `req` as a duplex stream (a gRPC client or bidi call whose messages go out
+    /// after its head) on this player's connection, (re)opened first if need be.
+    pub async fn duplex(
+        &mut self,
+        transport: &dyn Transport,
+        counters: &Counters,
+        req: Request,
+    ) -> Result<Duplex, TransportError> {
+        let mut handle = match self {
+            Self::Own(Own::Shared(slot)) => {
+                let mut slot = slot.lock().await;
+                let conn = slot.ready(transport, counters).await?;
+                conn.share().expect("a multiplexed connection shares")
+            }
+            Self::Own(Own::Alone(slot)) => {
+                let conn = slot.ready(transport, counters).await?;
+                return conn.duplex(req).await;
+            }
+            Self::Pool(p) => {
+                let i = p.next.fetch_add(1, SeqCst) % p.slots.len();
+                let mut slot = p.slots[i].lock().await;
+                let conn = slot.ready(transport, counters).await?;
+                match conn.share() {
+                    Some(h) => h,
+                    None => return conn.duplex(req).await,
+                }
+            }
+        };
+        handle.duplex(req).await
+    }
+}
+
 /// A stream's or long poll's connection source, from [`Conns::side`].
 pub(crate) enum SideConn {
     Shared(Arc<tokio::sync::Mutex<Slot>>),
@@ -324,6 +357,37 @@ impl SideConn {
             }
         };
         handle.open(req).await
+    }
+
+    /// Opens `req` as a duplex stream (a gRPC bidi stream op), as [`SideConn::open`] opens
+    /// a response.
+    pub async fn duplex(
+        &mut self,
+        transport: &dyn Transport,
+        counters: &Counters,
+        req: Request,
+    ) -> Result<Duplex, TransportError> {
+        let mut handle = match self {
+            Self::Shared(slot) => {
+                let mut slot = slot.lock().await;
+                let conn = slot.ready(transport, counters).await?;
+                conn.share().expect("a multiplexed connection shares")
+            }
+            Self::Pool(p) => {
+                let i = p.next.fetch_add(1, SeqCst) % p.slots.len();
+                let mut slot = p.slots[i].lock().await;
+                let conn = slot.ready(transport, counters).await?;
+                conn.share().expect("a multiplexed connection shares")
+            }
+            Self::Own(slot) => {
+                let mut guard = FailGuard(slot, true);
+                let conn = guard.0.ready(transport, counters).await?;
+                let r = conn.duplex(req).await;
+                guard.1 = r.is_err();
+                return r;
+            }
+        };
+        handle.duplex(req).await
     }
 }
 

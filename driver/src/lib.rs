@@ -20,6 +20,7 @@
 
 mod conns;
 mod groups;
+mod grpc;
 pub mod limits;
 pub mod measure;
 pub mod outcome;
@@ -31,6 +32,7 @@ mod stream;
 pub mod template;
 pub mod transport;
 pub mod units;
+mod ws;
 
 pub use player::{FilePlayer, Player, Reply, Session, Stopped};
 pub use run::{DriverError, RunOptions, run, run_with};

@@ -1,5 +1,6 @@
 //! Judging one response: its outcome class from the op's checks, captures taken on success,
-//! and a 429's `Retry-After` pause.
+//! and a 429's `Retry-After` pause. [`judge`] is the part gRPC calls and WebSocket replies
+//! share with HTTP: checks and captures on a successful answer's JSON.
 
 use std::time::Duration;
 
@@ -26,21 +27,13 @@ pub(crate) fn classify(
     if status == 429 {
         return (Outcome::RateLimited, retry_after(headers));
     }
-    let needs_json = op.code.is_some()
-        || !op.captures.is_empty()
-        || !op.check.json.is_empty()
-        || op.then.iter().any(|t| t.for_each.is_some());
-    let json: Option<serde_json::Value> = if needs_json {
+    let json: Option<serde_json::Value> = if needs_json(op) {
         serde_json::from_slice(body).ok()
     } else {
         None
     };
-    if let (Some(ptr), Some(j)) = (&op.code, &json)
-        && let Some(code) = j.pointer(ptr).and_then(scalar)
-        && !code.is_empty()
-        && code.len() <= MAX_CODE_LEN
-    {
-        return (Outcome::Domain(code.into()), None);
+    if let Some(code) = domain_code(op, json.as_ref()) {
+        return (code, None);
     }
     let expected = op.check.status.is_some_and(|s| s == status);
     if !(200..300).contains(&status) && !expected {
@@ -49,29 +42,60 @@ pub(crate) fn classify(
     if op.check.status.is_some() && !expected {
         return (Outcome::CheckFailed, None);
     }
+    (judge(op, json.as_ref(), body, Some(headers), vars), None)
+}
+
+/// True when judging a response of `op` reads its JSON: a code, a capture, a JSON check or
+/// a `for_each` after it.
+pub(crate) fn needs_json(op: &Op) -> bool {
+    op.code.is_some()
+        || !op.captures.is_empty()
+        || !op.check.json.is_empty()
+        || op.then.iter().any(|t| t.for_each.is_some())
+}
+
+/// The domain code at the op's `code` pointer, if the response carries one.
+pub(crate) fn domain_code(op: &Op, json: Option<&serde_json::Value>) -> Option<Outcome> {
+    let (ptr, j) = (op.code.as_ref()?, json?);
+    let code = j.pointer(ptr).and_then(scalar)?;
+    (!code.is_empty() && code.len() <= MAX_CODE_LEN).then(|| Outcome::Domain(code.into()))
+}
+
+/// A successful answer (an HTTP 2xx, a gRPC `ok`, a WebSocket reply) judged by the op's
+/// checks — JSON, the body's sha256, a header's claim of it — then its captures taken:
+/// `ok`, `check_failed` or `capture_missing`.
+pub(crate) fn judge(
+    op: &Op,
+    json: Option<&serde_json::Value>,
+    body: &[u8],
+    headers: Option<&Headers>,
+    vars: &mut Vars,
+) -> Outcome {
     for (ptr, want) in &op.check.json {
-        let got = json.as_ref().and_then(|j| j.pointer(ptr));
+        let got = json.and_then(|j| j.pointer(ptr));
         if !got.is_some_and(|g| json_eq(g, want)) {
-            return (Outcome::CheckFailed, None);
+            return Outcome::CheckFailed;
         }
     }
     if let Some(t) = &op.check.sha256 {
         let Ok(want) = t.render(vars) else {
-            return (Outcome::CheckFailed, None);
+            return Outcome::CheckFailed;
         };
         if !digest_matches(body, &want) {
-            return (Outcome::CheckFailed, None);
+            return Outcome::CheckFailed;
         }
     }
     if let Some(h) = &op.check.sha256_header {
-        let claimed = headers.get(h).and_then(|v| std::str::from_utf8(v).ok());
+        let claimed = headers
+            .and_then(|hs| hs.get(h))
+            .and_then(|v| std::str::from_utf8(v).ok());
         if !claimed.is_some_and(|want| digest_matches(body, want)) {
-            return (Outcome::CheckFailed, None);
+            return Outcome::CheckFailed;
         }
     }
     let mut missing = false;
     for (slot, ptr) in &op.captures {
-        match json.as_ref().and_then(|j| j.pointer(ptr)).and_then(scalar) {
+        match json.and_then(|j| j.pointer(ptr)).and_then(scalar) {
             Some(v) => vars.set(*slot, v),
             None => missing = true,
         }
@@ -80,15 +104,15 @@ pub(crate) fn classify(
     // chain has nothing to run for.
     for t in &op.then {
         if let Some(f) = &t.for_each
-            && json.as_ref().is_none_or(|j| f.items(j).is_empty())
+            && json.is_none_or(|j| f.items(j).is_empty())
         {
             missing = true;
         }
     }
     if missing {
-        return (Outcome::CaptureMissing, None);
+        return Outcome::CaptureMissing;
     }
-    (Outcome::Ok, None)
+    Outcome::Ok
 }
 
 /// A JSON scalar as text: strings as they are, numbers and booleans as written.

@@ -20,7 +20,7 @@ use crate::{
         gate::Gate,
     },
     outcome::classify,
-    scenario::{Op, Scenario},
+    scenario::{Call, Op, Scenario},
     template::Vars,
 };
 use herd_http::{Request, Transport};
@@ -88,6 +88,8 @@ pub(crate) struct Shared {
     pub abort: watch::Receiver<bool>,
     pub play: Arc<crate::measure::play::PlayAcc>,
     pub lobby: Option<Arc<crate::groups::Lobby>>,
+    /// Opens the players' sockets, on a WebSocket target.
+    pub ws: Option<Arc<herd_http::ws::Connector>>,
 }
 
 /// How one session behaves, by role (player or hammer worker).
@@ -116,6 +118,8 @@ pub struct Session {
     pub(crate) group: crate::groups::Membership,
     /// Ends calls at their timeout or the run's abort; made by the first call.
     watchdog: Option<Watchdog>,
+    /// The player's WebSocket, on a WebSocket target: opened by its first op or stream.
+    pub(crate) ws: Option<crate::ws::Socket>,
 }
 
 impl Session {
@@ -142,6 +146,7 @@ impl Session {
             bg: Default::default(),
             group: Default::default(),
             watchdog: None,
+            ws: None,
         }
     }
 
@@ -274,52 +279,138 @@ impl Session {
         let row = (phase * n_ops + op) as u32;
         let o = &shared.scenario.ops[op];
         self.sync_group();
-        let Some(req) = self.request(o, &shared.scenario.target.base_path) else {
-            return Ok(self.record(row, Outcome::VarMissing, None, Bytes::new(), Duration::ZERO));
-        };
-        // Kept only where a check can fail: a failed one is reported with the resource it
-        // was about (which layer of which image), not only the op's name.
-        let c = &o.check;
-        let resource = (c.status.is_some()
-            || !c.json.is_empty()
-            || c.sha256.is_some()
-            || c.sha256_header.is_some())
-        .then(|| req.path.clone());
-        let sent = Instant::now();
-        let start = intended.unwrap_or(sent);
-        let deadline = crate::units::deadline(sent, o.timeout);
-        let result = {
-            let watchdog = self
-                .watchdog
-                .get_or_insert_with(|| Watchdog::new(shared.abort.clone()));
-            watchdog.arm(deadline);
-            // Boxed: inline, it would take the turn's future (boxed per turn in `run.rs`)
-            // past the 1 KiB that glibc's per-thread cache serves; two cached allocations
-            // cost less than one from the main heap (which showed in the profile).
-            let mut exchange = Box::pin(self.conns.send(&*shared.transport, &shared.counters, req));
-            // Dropped at the end of this block, before the outcome is recorded: a timed out
-            // or aborted exchange retires its connection then (`conns.rs`).
-            poll_fn(|cx| match exchange.as_mut().poll(cx) {
-                Poll::Ready(r) => Poll::Ready(Ok(r)),
-                Poll::Pending => watchdog.poll(cx, deadline).map(Err),
-            })
-            .await
-        };
-        let latency = start.elapsed();
-        let (outcome, status, body, pause) = match result {
-            Err(Ended::Aborted) => (Outcome::Cancelled, None, Bytes::new(), None),
-            Err(Ended::TimedOut) => (Outcome::Timeout, None, Bytes::new(), None),
-            Ok(Err(e)) => (crate::transport::outcome(&e), None, Bytes::new(), None),
-            Ok(Ok(r)) => {
-                let (outcome, pause) = classify(o, r.status, &r.headers, &r.body, &mut self.vars);
-                (outcome, Some(r.status), r.body, pause)
+        let (outcome, status, body, pause, latency) = match &o.call {
+            Call::Http => {
+                let Some(req) = self.request(o, &shared.scenario.target.base_path) else {
+                    return Ok(self.record(
+                        row,
+                        Outcome::VarMissing,
+                        None,
+                        Bytes::new(),
+                        Duration::ZERO,
+                    ));
+                };
+                // Kept only where a check can fail: a failed one is reported with the
+                // resource it was about (which layer of which image), not only the op's name.
+                let c = &o.check;
+                let resource = (c.status.is_some()
+                    || !c.json.is_empty()
+                    || c.sha256.is_some()
+                    || c.sha256_header.is_some())
+                .then(|| req.path.clone());
+                let sent = Instant::now();
+                let start = intended.unwrap_or(sent);
+                let deadline = crate::units::deadline(sent, o.timeout);
+                let watchdog = self
+                    .watchdog
+                    .get_or_insert_with(|| Watchdog::new(shared.abort.clone()));
+                // Boxed: inline, it would take the turn's future (boxed per turn in
+                // `run.rs`) past the 1 KiB that glibc's per-thread cache serves; two cached
+                // allocations cost less than one from the main heap (which showed in the
+                // profile). Dropped at the end of `guarded`, before the outcome is
+                // recorded: a timed out or aborted exchange retires its connection then
+                // (`conns.rs`).
+                let exchange = Box::pin(self.conns.send(&*shared.transport, &shared.counters, req));
+                let result = watchdog.guard(deadline, exchange).await;
+                let latency = start.elapsed();
+                let (outcome, status, body, pause) = match result {
+                    Err(ended) => (ended.outcome(), None, Bytes::new(), None),
+                    Ok(Err(e)) => (crate::transport::outcome(&e), None, Bytes::new(), None),
+                    Ok(Ok(r)) => {
+                        let (outcome, pause) =
+                            classify(o, r.status, &r.headers, &r.body, &mut self.vars);
+                        (outcome, Some(r.status), r.body, pause)
+                    }
+                };
+                if outcome == Outcome::CheckFailed
+                    && let Some(r) = resource
+                {
+                    shared.play.check_failed(op, r);
+                }
+                (outcome, status, body, pause, latency)
+            }
+            Call::Grpc(call) => {
+                let target = shared.scenario.target.grpc.as_ref().expect("a gRPC target");
+                let built = crate::grpc::frames(call, target, &self.vars).and_then(|frames| {
+                    let req = crate::grpc::request(o, call, target, &self.vars, Some(o.timeout))?;
+                    Some((req, frames))
+                });
+                let Some((req, frames)) = built else {
+                    return Ok(self.record(
+                        row,
+                        Outcome::VarMissing,
+                        None,
+                        Bytes::new(),
+                        Duration::ZERO,
+                    ));
+                };
+                let sent = Instant::now();
+                let start = intended.unwrap_or(sent);
+                let deadline = crate::units::deadline(sent, o.timeout);
+                let watchdog = self
+                    .watchdog
+                    .get_or_insert_with(|| Watchdog::new(shared.abort.clone()));
+                let exchange = Box::pin(crate::grpc::exchange(
+                    &mut self.conns,
+                    &*shared.transport,
+                    &shared.counters,
+                    call,
+                    req,
+                    frames,
+                ));
+                let result = watchdog.guard(deadline, exchange).await;
+                let latency = start.elapsed();
+                let want_body = !o.then.is_empty() || shared.lobby.is_some();
+                let (outcome, status, body) = match result {
+                    Err(ended) => (ended.outcome(), None, Bytes::new()),
+                    Ok(Err(e)) => (crate::transport::outcome(&e), None, Bytes::new()),
+                    Ok(Ok(answer)) => crate::grpc::judge_answer(
+                        o,
+                        call,
+                        target,
+                        answer,
+                        &mut self.vars,
+                        want_body,
+                    ),
+                };
+                (outcome, status, body, None, latency)
+            }
+            Call::Ws(send) => {
+                let Some(message) = self.ws_message(o) else {
+                    return Ok(self.record(
+                        row,
+                        Outcome::VarMissing,
+                        None,
+                        Bytes::new(),
+                        Duration::ZERO,
+                    ));
+                };
+                let sent = Instant::now();
+                let start = intended.unwrap_or(sent);
+                let deadline = crate::units::deadline(sent, o.timeout);
+                let watchdog = self
+                    .watchdog
+                    .get_or_insert_with(|| Watchdog::new(shared.abort.clone()));
+                let ws = self.ws.get_or_insert_with(|| {
+                    crate::ws::Socket::start(
+                        shared.clone(),
+                        &self.vars,
+                        self.halt.clone(),
+                        self.retire.clone(),
+                    )
+                });
+                let exchange = Box::pin(ws.call(send, message, o.timeout));
+                let result = watchdog.guard(deadline, exchange).await;
+                let (outcome, body, at) = match result {
+                    Err(ended) => (ended.outcome(), Bytes::new(), None),
+                    Ok(r) => crate::ws::judge_answer(o, r, &mut self.vars),
+                };
+                let latency = at
+                    .unwrap_or_else(Instant::now)
+                    .saturating_duration_since(start);
+                (outcome, None, body, None, latency)
             }
         };
-        if outcome == Outcome::CheckFailed
-            && let Some(r) = resource
-        {
-            shared.play.check_failed(op, r);
-        }
         if outcome.is_ok() {
             self.publish_group(op);
         }
@@ -411,6 +502,15 @@ enum Ended {
     Aborted,
 }
 
+impl Ended {
+    fn outcome(&self) -> Outcome {
+        match self {
+            Self::TimedOut => Outcome::Timeout,
+            Self::Aborted => Outcome::Cancelled,
+        }
+    }
+}
+
 impl Watchdog {
     fn new(abort: watch::Receiver<bool>) -> Self {
         // Armed by the first call; until then, later than any deadline.
@@ -423,6 +523,21 @@ impl Watchdog {
                 until_true(&mut abort).await;
             })),
         }
+    }
+
+    /// Awaits `exchange` until `deadline` or the run's abort, whichever comes first; the
+    /// exchange is dropped (and with it its request) if it does not finish.
+    async fn guard<F: Future + Unpin>(
+        &mut self,
+        deadline: Instant,
+        mut exchange: F,
+    ) -> Result<F::Output, Ended> {
+        self.arm(deadline);
+        poll_fn(|cx| match Pin::new(&mut exchange).poll(cx) {
+            Poll::Ready(r) => Poll::Ready(Ok(r)),
+            Poll::Pending => self.poll(cx, deadline).map(Err),
+        })
+        .await
     }
 
     /// Makes sure the timer fires no later than `deadline`.
@@ -540,7 +655,11 @@ impl Player for FilePlayer {
                 // A role of streams and long polls only: they run by themselves.
                 None => return session.wait_group_end().await,
             },
-            None => self.pick(r).ok_or(Stopped)?,
+            None => match self.pick(r) {
+                Some(op) => op,
+                // Streams only (a dashboard that watches): they run by themselves.
+                None => return session.until(std::future::pending::<()>()).await,
+            },
         };
         let reply = session.call(op).await?;
         self.turns.after(session, op, &reply);

@@ -104,7 +104,7 @@ where
         scenario
             .ops
             .iter()
-            .map(|o| (o.name.clone(), stream_kind(&o.kind)))
+            .map(|o| (o.name.clone(), stream_kind(o)))
             .collect(),
         // One slot per plan phase: the gate opens plan indexes (catalog routes come first).
         plan.len(),
@@ -173,6 +173,7 @@ where
         abort: abort_rx,
         lobby: Lobby::new(&scenario, play.clone()).map(Arc::new),
         play,
+        ws: transport::ws_connector(&scenario.target).map(Arc::new),
     });
     let multiplexed = shared.transport.multiplexed();
     let conns = move |pool: &Option<Arc<Pool>>| match pool {

@@ -75,6 +75,10 @@ impl Session {
     /// (with the op's backoff) when it breaks.
     pub fn open_streams(&mut self) -> usize {
         let shared = self.shared.clone();
+        if shared.scenario.target.ws.is_some() {
+            // A WebSocket's stream op is its socket's pushes (`ws.rs`).
+            return usize::from(self.hold_socket());
+        }
         let mut opened = 0;
         for (i, op) in shared.scenario.ops.iter().enumerate() {
             if !op.kind.is_background()
@@ -83,7 +87,23 @@ impl Session {
             {
                 continue;
             }
-            let Some(req) = self.request(op, &shared.scenario.target.base_path) else {
+            let built = match &op.call {
+                crate::scenario::Call::Grpc(call) => {
+                    let target = shared.scenario.target.grpc.as_ref().expect("a gRPC target");
+                    // No grpc-timeout: a stream is held open; the op's timeout bounds its
+                    // opening only.
+                    crate::grpc::frames(call, target, &self.vars).and_then(|frames| {
+                        Some((
+                            crate::grpc::request(op, call, target, &self.vars, None)?,
+                            frames,
+                        ))
+                    })
+                }
+                _ => self
+                    .request(op, &shared.scenario.target.base_path)
+                    .map(|r| (r, Vec::new())),
+            };
+            let Some((req, frames)) = built else {
                 continue;
             };
             let (stop, stop_rx) = watch::channel(false);
@@ -93,6 +113,7 @@ impl Session {
                     gate: self.role.gate.clone(),
                     op: i,
                     req,
+                    frames,
                     vars: self.vars.clone(),
                     conn: self.conns.side(),
                     halt: self.halt.clone(),
@@ -126,6 +147,8 @@ struct Task {
     gate: Arc<crate::measure::gate::Gate>,
     op: usize,
     req: Request,
+    /// A gRPC stream's request messages, framed.
+    frames: Vec<Bytes>,
     vars: Vars,
     conn: SideConn,
     halt: watch::Receiver<bool>,
@@ -196,7 +219,9 @@ impl Task {
         let shared = self.shared.clone();
         let op = &shared.scenario.ops[self.op];
         let (reconnect, timeout, repoll) = match &op.kind {
-            OpKind::Stream { reconnect, .. } => (*reconnect, op.timeout, Duration::ZERO),
+            OpKind::Stream {
+                reconnect, pause, ..
+            } => (*reconnect, op.timeout, *pause),
             OpKind::LongPoll {
                 reconnect, pause, ..
             } => (*reconnect, op.timeout, *pause),
@@ -206,8 +231,12 @@ impl Task {
         let mut pause = min;
         let mut first = true;
         let mut after_failure = false;
+        // A gRPC stream that ended with status ok was a call that completed: its reopening
+        // is the next call, not a reconnect (an HTTP stream's end always breaks it).
+        let completes = matches!(op.call, crate::scenario::Call::Grpc(_));
         while !self.stopping() {
-            if !first && (after_failure || matches!(op.kind, OpKind::Stream { .. })) {
+            if !first && (after_failure || (matches!(op.kind, OpKind::Stream { .. }) && !completes))
+            {
                 self.play().reconnect(self.op);
             }
             first = false;
@@ -244,6 +273,9 @@ impl Task {
     async fn once(&mut self, timeout: Duration) -> End {
         let shared = self.shared.clone();
         let op = &shared.scenario.ops[self.op];
+        if let crate::scenario::Call::Grpc(call) = &op.call {
+            return self.grpc_once(call, op, timeout).await;
+        }
         let sent = Instant::now();
         let stopped = self.stopped();
         let mut req = self.req.clone();
@@ -415,6 +447,151 @@ impl Task {
         }
     }
 
+    /// One opening of a gRPC stream: a server-streaming call (its message sent whole) or a
+    /// bidi one (its messages sent after the head, the request left open until the stream
+    /// ends or the player stops); then its messages counted as events until the trailers.
+    async fn grpc_once(
+        &mut self,
+        call: &crate::scenario::GrpcCall,
+        op: &crate::scenario::Op,
+        timeout: Duration,
+    ) -> End {
+        use herd_http::grpc::{self, Head, Streaming as Flow};
+        let shared = self.shared.clone();
+        let sent = Instant::now();
+        let stopped = self.stopped();
+        let mut req = self.req.clone();
+        let mut body_open = None;
+        let open = async {
+            if call.method.streaming() == Flow::Bidi {
+                let mut d = self
+                    .conn
+                    .duplex(&*shared.transport, &shared.counters, req)
+                    .await?;
+                for _ in 0..call.repeat {
+                    for f in &self.frames {
+                        d.send.send(f.clone())?;
+                    }
+                }
+                body_open = Some(d.send);
+                d.response.head().await
+            } else {
+                let mut body = BytesMut::new();
+                for f in &self.frames {
+                    body.extend_from_slice(f);
+                }
+                req.body = body.freeze();
+                self.conn
+                    .open(&*shared.transport, &shared.counters, req)
+                    .await
+            }
+        };
+        let head = tokio::select! {
+            r = tokio::time::timeout(timeout, open) => r,
+            _ = stopped => return self.cut(),
+        };
+        let mut head = match head {
+            Err(_) => return self.failed(Outcome::Timeout, sent.elapsed()),
+            Ok(Err(e)) => return self.failed(crate::transport::outcome(&e), sent.elapsed()),
+            Ok(Ok(h)) => h,
+        };
+        let encoding = match grpc::head(head.status, &head.headers) {
+            Ok(Head::Messages(e)) => e,
+            Ok(Head::TrailersOnly(status)) => {
+                let o = crate::grpc::status_outcome(status.code);
+                if o.is_ok() {
+                    // Over before it began: a call that completed with no message.
+                    self.sample(Outcome::Ok, sent.elapsed());
+                    self.play().opened(self.op);
+                    return End::Again;
+                }
+                return self.failed(o, sent.elapsed());
+            }
+            Err(e) => return self.failed(crate::grpc::error_outcome(&e).0, sent.elapsed()),
+        };
+        self.sample(Outcome::Ok, sent.elapsed());
+        self.play().opened(self.op);
+        let event_type = match &op.kind {
+            OpKind::Stream { event_type, .. } => event_type.as_deref(),
+            _ => None,
+        };
+        let json = shared
+            .scenario
+            .target
+            .grpc
+            .as_ref()
+            .expect("a gRPC target")
+            .json;
+        let mut decoder = grpc::Decoder::new(grpc::DEFAULT_MAX_MESSAGE, encoding);
+        let mut delivered = false;
+        let mut stopped = Gated::new(self.stopped());
+        let class = loop {
+            let chunk = tokio::select! {
+                c = head.body.chunk() => c,
+                _ = &mut stopped => return End::Stopped,
+            };
+            let data = match chunk {
+                None => {
+                    break match head
+                        .body
+                        .trailers()
+                        .map(|t| grpc::Status::from_trailers(&t))
+                    {
+                        Some(Ok(status)) => match crate::grpc::status_outcome(status.code) {
+                            Outcome::Ok => return End::Again,
+                            o => o.name(),
+                        },
+                        _ => {
+                            Outcome::TransportError(herd_model::TransportErrorKind::Protocol).name()
+                        }
+                    };
+                }
+                Some(Err(e)) => break crate::transport::outcome(&e).name(),
+                Some(Ok(data)) => data,
+            };
+            decoder.push(&data);
+            loop {
+                let m = match decoder.next() {
+                    Ok(Some(m)) => m,
+                    Ok(None) => break,
+                    Err(_) => {
+                        let o = Outcome::TransportError(herd_model::TransportErrorKind::Protocol);
+                        self.play().error(self.op, &o.name());
+                        return End::Failed { delivered };
+                    }
+                };
+                if !delivered {
+                    delivered = true;
+                    self.play()
+                        .first_event(self.op, sent.elapsed().as_micros() as u64);
+                }
+                match event_type {
+                    None => {
+                        if call.method.check_response(&m).is_ok() {
+                            self.play().event(self.op, "message");
+                        } else {
+                            self.play().error(self.op, "bad_event");
+                        }
+                    }
+                    Some(ptr) => {
+                        let kind = call
+                            .method
+                            .decode_response(&m, json)
+                            .ok()
+                            .and_then(|v| v.pointer(ptr).and_then(scalar));
+                        match kind {
+                            Some(k) => self.play().event(self.op, &k),
+                            None => self.play().error(self.op, "bad_event"),
+                        }
+                    }
+                }
+            }
+        };
+        drop(body_open);
+        self.play().error(self.op, &class);
+        End::Failed { delivered }
+    }
+
     fn answered(&self, kind: &str, latency: Duration) {
         self.play().opened(self.op);
         self.play().first_event(self.op, latency.as_micros() as u64);
@@ -437,6 +614,16 @@ fn status_outcome(status: u16) -> Outcome {
         Outcome::RateLimited
     } else {
         Outcome::Http((status / 100) as u8)
+    }
+}
+
+/// A JSON scalar as an event type.
+fn scalar(v: &serde_json::Value) -> Option<String> {
+    match v {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Number(n) => Some(n.to_string()),
+        serde_json::Value::Bool(b) => Some(b.to_string()),
+        _ => None,
     }
 }
 

@@ -181,6 +181,22 @@ impl Template {
         Ok(Self { parts })
     }
 
+    /// A template of literal text only.
+    pub fn literal(text: &str) -> Self {
+        let parts = if text.is_empty() {
+            Vec::new()
+        } else {
+            vec![Part::Lit(text.to_owned())]
+        };
+        Self { parts }
+    }
+
+    /// True when it renders the same for every player at every moment (no variable, no
+    /// builtin): what it renders can be worked out once.
+    pub fn is_constant(&self) -> bool {
+        self.parts.iter().all(|p| matches!(p, Part::Lit(_)))
+    }
+
     /// The variable slots this template reads.
     pub fn slots(&self) -> impl Iterator<Item = usize> + '_ {
         self.parts.iter().filter_map(|p| match p {

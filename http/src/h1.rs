@@ -83,6 +83,7 @@ impl Hyper {
             status: parts.status.as_u16(),
             headers: parts.headers.into(),
             body,
+            trailers: None,
         })
     }
 

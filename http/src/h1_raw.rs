@@ -200,6 +200,7 @@ impl Raw {
                 status,
                 headers,
                 body,
+                trailers: None,
             });
         }
     }

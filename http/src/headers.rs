@@ -49,6 +49,15 @@ impl Headers {
         }
     }
 
+    /// The headers as a map, borrowed when they already are one (HTTP/2), built from the
+    /// head otherwise.
+    pub fn as_map(&self) -> std::borrow::Cow<'_, HeaderMap> {
+        match &self.0 {
+            Repr::Map(m) => std::borrow::Cow::Borrowed(m),
+            Repr::Head(_) => std::borrow::Cow::Owned(self.to_map()),
+        }
+    }
+
     /// Every header as a map (names lower-cased; repeated names keep every value).
     pub fn to_map(&self) -> HeaderMap {
         match &self.0 {

@@ -63,6 +63,9 @@ pub struct Response {
     pub headers: Headers,
     /// Body, read to its end.
     pub body: Bytes,
+    /// Trailers (HTTP/2: a header block after the body, where gRPC puts `grpc-status`);
+    /// `None` when the response had none.
+    pub trailers: Option<HeaderMap>,
 }
 
 /// A response whose body is still arriving: a stream's head, for [`Connection::open`].
@@ -103,6 +106,15 @@ impl Body {
         }
     }
 
+    /// The trailers that ended the body, once [`Body::chunk`] has returned `None`; `None`
+    /// before that, for a body without trailers, and over HTTP/1.1.
+    pub fn trailers(&mut self) -> Option<HeaderMap> {
+        match self {
+            Self::Hyper(_) => None,
+            Self::H2(body) => body.trailers(),
+        }
+    }
+
     /// The rest of the body, to its end.
     pub async fn collect(mut self) -> Result<Bytes, TransportError> {
         let mut whole = bytes::BytesMut::new();
@@ -110,6 +122,49 @@ impl Body {
             whole.extend_from_slice(&chunk?);
         }
         Ok(whole.freeze())
+    }
+}
+
+/// A request whose body is still being written, with its response still to come: a
+/// gRPC client- or bidi-streaming call. From [`Connection::duplex`].
+pub struct Duplex {
+    /// Writes the request body, then ends it.
+    pub send: SendBody,
+    /// The response, once its head arrives.
+    pub response: PendingHead,
+}
+
+impl std::fmt::Debug for Duplex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Duplex")
+    }
+}
+
+/// The request body of a [`Duplex`], written piece by piece. Dropped before
+/// [`SendBody::finish`], it resets the stream (the call is cancelled).
+pub struct SendBody(h2::H2Send);
+
+impl SendBody {
+    /// Queues `data` as the body's next bytes; they go out as the server's flow-control
+    /// windows allow. Fails once the stream is over (the server ended or reset it: read the
+    /// response for why), or when the server has left more than 4 MiB of it unread.
+    pub fn send(&mut self, data: Bytes) -> Result<(), TransportError> {
+        self.0.send(data)
+    }
+
+    /// Ends the body.
+    pub fn finish(&mut self) -> Result<(), TransportError> {
+        self.0.finish()
+    }
+}
+
+/// The response of a [`Duplex`], before its head. Dropped unread, it resets the stream.
+pub struct PendingHead(h2::H2Head);
+
+impl PendingHead {
+    /// Waits for the response's head; its body then arrives as it comes.
+    pub async fn head(self) -> Result<Streaming, TransportError> {
+        self.0.head().await
     }
 }
 
@@ -210,6 +265,17 @@ pub trait Connection: Send + 'static {
     fn open(&mut self, req: Request) -> BoxFuture<'_, Result<Streaming, TransportError>>;
     /// True once the connection is gone; the owner opens a new one.
     fn is_closed(&self) -> bool;
+    /// Sends `req`'s head and returns at once with a body still to write and the response
+    /// still to come (gRPC's client- and bidi-streaming calls). HTTP/2 only: over
+    /// HTTP/1.1 it fails as a protocol error.
+    fn duplex(&mut self, req: Request) -> BoxFuture<'_, Result<Duplex, TransportError>> {
+        drop(req);
+        Box::pin(async {
+            Err(TransportError::Protocol(
+                "a request body streamed after its head needs HTTP/2".into(),
+            ))
+        })
+    }
     /// For a multiplexed protocol, another handle onto this same connection, so a pool can
     /// run many requests on it at once; `None` where one request at a time is the rule.
     fn share(&self) -> Option<Box<dyn Connection>>;

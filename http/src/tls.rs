@@ -176,26 +176,35 @@ impl Tls {
     }
 }
 
+impl Tls {
+    /// A TCP connection with TLS over it, within the endpoint's connect timeout (TCP
+    /// connect and TLS handshake together); its failures sorted as [`Tls::handshake_error`]
+    /// sorts them.
+    pub(crate) async fn stream(
+        &self,
+    ) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>, TransportError> {
+        let started = Instant::now();
+        let tcp = self.dial.tcp().await?;
+        let name = self
+            .name
+            .clone()
+            .map_err(|m| self.failed(TlsProblem::Handshake, m))?;
+        // One bound for the whole open: TCP connect and TLS handshake together.
+        let left = self.dial.timeout.saturating_sub(started.elapsed());
+        match tokio::time::timeout(left, self.connector.connect(name, tcp)).await {
+            Err(_) => Err(self
+                .dial
+                .failed(format!("no TLS handshake within {:?}", self.dial.timeout))),
+            Ok(Err(e)) => Err(self.handshake_error(e)),
+            Ok(Ok(s)) => Ok(s),
+        }
+    }
+}
+
 impl Transport for Tls {
     fn connect(&self) -> BoxFuture<'_, Result<Box<dyn Connection>, TransportError>> {
         Box::pin(async move {
-            let started = Instant::now();
-            let tcp = self.dial.tcp().await?;
-            let name = self
-                .name
-                .clone()
-                .map_err(|m| self.failed(TlsProblem::Handshake, m))?;
-            // One bound for the whole open: TCP connect and TLS handshake together.
-            let left = self.dial.timeout.saturating_sub(started.elapsed());
-            let stream = match tokio::time::timeout(left, self.connector.connect(name, tcp)).await {
-                Err(_) => {
-                    return Err(self
-                        .dial
-                        .failed(format!("no TLS handshake within {:?}", self.dial.timeout)));
-                }
-                Ok(Err(e)) => return Err(self.handshake_error(e)),
-                Ok(Ok(s)) => s,
-            };
+            let stream = self.stream().await?;
             let alpn = stream.get_ref().1.alpn_protocol().map(<[u8]>::to_vec);
             if !self.h2 {
                 // A server that ignores ALPN speaks HTTP/1.1 by default.

@@ -4,9 +4,9 @@
 //! `.proto` the server serves. The server counts per method what it received and sent and
 //! how each call ended; each test compares those counts with what the layers read.
 //!
-//! The HTTP/2 under the calls is the `h2` crate's client, because herd's own does not yet
-//! hand over trailers or stream a request body (http/src/grpc/mod.rs says what phase 2
-//! adds); `grpc_herd_h2.rs` runs what herd's client can carry today.
+//! The HTTP/2 under the calls is the `h2` crate's client, so the gRPC layers are checked
+//! apart from herd's own HTTP/2 client; `grpc_herd_h2.rs` runs the same kinds of calls
+//! (trailers, streamed request bodies) over herd's.
 
 use std::time::{Duration, Instant};
 

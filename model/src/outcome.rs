@@ -56,7 +56,55 @@ pub enum Outcome {
     Truncated,
     /// The run's grace after a stop ran out while the op was in flight.
     Cancelled,
+    /// A gRPC call ended with this status code (1–16, never 0: that is `ok`; 4,
+    /// deadline exceeded, is `timeout`): `grpc_resource_exhausted`, `grpc_unavailable`, …
+    Grpc(u8),
+    /// The WebSocket closed under the op with this close code: `ws_going_away`,
+    /// `ws_policy_violation`, … for the codes RFC 6455 and IANA name, `ws_4001` for a
+    /// service's own (3000–4999).
+    WsClose(u16),
 }
+
+/// gRPC's status codes by number, as outcome names write them (after `grpc_`).
+pub const GRPC_CODES: [&str; 17] = [
+    "ok",
+    "cancelled",
+    "unknown",
+    "invalid_argument",
+    "deadline_exceeded",
+    "not_found",
+    "already_exists",
+    "permission_denied",
+    "resource_exhausted",
+    "failed_precondition",
+    "aborted",
+    "out_of_range",
+    "unimplemented",
+    "internal",
+    "unavailable",
+    "data_loss",
+    "unauthenticated",
+];
+
+/// The WebSocket close codes with a name of their own (RFC 6455 §7.4.1 and the IANA
+/// registry), as outcome names write them (after `ws_`).
+pub const WS_CLOSE_CODES: [(u16, &str); 15] = [
+    (1000, "normal"),
+    (1001, "going_away"),
+    (1002, "protocol_error"),
+    (1003, "unsupported_data"),
+    (1005, "no_status"),
+    (1006, "abnormal"),
+    (1007, "invalid_payload"),
+    (1008, "policy_violation"),
+    (1009, "message_too_big"),
+    (1010, "mandatory_extension"),
+    (1011, "internal_error"),
+    (1012, "service_restart"),
+    (1013, "try_again_later"),
+    (1014, "bad_gateway"),
+    (1015, "tls_handshake"),
+];
 
 impl Outcome {
     /// True if herd tried to send the op (everything but `var_missing`; a failed connect
@@ -102,6 +150,14 @@ impl fmt::Display for Outcome {
             Self::VarMissing => f.write_str("var_missing"),
             Self::Truncated => f.write_str("truncated"),
             Self::Cancelled => f.write_str("cancelled"),
+            Self::Grpc(c) => match GRPC_CODES.get(usize::from(*c)) {
+                Some(name) => write!(f, "grpc_{name}"),
+                None => write!(f, "grpc_{c}"),
+            },
+            Self::WsClose(c) => match WS_CLOSE_CODES.iter().find(|(n, _)| n == c) {
+                Some((_, name)) => write!(f, "ws_{name}"),
+                None => write!(f, "ws_{c}"),
+            },
         }
     }
 }
@@ -122,6 +178,40 @@ fn parse_http(s: &str) -> Option<u8> {
         [d @ b'1'..=b'5'] => Some(d - b'0'),
         _ => None,
     }
+}
+
+fn parse_grpc(s: &str) -> Option<Outcome> {
+    let c = s.strip_prefix("grpc_")?;
+    if let Some(n) = GRPC_CODES.iter().position(|n| *n == c) {
+        return Some(Outcome::Grpc(n as u8));
+    }
+    // `grpc_8` is taken for `grpc_resource_exhausted`, as a code is often known by number.
+    digits(c)
+        .and_then(|n| u8::try_from(n).ok())
+        .map(Outcome::Grpc)
+}
+
+fn parse_ws(s: &str) -> Option<Outcome> {
+    let c = s.strip_prefix("ws_")?;
+    if let Some((n, _)) = WS_CLOSE_CODES.iter().find(|(_, name)| *name == c) {
+        return Some(Outcome::WsClose(*n));
+    }
+    // `ws_1008` is taken for `ws_policy_violation`.
+    digits(c)
+        .and_then(|n| u16::try_from(n).ok())
+        .map(Outcome::WsClose)
+}
+
+/// A number written in plain decimal digits (0, or without a leading zero).
+fn digits(s: &str) -> Option<u32> {
+    if s.is_empty()
+        || s.len() > 5
+        || (s.len() > 1 && s.starts_with('0'))
+        || !s.bytes().all(|b| b.is_ascii_digit())
+    {
+        return None;
+    }
+    s.parse().ok()
 }
 
 impl std::str::FromStr for Outcome {
@@ -159,6 +249,9 @@ impl std::str::FromStr for Outcome {
                 if let Some(c) = parse_http(s) {
                     return Ok(Self::Http(c));
                 }
+                if let Some(o) = parse_grpc(s).or_else(|| parse_ws(s)) {
+                    return Ok(o);
+                }
                 Self::Domain(s.strip_prefix("domain.").unwrap_or(s).into())
             }
         })
@@ -195,7 +288,7 @@ impl schemars::JsonSchema for Outcome {
     fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
         schemars::json_schema!({
             "type": "string",
-            "description": "An op's outcome: `ok`, `transport_error.{connect,reset,protocol,tls_*}`, `timeout`, `rate_limited`, `http_{1..5}xx`, `capture_missing`, `check_failed`, `var_missing`, `truncated`, `cancelled`, `domain_other`, or a domain code read from the response (written `domain.<code>` when it is spelled like one of herd's own names)."
+            "description": "An op's outcome: `ok`, `transport_error.{connect,reset,protocol,tls_*}`, `timeout`, `rate_limited`, `http_{1..5}xx`, `capture_missing`, `check_failed`, `var_missing`, `truncated`, `cancelled`, `grpc_<code>` (a gRPC status, e.g. `grpc_resource_exhausted`), `ws_<close code>` (a WebSocket closed under the op, e.g. `ws_going_away`, `ws_4001`), `domain_other`, or a domain code read from the response (written `domain.<code>` when it is spelled like one of herd's own names)."
         })
     }
 }
@@ -232,6 +325,21 @@ mod tests {
             Outcome::Domain("http_4xx".into()),
             Outcome::Domain("transport_error.reset".into()),
             Outcome::Domain("domain.x".into()),
+            Outcome::Grpc(8),
+            Outcome::Grpc(14),
+            Outcome::Grpc(1),
+            Outcome::Grpc(0),
+            Outcome::Grpc(42),
+            Outcome::WsClose(1001),
+            Outcome::WsClose(1006),
+            Outcome::WsClose(4001),
+            Outcome::WsClose(3000),
+            Outcome::WsClose(1004),
+            // Domain codes spelled like the new names keep their identity too.
+            Outcome::Domain("grpc_unavailable".into()),
+            Outcome::Domain("ws_normal".into()),
+            Outcome::Domain("grpc_".into()),
+            Outcome::Domain("ws_01".into()),
         ] {
             let name = o.name();
             assert_eq!(name.parse::<Outcome>().unwrap(), o, "{name}");
@@ -244,6 +352,19 @@ mod tests {
         );
         assert_eq!(Outcome::Domain("timeout".into()).name(), "domain.timeout");
         assert_eq!(Outcome::Http(4).name(), "http_4xx");
+        assert_eq!(Outcome::Grpc(8).name(), "grpc_resource_exhausted");
+        assert_eq!(Outcome::Grpc(14).name(), "grpc_unavailable");
+        assert_eq!(Outcome::WsClose(1001).name(), "ws_going_away");
+        assert_eq!(Outcome::WsClose(4001).name(), "ws_4001");
+        assert_eq!(
+            Outcome::Domain("grpc_unavailable".into()).name(),
+            "domain.grpc_unavailable"
+        );
+        assert_eq!(
+            "ws_1000".parse::<Outcome>().unwrap(),
+            Outcome::WsClose(1000)
+        );
+        assert_eq!("grpc_8".parse::<Outcome>().unwrap(), Outcome::Grpc(8));
         // An unknown transport error kind or status class is a domain code, as it was.
         assert_eq!(
             "transport_error.x".parse::<Outcome>().unwrap(),

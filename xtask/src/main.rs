@@ -593,7 +593,18 @@ fn main() -> Result<()> {
         Task::BenchDriver(args) => {
             setup()?;
             status(cargo().args(["build", "--release", "--package", "herd"]))?;
-            let table = if args.scale {
+            let table = if args.grpc_ws {
+                bench_driver::bench_players(
+                    &root(),
+                    &bench_driver::Players {
+                        reps: args.reps,
+                        calls: args.calls,
+                        concurrency: args.concurrency,
+                        sockets: args.sockets,
+                        hold: args.hold.min(20),
+                    },
+                )?
+            } else if args.scale {
                 bench_driver::bench_scale(&root(), &args)?
             } else {
                 bench_driver::bench_driver(&root(), &args)?

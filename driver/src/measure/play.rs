@@ -14,7 +14,7 @@ use herd_model::{
 };
 
 use super::gate::Gate;
-use crate::scenario::{OpKind, StreamFormat};
+use crate::scenario::{Call, Op, OpKind, StreamFormat};
 
 /// What happened to a group, for [`PlayAcc::group`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,9 +25,18 @@ pub(crate) enum GroupEvent {
     Abandoned,
 }
 
-/// The kind column of [`StreamStats`]: `sse`, `ndjson`, `chunks`, `long_poll`; empty for
-/// a request op.
-pub(crate) fn stream_kind(kind: &OpKind) -> &'static str {
+/// The kind column of [`StreamStats`]: `sse`, `ndjson`, `chunks`, `long_poll`, `grpc` (a
+/// gRPC server or bidi stream), `websocket` (a socket's pushes); empty for a request op.
+pub(crate) fn stream_kind(op: &Op) -> &'static str {
+    match (&op.call, &op.kind) {
+        (_, OpKind::Request) => "",
+        (Call::Grpc(_), _) => "grpc",
+        (Call::Ws(_), _) => "websocket",
+        (Call::Http, kind) => http_stream_kind(kind),
+    }
+}
+
+fn http_stream_kind(kind: &OpKind) -> &'static str {
     match kind {
         OpKind::Request => "",
         OpKind::Stream { format, .. } => match format {

@@ -8,7 +8,7 @@ use super::{
     Arrival, Dur, Hammer, Invalid, Op, Pace, PhaseKind, PlayerSettings, Scenario, Seg, Step, at,
     find_op, flow, is_ident, key,
     op::{DEFAULT_TIMEOUT, compile_op, expected_outcome},
-    players, pointer, positive,
+    players, pointer, positive, protocols,
     raw::{RawArrival, RawScenario, RawSlo},
     reads, seed, shapes,
     slo::parse_slo,
@@ -22,7 +22,8 @@ pub(super) fn compile(file: &str, raw: RawScenario) -> Result<Scenario, Invalid>
         DEFAULT_TIMEOUT,
         &[key("target"), key("timeout")],
     )?;
-    let target = compile_target(file, raw.target)?;
+    let compiled = compile_target(file, raw.target)?;
+    let mut target = compiled.target;
     let mut names = VarNames::default();
     let mut defaults: Vec<Option<String>> = Vec::new();
     for (k, v) in &raw.vars {
@@ -47,7 +48,13 @@ pub(super) fn compile(file: &str, raw: RawScenario) -> Result<Scenario, Invalid>
     let mut default_expected = Vec::new();
     for (k, name) in raw.outcome.expected.iter().enumerate() {
         let path = [key("outcome"), key("expected"), Seg::Index(k)];
-        let e = expected_outcome(name, &path, reads_codes, "no op reads a code")?;
+        let e = expected_outcome(
+            name,
+            &path,
+            reads_codes,
+            "no op reads a code",
+            target.transport,
+        )?;
         if !default_expected.contains(&e) {
             default_expected.push(e);
         }
@@ -61,6 +68,7 @@ pub(super) fn compile(file: &str, raw: RawScenario) -> Result<Scenario, Invalid>
         let (op, then) = compile_op(
             i,
             o,
+            &target,
             default_timeout,
             &default_code,
             &default_expected,
@@ -76,7 +84,42 @@ pub(super) fn compile(file: &str, raw: RawScenario) -> Result<Scenario, Invalid>
         then_names.push(then);
     }
     flow::resolve(&mut ops, then_names, &weighted)?;
+    if let Some(headers) = compiled.ws_headers {
+        protocols::compile_ws_headers(&mut target, headers, &mut names)?;
+    }
     defaults.resize(names.len(), None);
+    for (i, op) in ops.iter().enumerate() {
+        protocols::check_templates(op, i, &target, &defaults)?;
+    }
+    if target.transport == super::TransportKind::Ws {
+        let streams: Vec<usize> = (0..ops.len())
+            .filter(|&i| ops[i].kind.is_background())
+            .collect();
+        if streams.len() > 1 {
+            return Err(at(
+                &[key("op"), Seg::Index(streams[1]), key("kind")],
+                format!(
+                    "a WebSocket player holds one socket, whose pushes op `{}` already counts: one stream op at most",
+                    ops[streams[0]].name
+                ),
+            ));
+        }
+        if let Some(ws) = &target.ws
+            && let Some(s) = ws
+                .path
+                .slots()
+                .chain(ws.headers.iter().flat_map(|(_, t)| t.slots()))
+                .find(|s| defaults[*s].is_none())
+        {
+            return Err(at(
+                &[key("target")],
+                format!(
+                    "the socket's URL or headers read `{{{}}}`, which has no value when the socket opens: give it a default in [vars]",
+                    names.name(s)
+                ),
+            ));
+        }
+    }
     let find = |name: &str, path: &[Seg]| find_op(&ops, name, path);
 
     let p = &raw.player;
@@ -220,10 +263,16 @@ pub(super) fn compile(file: &str, raw: RawScenario) -> Result<Scenario, Invalid>
         &names,
         &mut steps,
     )?;
-    if steps.iter().any(|s| s.players > 0) && !ops.iter().any(|o| o.weight > 0) {
+    // WebSocket and gRPC players may only hold a stream (a socket's pushes, a server
+    // stream), counting its events.
+    let holds = matches!(
+        target.transport,
+        super::TransportKind::Ws | super::TransportKind::Grpc
+    ) && ops.iter().any(|o| o.kind.is_background());
+    if steps.iter().any(|s| s.players > 0) && !holds && !ops.iter().any(|o| o.weight > 0) {
         return Err(at(
             &[key("op")],
-            "players need at least one op with weight > 0",
+            "players need at least one op with weight > 0 (on a grpc:// or ws:// target, or a stream op they hold)",
         ));
     }
 

@@ -5,9 +5,10 @@ use std::time::Duration;
 use http::{HeaderName, HeaderValue, Method};
 
 use super::{
-    Invalid, OpKind, Seg, at,
+    Invalid, OpKind, Seg, Target, TransportKind, at,
     flow::{ForEach, Then, compile_for_each},
     is_ident, key, players, pointer, positive,
+    protocols::{Call, RawCall, compile_call},
     raw::RawOp,
 };
 use crate::template::{BUILTINS, Template, VarNames};
@@ -32,13 +33,15 @@ pub struct Check {
 pub struct Op {
     /// The op's name in reports.
     pub name: String,
-    /// HTTP method.
+    /// HTTP method (POST for a gRPC call).
     pub method: Method,
-    /// Path and query template (after the target's base path).
+    /// Path and query template (after the target's base path); a gRPC call's is
+    /// `/package.Service/Method`, a WebSocket op's empty.
     pub path: Template,
-    /// Request headers; values are templates.
+    /// Request headers (a gRPC call's metadata); values are templates.
     pub headers: Vec<(HeaderName, Template)>,
-    /// Request body template.
+    /// Request body template (a WebSocket op's message); a gRPC call's messages are in
+    /// [`Op::call`].
     pub body: Option<Template>,
     /// Relative weight in the player's loop; 0 keeps the op out of the loop (setup only).
     pub weight: u32,
@@ -59,6 +62,9 @@ pub struct Op {
     pub then: Vec<Then>,
     /// Run once per item of the previous op's response rather than once.
     pub for_each: Option<ForEach>,
+    /// What it sends by the target's protocol: an HTTP request, a gRPC call (its method and
+    /// messages), a WebSocket message.
+    pub call: Call,
 }
 
 impl Op {
@@ -76,9 +82,28 @@ pub(super) fn expected_outcome(
     path: &[Seg],
     reads_codes: bool,
     whose: &str,
+    transport: TransportKind,
 ) -> Result<Outcome, Invalid> {
     let o: Outcome = name.into();
     match &o {
+        Outcome::Grpc(_) if transport != TransportKind::Grpc => Err(at(
+            path,
+            format!(
+                "`{name}` is a gRPC status, and this target is {transport}: only gRPC calls end with one"
+            ),
+        )),
+        Outcome::WsClose(_) if transport != TransportKind::Ws => Err(at(
+            path,
+            format!("`{name}` is a WebSocket close code, and this target is {transport}"),
+        )),
+        Outcome::Grpc(0) => Err(at(
+            path,
+            "`grpc_ok` is `ok`: list only outcomes that are not ok",
+        )),
+        Outcome::Grpc(4) => Err(at(
+            path,
+            "a deadline exceeded (grpc_deadline_exceeded) is the outcome `timeout`: write \"timeout\"",
+        )),
         Outcome::Ok => Err(at(
             path,
             "`ok` is what the other outcomes are told apart from; list only outcomes that are not ok but part of normal play (e.g. a game's `not_your_turn`, a limiter's `rate_limited`)",
@@ -110,6 +135,7 @@ pub(super) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 pub(super) fn compile_op(
     i: usize,
     o: RawOp,
+    target: &Target,
     default_timeout: Duration,
     default_code: &Option<String>,
     default_expected: &[Outcome],
@@ -125,19 +151,6 @@ pub(super) fn compile_op(
     if o.name.is_empty() {
         return Err(at(&here("name"), "must not be empty"));
     }
-    let method = Method::from_bytes(o.method.as_bytes()).map_err(|_| {
-        at(
-            &here("method"),
-            format!("`{}` is not an HTTP method (e.g. GET, POST, PUT)", o.method),
-        )
-    })?;
-    if !o.path.starts_with('/') {
-        return Err(at(
-            &here("path"),
-            format!("`{}` must start with `/`", o.path),
-        ));
-    }
-    let path = template(&o.path, here("path"), names)?;
     let mut headers = Vec::new();
     for (k, v) in &o.headers {
         let hp = vec![key("op"), Seg::Index(i), key("headers"), key(k)];
@@ -148,11 +161,52 @@ pub(super) fn compile_op(
         }
         headers.push((name, template(v, hp, names)?));
     }
+    let format_set = o.format.is_some();
+    let kind = players::compile_kind(
+        players::RawOpKind {
+            kind: o.kind,
+            format: o.format,
+            event_type: o.event_type,
+            reconnect: o.reconnect,
+            delivery: o.delivery,
+            pause: o.pause.map(|d| d.0),
+            conditional: o.conditional,
+            grpc: target.transport == TransportKind::Grpc,
+        },
+        &here,
+    )?;
+    if format_set && matches!(target.transport, TransportKind::Grpc | TransportKind::Ws) {
+        return Err(at(
+            &here("format"),
+            format!(
+                "a {} stream's events are its messages: leave format out",
+                target.transport
+            ),
+        ));
+    }
     let body = o
         .body
         .as_deref()
         .map(|b| template(b, here("body"), names))
         .transpose()?;
+    let (call, method, path, body) = compile_call(
+        target,
+        RawCall {
+            method: o.method,
+            path: o.path,
+            call: o.call,
+            messages: o.messages,
+            repeat: o.repeat,
+            interval: o.interval.map(|d| d.0),
+            lockstep: o.lockstep,
+            frame: o.frame,
+            reply: o.reply,
+        },
+        body,
+        &kind,
+        names,
+        &here,
+    )?;
     let timeout = positive(o.timeout, default_timeout, &here("timeout"))?;
     let mut captures = Vec::new();
     for (var, p) in &o.capture {
@@ -168,6 +222,25 @@ pub(super) fn compile_op(
         captures.push((names.intern(var), pointer(p, &cp)?));
     }
     let cp = |k: &str| vec![key("op"), Seg::Index(i), key("check"), key(k)];
+    if matches!(target.transport, TransportKind::Grpc | TransportKind::Ws) {
+        let what = if target.transport == TransportKind::Grpc {
+            "a gRPC call's outcome is its grpc-status; check its response with check.json"
+        } else {
+            "a WebSocket reply has no status or headers; check it with check.json"
+        };
+        for (set, k) in [
+            (o.check.status.is_some(), "status"),
+            (o.check.sha256_header.is_some(), "sha256_header"),
+            (
+                o.check.sha256.is_some() && target.transport == TransportKind::Grpc,
+                "sha256",
+            ),
+        ] {
+            if set {
+                return Err(at(&cp(k), what));
+            }
+        }
+    }
     if let Some(s) = o.check.status
         && !(100..=599).contains(&s)
     {
@@ -205,23 +278,11 @@ pub(super) fn compile_op(
     for (k, name) in o.expected.iter().enumerate() {
         let path = [key("op"), Seg::Index(i), key("expected"), Seg::Index(k)];
         let whose = format!("op `{}` reads no code", o.name);
-        let e = expected_outcome(name, &path, code.is_some(), &whose)?;
+        let e = expected_outcome(name, &path, code.is_some(), &whose, target.transport)?;
         if !expected.contains(&e) {
             expected.push(e);
         }
     }
-    let kind = players::compile_kind(
-        players::RawOpKind {
-            kind: o.kind,
-            format: o.format,
-            event_type: o.event_type,
-            reconnect: o.reconnect,
-            delivery: o.delivery,
-            pause: o.pause.map(|d| d.0),
-            conditional: o.conditional,
-        },
-        &here,
-    )?;
     let for_each = compile_for_each(i, o.for_each.as_deref(), o.max_items, o.sample, names)?;
     if for_each.is_some() && o.weight.is_some_and(|w| w > 0) {
         return Err(at(
@@ -253,6 +314,7 @@ pub(super) fn compile_op(
         kind,
         then: Vec::new(),
         for_each,
+        call,
     };
     if op.kind.is_background() {
         players::check_background(i, &op, o.weight.is_some())?;
@@ -297,6 +359,11 @@ pub(super) fn reads(op: &Op) -> Vec<usize> {
     }
     if let Some(b) = &op.body {
         v.extend(b.slots());
+    }
+    if let super::protocols::Call::Grpc(c) = &op.call {
+        for m in &c.messages {
+            v.extend(m.slots());
+        }
     }
     if let Some(s) = &op.check.sha256 {
         v.extend(s.slots());

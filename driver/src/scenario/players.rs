@@ -23,6 +23,8 @@ pub enum OpKind {
         event_type: Option<String>,
         /// Pause before reopening.
         reconnect: Backoff,
+        /// A gRPC stream: pause after it completed (status ok) before the next call.
+        pause: Duration,
     },
     /// A request the server holds until it has news (or its own timeout), re-issued as soon
     /// as it returns; an empty or 204 answer is "no news", not an error.
@@ -198,6 +200,8 @@ pub(super) struct RawOpKind {
     pub delivery: Option<String>,
     pub pause: Option<Duration>,
     pub conditional: Option<bool>,
+    /// The op calls gRPC, whose streams complete: `pause` applies to them.
+    pub grpc: bool,
 }
 
 const DEFAULT_BACKOFF: Backoff = Backoff {
@@ -263,7 +267,7 @@ pub(super) fn compile_kind(
                 ));
             }
             for (set, k) in [
-                (raw.pause.is_some(), "pause"),
+                (raw.pause.is_some() && !raw.grpc, "pause"),
                 (raw.conditional.is_some(), "conditional"),
             ] {
                 if set {
@@ -284,6 +288,7 @@ pub(super) fn compile_kind(
                 format,
                 event_type,
                 reconnect,
+                pause: raw.pause.unwrap_or_default(),
             })
         }
         RawKind::LongPoll => {

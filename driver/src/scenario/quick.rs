@@ -6,6 +6,13 @@
 //! The options mean what oha's do: `concurrency` players running at once, each on its own
 //! connection; `requests` in total across all of them; `duration` how long to send; `rate`
 //! requests per second across all of them.
+//!
+//! Two more URL forms, for the users of ghz and websocat:
+//! - `grpc://HOST:PORT/package.Service/Method` (or `grpcs://`) with `--proto FILE` and `-d`
+//!   the request as JSON: one unary (or whole-stream) call per request, `-H` as metadata.
+//! - `ws://HOST:PORT/PATH` (or `wss://`): with `-d`, each player sends that message and
+//!   waits for the next one back (an echo, a ping/pong protocol); without it, each player
+//!   holds its socket open and counts what the server pushes.
 
 use std::{fmt::Write as _, time::Duration};
 
@@ -41,8 +48,14 @@ pub struct Quick {
     pub method: Option<String>,
     /// Request headers as typed, `name: value` (`-H`).
     pub headers: Vec<String>,
-    /// The request's body (`-d`).
+    /// The request's body (`-d`): a gRPC call's request as JSON, a WebSocket message.
     pub body: Option<String>,
+    /// gRPC: the `.proto` files (`--proto`).
+    pub proto: Vec<String>,
+    /// gRPC: directories the `.proto` files' imports are found in (`--proto-path`).
+    pub proto_path: Vec<String>,
+    /// gRPC: the method, `package.Service/Method` (`--call`), when the URL does not name it.
+    pub call: Option<String>,
 }
 
 /// A URL or an option quick mode cannot make a scenario of: a usage error, with what to
@@ -81,8 +94,17 @@ pub fn scenario(url: &str, q: &Quick, command: &str) -> Result<String, QuickErro
 #[derive(Debug, PartialEq)]
 struct Url {
     https: bool,
+    /// `http`, `grpc` or `ws`, whatever the TLS.
+    kind: Kind,
     base: String,
     path: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Http,
+    Grpc,
+    Ws,
 }
 
 fn parse_url(s: &str) -> Result<Url, String> {
@@ -91,11 +113,20 @@ fn parse_url(s: &str) -> Result<Url, String> {
     }
     let (scheme, rest) = s
         .split_once("://")
-        .ok_or("it has no scheme (http:// or https://)")?;
-    let https = match scheme.to_ascii_lowercase().as_str() {
-        "http" => false,
-        "https" => true,
-        other => return Err(format!("the scheme `{other}` is neither http nor https")),
+        .ok_or("it has no scheme (http://, https://, grpc://, ws://, …)")?;
+    let scheme = scheme.to_ascii_lowercase();
+    let (https, kind) = match scheme.as_str() {
+        "http" => (false, Kind::Http),
+        "https" => (true, Kind::Http),
+        "grpc" => (false, Kind::Grpc),
+        "grpcs" => (true, Kind::Grpc),
+        "ws" => (false, Kind::Ws),
+        "wss" => (true, Kind::Ws),
+        other => {
+            return Err(format!(
+                "the scheme `{other}` is none of http, https, grpc, grpcs, ws, wss"
+            ));
+        }
     };
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let (authority, tail) = rest.split_at(end);
@@ -145,9 +176,18 @@ fn parse_url(s: &str) -> Result<Url, String> {
         t if t.starts_with('?') => format!("/{t}"),
         t => t.to_owned(),
     };
+    let scheme = match (kind, https) {
+        (Kind::Http, false) => "http",
+        (Kind::Http, true) => "https",
+        (Kind::Grpc, false) => "grpc",
+        (Kind::Grpc, true) => "grpcs",
+        (Kind::Ws, false) => "ws",
+        (Kind::Ws, true) => "wss",
+    };
     Ok(Url {
         https,
-        base: format!("{}://{authority}", if https { "https" } else { "http" }),
+        kind,
+        base: format!("{scheme}://{authority}"),
         path,
     })
 }
@@ -193,6 +233,73 @@ fn literal(s: &str) -> String {
 
 /// The whole scenario file the flags describe.
 fn toml(url: &Url, q: &Quick, command: &str) -> Result<String, String> {
+    if url.kind != Kind::Grpc {
+        for (set, flag) in [
+            (!q.proto.is_empty(), "--proto"),
+            (!q.proto_path.is_empty(), "--proto-path"),
+            (q.call.is_some(), "--call"),
+        ] {
+            if set {
+                return Err(format!(
+                    "{flag} is for gRPC: write the URL as grpc://HOST:PORT/package.Service/Method"
+                ));
+            }
+        }
+    }
+    if url.kind != Kind::Http {
+        for (set, flag) in [(q.h2c, "--h2c"), (q.h2, "--h2"), (q.method.is_some(), "-m")] {
+            if set {
+                return Err(format!(
+                    "{flag} is for http:// and https:// URLs; {} speaks its own protocol",
+                    url.base
+                ));
+            }
+        }
+    }
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "# made by `herd {command}` quick mode: {}",
+        flags_line(url, q)
+    );
+    let target = match url.kind {
+        // The socket's path and query are the target's.
+        Kind::Ws => format!("{}{}", url.base, literal(&url.path)),
+        _ => url.base.clone(),
+    };
+    let _ = writeln!(t, "[target]\nurl = {}", quoted(&target));
+    let c = q.concurrency.unwrap_or(DEFAULT_CONCURRENCY);
+    match url.kind {
+        Kind::Http => http_op(&mut t, url, q)?,
+        Kind::Grpc => grpc_op(&mut t, url, q)?,
+        Kind::Ws => {
+            if ws_op(&mut t, url, q)? {
+                // Held sockets: no requests to count or pace, only time.
+                if q.requests.is_some() || q.rate.is_some() {
+                    return Err(format!(
+                        "without -d each player holds its socket and counts what {} pushes: -n and -q count and pace messages sent, so give -d the message to send",
+                        url.base
+                    ));
+                }
+                let z = q.duration.ok_or_else(|| {
+                    "without -d each player holds its socket open: say how long with -z (e.g. -z 30s), or give -d a message to send".to_owned()
+                })?;
+                let _ = writeln!(
+                    t,
+                    "\n[[step]]\nplayers = {c}\nduration = {}\narrival = \"burst\"",
+                    quoted(&humantime::format_duration(z).to_string())
+                );
+                return Ok(t);
+            }
+        }
+    }
+    t.push('\n');
+    load(&mut t, q, c);
+    Ok(t)
+}
+
+/// `[[op]]` for an HTTP URL.
+fn http_op(t: &mut String, url: &Url, q: &Quick) -> Result<(), String> {
     if q.h2c && url.https {
         return Err(format!(
             "--h2c is HTTP/2 over cleartext, for http:// URLs; for {} use --h2",
@@ -206,15 +313,7 @@ fn toml(url: &Url, q: &Quick, command: &str) -> Result<String, String> {
         ));
     }
     let method = q.method.as_deref().unwrap_or("GET").to_ascii_uppercase();
-    let c = q.concurrency.unwrap_or(DEFAULT_CONCURRENCY);
     let name = format!("{method} {}", url.path.split('?').next().unwrap_or("/"));
-    let mut t = String::new();
-    let _ = writeln!(
-        t,
-        "# made by `herd {command}` quick mode: {}",
-        flags_line(url, q)
-    );
-    let _ = writeln!(t, "[target]\nurl = {}", quoted(&url.base));
     if q.h2c {
         t.push_str("transport = \"h2c\"\n");
     } else if q.h2 {
@@ -227,25 +326,111 @@ fn toml(url: &Url, q: &Quick, command: &str) -> Result<String, String> {
         quoted(&method),
         quoted(&literal(&url.path))
     );
-    if !q.headers.is_empty() {
-        let mut pairs = Vec::new();
-        for h in &q.headers {
-            let (k, v) = h
-                .split_once(':')
-                .filter(|(k, _)| !k.trim().is_empty())
-                .ok_or_else(|| format!("-H `{h}` is not a header: write -H 'name: value'"))?;
-            pairs.push(format!(
-                "{} = {}",
-                quoted(k.trim()),
-                quoted(&literal(v.trim()))
-            ));
-        }
-        let _ = writeln!(t, "headers = {{ {} }}", pairs.join(", "));
-    }
+    headers(t, q)?;
     if let Some(b) = &q.body {
         let _ = writeln!(t, "body = {}", quoted(&literal(b)));
     }
-    t.push('\n');
+    Ok(())
+}
+
+/// `[[op]]` for a gRPC URL: the method from the URL's path or `--call`, the `.proto` files
+/// in `[target]`.
+fn grpc_op(t: &mut String, url: &Url, q: &Quick) -> Result<(), String> {
+    let from_url = url.path.trim_start_matches('/');
+    let call = match (&q.call, from_url) {
+        (Some(c), "") => c.clone(),
+        (None, "") => {
+            return Err(format!(
+                "name the method to call: {}/package.Service/Method (or --call package.Service/Method)",
+                url.base
+            ));
+        }
+        (None, m) => m.to_owned(),
+        (Some(_), _) => {
+            return Err("the URL names the method already; leave --call out".to_owned());
+        }
+    };
+    // ghz writes `package.Service.Method`: the last dot is the slash.
+    let call = match call.split_once('/') {
+        Some(_) => call,
+        None => match call.rsplit_once('.') {
+            Some((svc, m)) => format!("{svc}/{m}"),
+            None => call,
+        },
+    };
+    if q.proto.is_empty() {
+        return Err("gRPC needs the service's .proto: --proto FILE (repeatable; imports from --proto-path DIR), as ghz's --proto".to_owned());
+    }
+    let list = |v: &[String]| v.iter().map(|p| quoted(p)).collect::<Vec<_>>().join(", ");
+    let _ = writeln!(t, "proto = [{}]", list(&q.proto));
+    if !q.proto_path.is_empty() {
+        let _ = writeln!(t, "proto_path = [{}]", list(&q.proto_path));
+    }
+    let _ = writeln!(
+        t,
+        "\n[[op]]\nname = {}\ncall = {}",
+        quoted(call.rsplit('/').next().unwrap_or(&call)),
+        quoted(&call)
+    );
+    headers(t, q)?;
+    let _ = writeln!(
+        t,
+        "body = {}",
+        quoted(&literal(q.body.as_deref().unwrap_or("{}")))
+    );
+    Ok(())
+}
+
+/// `[[op]]` for a WebSocket URL: with `-d`, a message sent and its reply waited for; else a
+/// stream op holding the socket. True when the players only hold their sockets.
+fn ws_op(t: &mut String, _url: &Url, q: &Quick) -> Result<bool, String> {
+    if !q.headers.is_empty() {
+        let mut pairs = Vec::new();
+        for h in &q.headers {
+            let (k, v) = header(h)?;
+            pairs.push(format!("{} = {}", quoted(k), quoted(&literal(v))));
+        }
+        let _ = writeln!(t, "headers = {{ {} }}", pairs.join(", "));
+    }
+    match &q.body {
+        Some(b) => {
+            let _ = writeln!(
+                t,
+                "\n[[op]]\nname = \"message\"\nbody = {}\nreply = \"next\"",
+                quoted(&literal(b))
+            );
+            Ok(false)
+        }
+        None => {
+            t.push_str("\n[[op]]\nname = \"pushes\"\nkind = \"stream\"\n");
+            Ok(true)
+        }
+    }
+}
+
+/// `name: value` from `-H`.
+fn header(h: &str) -> Result<(&str, &str), String> {
+    h.split_once(':')
+        .filter(|(k, _)| !k.trim().is_empty())
+        .map(|(k, v)| (k.trim(), v.trim()))
+        .ok_or_else(|| format!("-H `{h}` is not a header: write -H 'name: value'"))
+}
+
+/// The op's `headers` from `-H`.
+fn headers(t: &mut String, q: &Quick) -> Result<(), String> {
+    if !q.headers.is_empty() {
+        let mut pairs = Vec::new();
+        for h in &q.headers {
+            let (k, v) = header(h)?;
+            pairs.push(format!("{} = {}", quoted(k), quoted(&literal(v))));
+        }
+        let _ = writeln!(t, "headers = {{ {} }}", pairs.join(", "));
+    }
+    Ok(())
+}
+
+/// The load: a burst held for `-z`, a rate step for `-q`, a counted catalog for `-n`.
+fn load(t: &mut String, q: &Quick, c: usize) {
     match (q.duration, q.rate) {
         (Some(z), None) => {
             // oha starts every worker at once: a burst, held for the duration.
@@ -280,7 +465,6 @@ fn toml(url: &Url, q: &Quick, command: &str) -> Result<String, String> {
             );
         }
     }
-    Ok(t)
 }
 
 /// The quick-mode flags as typed, for the generated file's first line.
@@ -306,6 +490,15 @@ fn flags_line(url: &Url, q: &Quick) -> String {
     }
     if let Some(m) = &q.method {
         let _ = write!(s, " -m {m}");
+    }
+    for p in &q.proto {
+        let _ = write!(s, " --proto {p}");
+    }
+    for p in &q.proto_path {
+        let _ = write!(s, " --proto-path {p}");
+    }
+    if let Some(c) = &q.call {
+        let _ = write!(s, " --call {c}");
     }
     // Headers and the body may hold secrets: the comment does not repeat them.
     s

@@ -64,12 +64,28 @@ pub(super) enum RawConnections {
     Pool,
 }
 
+/// One string or a list of them: `proto = "a.proto"` or `proto = ["a.proto", "b.proto"]`.
+#[derive(Deserialize)]
+#[serde(untagged)]
+pub(super) enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl OneOrMany {
+    pub(super) fn into_vec(self) -> Vec<String> {
+        match self {
+            Self::One(s) => vec![s],
+            Self::Many(v) => v,
+        }
+    }
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawTarget {
     pub(super) url: String,
-    #[serde(default = "default_transport")]
-    pub(super) transport: TransportKind,
+    pub(super) transport: Option<TransportKind>,
     #[serde(default = "default_connections")]
     pub(super) connections: RawConnections,
     pub(super) pool_size: Option<usize>,
@@ -79,10 +95,16 @@ pub(super) struct RawTarget {
     pub(super) insecure: Option<bool>,
     #[serde(default)]
     pub(super) source_addrs: Vec<String>,
-}
-
-fn default_transport() -> TransportKind {
-    TransportKind::H1
+    // gRPC (docs/scenario.md, "gRPC").
+    pub(super) proto: Option<OneOrMany>,
+    #[serde(default)]
+    pub(super) proto_path: Vec<String>,
+    pub(super) compression: Option<String>,
+    pub(super) field_names: Option<String>,
+    // WebSocket (docs/scenario.md, "WebSocket").
+    #[serde(default)]
+    pub(super) subprotocols: Vec<String>,
+    pub(super) headers: Option<BTreeMap<String, String>>,
 }
 
 fn default_connections() -> RawConnections {
@@ -113,9 +135,18 @@ pub(super) struct RawOutcome {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawOp {
     pub(super) name: String,
-    #[serde(default = "default_method")]
-    pub(super) method: String,
-    pub(super) path: String,
+    pub(super) method: Option<String>,
+    pub(super) path: Option<String>,
+    /// gRPC: `package.Service/Method`.
+    pub(super) call: Option<String>,
+    /// gRPC client and bidi streams: the messages sent, in order.
+    pub(super) messages: Option<Vec<String>>,
+    pub(super) repeat: Option<u32>,
+    pub(super) interval: Option<Dur>,
+    pub(super) lockstep: Option<bool>,
+    /// WebSocket: the frame sent and the reply waited for.
+    pub(super) frame: Option<String>,
+    pub(super) reply: Option<String>,
     #[serde(default)]
     pub(super) headers: BTreeMap<String, String>,
     pub(super) body: Option<String>,
@@ -140,10 +171,6 @@ pub(super) struct RawOp {
     pub(super) for_each: Option<String>,
     pub(super) max_items: Option<usize>,
     pub(super) sample: Option<usize>,
-}
-
-fn default_method() -> String {
-    "GET".into()
 }
 
 #[derive(Deserialize, Default)]

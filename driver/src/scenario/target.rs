@@ -1,4 +1,5 @@
-//! `[target]`: the URL, the transport and who owns the connections.
+//! `[target]`: the URL, the transport and who owns the connections; gRPC's and
+//! WebSocket's own keys are checked in `protocols.rs`.
 
 use std::{fmt, time::Duration};
 
@@ -21,6 +22,11 @@ pub enum TransportKind {
     H2c,
     /// HTTP/2 over TLS, chosen by ALPN (`https://` targets only).
     H2,
+    /// gRPC over HTTP/2: h2c for `grpc://` (or `http://`), h2 over TLS for `grpcs://` (or
+    /// `https://`).
+    Grpc,
+    /// WebSocket (RFC 6455, an HTTP/1.1 upgrade): `ws://`, or `wss://` over TLS.
+    Ws,
 }
 
 /// Who owns the connections.
@@ -52,6 +58,12 @@ pub struct Target {
     pub connections: Connections,
     /// Bound on opening one connection.
     pub connect_timeout: Duration,
+    /// gRPC: the compiled `.proto` files and how messages travel; `None` for other
+    /// transports.
+    pub grpc: Option<super::protocols::GrpcTarget>,
+    /// WebSocket: the socket's path, subprotocols and handshake headers; `None` for other
+    /// transports.
+    pub ws: Option<super::protocols::WsTarget>,
     /// Local addresses connections are opened from, in turn (empty: the kernel's choice).
     /// One source address gives ≈ 28 000 ephemeral ports toward one destination; N give N×.
     /// Keep each under half of that: connect() takes even ports first, and past the even
@@ -62,24 +74,62 @@ pub struct Target {
 
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-pub(super) fn compile_target(file: &str, t: RawTarget) -> Result<Target, Invalid> {
+/// What compiling `[target]` leaves for the rest of the file: the target, and a WebSocket
+/// target's handshake headers, whose templates read the file's variables.
+pub(super) struct CompiledTarget {
+    pub target: Target,
+    pub ws_headers: Option<std::collections::BTreeMap<String, String>>,
+}
+
+pub(super) fn compile_target(file: &str, t: RawTarget) -> Result<CompiledTarget, Invalid> {
     let p = [key("target")];
     let url_path = [key("target"), key("url")];
-    let uri: http::Uri = t
-        .url
+    // A WebSocket URL's path and query may read variables (`?player={player}`), which a
+    // URI cannot hold: only its scheme and authority are parsed as one.
+    let origin = match t.url.split_once("://") {
+        Some((scheme, rest))
+            if scheme.eq_ignore_ascii_case("ws") || scheme.eq_ignore_ascii_case("wss") =>
+        {
+            let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+            format!("{scheme}://{}/", &rest[..end])
+        }
+        _ => t.url.clone(),
+    };
+    let uri: http::Uri = origin
         .parse()
         .map_err(|e| at(&url_path, format!("`{}` is not a URL: {e}", t.url)))?;
-    let https = match uri.scheme_str() {
-        Some("http") => false,
-        Some("https") => true,
+    let scheme = uri.scheme_str().unwrap_or_default().to_ascii_lowercase();
+    let (https, by_scheme) = match scheme.as_str() {
+        "http" => (false, None),
+        "https" => (true, None),
+        "grpc" => (false, Some(TransportKind::Grpc)),
+        "grpcs" => (true, Some(TransportKind::Grpc)),
+        "ws" => (false, Some(TransportKind::Ws)),
+        "wss" => (true, Some(TransportKind::Ws)),
         _ => {
             return Err(at(
                 &url_path,
-                format!("`{}` needs the http:// or https:// scheme", t.url),
+                format!(
+                    "`{}` needs the http://, https://, grpc://, grpcs://, ws:// or wss:// scheme",
+                    t.url
+                ),
             ));
         }
     };
-    let tls = tls::compile(file, https, t.transport, t.ca, t.insecure)?;
+    let transport = match (by_scheme, t.transport) {
+        (None, None) => TransportKind::H1,
+        (None, Some(k)) | (Some(k), None) => k,
+        (Some(k), Some(given)) if k == given => k,
+        (Some(k), Some(given)) => {
+            return Err(at(
+                &[key("target"), key("transport")],
+                format!(
+                    "the {scheme}:// scheme is transport \"{k}\"; transport = \"{given}\" contradicts it: leave transport out"
+                ),
+            ));
+        }
+    };
+    let tls = tls::compile(file, https, transport, t.ca, t.insecure)?;
     let host = uri
         .host()
         .ok_or_else(|| at(&url_path, format!("`{}` has no host", t.url)))?
@@ -92,7 +142,30 @@ pub(super) fn compile_target(file: &str, t: RawTarget) -> Result<Target, Invalid
             "the target URL takes no query; put it in each op's path",
         ));
     }
-    let base_path = uri.path().trim_end_matches('/').to_owned();
+    let base_path = match transport {
+        // The socket's path and query, as the upgrade asks for them.
+        TransportKind::Ws => {
+            // http::Uri decodes nothing: what was written is what goes out.
+            let raw = t.url.split_once("://").map_or("", |(_, r)| r);
+            let start = raw.find(['/', '?']).unwrap_or(raw.len());
+            let tail = raw[start..].split('#').next().unwrap_or_default();
+            match tail {
+                "" => "/".to_owned(),
+                t if t.starts_with('?') => format!("/{t}"),
+                t => t.to_owned(),
+            }
+        }
+        TransportKind::Grpc if !matches!(uri.path(), "" | "/") => {
+            return Err(at(
+                &url_path,
+                format!(
+                    "`{}`: a gRPC target is a host and port; each op's `call` names its method",
+                    t.url
+                ),
+            ));
+        }
+        _ => uri.path().trim_end_matches('/').to_owned(),
+    };
     let authority = uri
         .authority()
         .map(|a| a.as_str().to_owned())
@@ -130,16 +203,42 @@ pub(super) fn compile_target(file: &str, t: RawTarget) -> Result<Target, Invalid
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(Target {
-        host,
-        port,
-        authority,
-        base_path,
-        transport: t.transport,
-        tls,
+    let grpc = super::protocols::compile_grpc_target(
+        file,
+        transport,
+        super::protocols::RawGrpcTarget {
+            proto: t.proto.map(super::raw::OneOrMany::into_vec),
+            proto_path: t.proto_path,
+            compression: t.compression,
+            field_names: t.field_names,
+        },
+    )?;
+    let ws_headers = super::protocols::check_ws_target(
+        transport,
+        &t.subprotocols,
+        t.headers.as_ref(),
         connections,
-        connect_timeout,
-        source_addrs,
+    )?;
+    let ws = (transport == TransportKind::Ws).then(|| super::protocols::WsTarget {
+        path: crate::template::Template::literal(&base_path),
+        subprotocols: t.subprotocols.clone(),
+        headers: Vec::new(),
+    });
+    Ok(CompiledTarget {
+        target: Target {
+            host,
+            port,
+            authority,
+            base_path,
+            transport,
+            tls,
+            connections,
+            connect_timeout,
+            grpc,
+            ws,
+            source_addrs,
+        },
+        ws_headers: ws_headers.then_some(t.headers.unwrap_or_default()),
     })
 }
 
@@ -149,6 +248,8 @@ impl fmt::Display for TransportKind {
             Self::H1 => "h1",
             Self::H2c => "h2c",
             Self::H2 => "h2",
+            Self::Grpc => "grpc",
+            Self::Ws => "ws",
         })
     }
 }

@@ -76,7 +76,7 @@ fn unknown_value_lists_the_valid_values() {
     assert_eq!(d.key, "target.transport");
     assert_eq!(
         d.message,
-        "unknown value `h3`, valid values are `h1`, `h2c`, `h2`"
+        "unknown value `h3`, valid values are `h1`, `h2c`, `h2`, `grpc`, `ws`"
     );
 }
 
@@ -194,7 +194,7 @@ fn override_errors_name_the_override() {
     assert_eq!(d.from_override.as_deref(), Some("target.transport=h3"));
     assert_eq!(
         d.to_string(),
-        "s.toml: --set target.transport=h3: target.transport: unknown value `h3`, valid values are `h1`, `h2c`, `h2`"
+        "s.toml: --set target.transport=h3: target.transport: unknown value `h3`, valid values are `h1`, `h2c`, `h2`, `grpc`, `ws`"
     );
     let d = diag(MINIMAL, &["target.trasnport=h1"]);
     assert_eq!(d.from_override.as_deref(), Some("target.trasnport=h1"));

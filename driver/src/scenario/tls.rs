@@ -77,7 +77,7 @@ pub(super) fn compile(
 
 /// `path` as written, or beside the scenario file when relative, so a scenario and its CA
 /// can travel together.
-fn relative_to(file: &str, path: &str) -> PathBuf {
+pub(super) fn relative_to(file: &str, path: &str) -> PathBuf {
     let p = Path::new(path);
     match Path::new(file).parent() {
         Some(dir) if p.is_relative() => dir.join(p),

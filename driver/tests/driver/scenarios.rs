@@ -77,10 +77,14 @@ fn every_full_scenario_in_the_docs_parses() {
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/scenario.md"))
             .unwrap();
     let mut blocks = 0;
+    // Named as if beside the test servers' files, so the gRPC examples' `arena.proto` is
+    // found (driver/tests/players.rs runs those against the servers).
+    let py = herd_testkit::py::py_dir();
     for (i, block) in doc.split("```toml\n").skip(1).enumerate() {
         let block = block.split("```").next().unwrap();
         if block.contains("[target]") {
-            Scenario::parse(&format!("docs/scenario.md block {i}"), block, &[])
+            let name = py.join(format!("docs-scenario-md-block-{i}.toml"));
+            Scenario::parse(&name.display().to_string(), block, &[])
                 .unwrap_or_else(|e| panic!("{e}"));
             blocks += 1;
         }

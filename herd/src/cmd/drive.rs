@@ -26,6 +26,9 @@ Examples:
   herd drive http://127.0.0.1:8080/ -n 10000 -c 20 --h2c
   herd drive http://127.0.0.1:8080/api -q 500 -z 30s -m POST -H 'content-type: application/json' -d '{}'
   herd drive http://127.0.0.1:8080/ -c 50 -z 10s --print-scenario > quick.toml
+  herd drive grpc://127.0.0.1:50051/game.Lobby/Join --proto game.proto -d '{\"player\":\"p1\"}' -n 10000 -c 50
+  herd drive ws://127.0.0.1:8080/echo -d '{\"type\":\"ping\"}' -c 100 -z 30s  # send, wait for the reply
+  herd drive ws://127.0.0.1:8080/feed -c 1000 -z 60s   # hold 1000 sockets, count the pushes
   herd drive lobby.toml                                # the scenario's plan, a table per phase
   herd drive lobby.toml --set target.transport=h2c     # the same plan over h2c
   herd drive lobby.toml --set 'step[2].players=800' --json out.json
@@ -36,7 +39,8 @@ Scenarios: docs/scenario.md; examples in driver/examples/scenarios/. `herd run` 
 and probes the host beside it.")]
 pub struct DriveArgs {
     /// The scenario: a TOML file with the target, ops and load plan (docs/scenario.md), or
-    /// an http:// or https:// URL to drive with the quick-mode flags below.
+    /// an http://, https://, grpc://, grpcs://, ws:// or wss:// URL to drive with the
+    /// quick-mode flags below.
     #[arg(value_name = "SCENARIO")]
     pub scenario: PathBuf,
     /// Override one scenario key before the file is checked, for A/B runs without editing

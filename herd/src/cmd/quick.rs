@@ -13,7 +13,8 @@ use herd_driver::{
 pub use quick::FILE;
 
 /// Quick mode's options, shared by `herd drive` and `herd run`; they apply when SCENARIO is
-/// an `http://` or `https://` URL.
+/// a URL: `http://` or `https://`, `grpc://` or `grpcs://` (with `--proto`), `ws://` or
+/// `wss://`.
 #[derive(Debug, Default, Clone, clap::Args)]
 #[command(next_help_heading = "Quick mode (SCENARIO is a URL)")]
 pub struct QuickArgs {
@@ -44,9 +45,23 @@ pub struct QuickArgs {
     /// A request header, `-H 'accept: application/json'`. Repeatable.
     #[arg(short = 'H', long = "header", value_name = "NAME: VALUE")]
     pub headers: Vec<String>,
-    /// The request's body, sent as written.
+    /// The request's body, sent as written; for grpc:// the request message as JSON
+    /// (ghz's -d), for ws:// the message each player sends and waits for a reply to (without
+    /// it, each player holds its socket and counts what the server pushes).
     #[arg(short = 'd', long = "body", value_name = "BODY")]
     pub body: Option<String>,
+    /// gRPC: a .proto file defining the method (ghz's --proto), compiled when the run
+    /// starts. Repeatable.
+    #[arg(long = "proto", value_name = "FILE")]
+    pub proto: Vec<String>,
+    /// gRPC: a directory the .proto files' imports are found in (ghz's --import-paths).
+    /// Repeatable.
+    #[arg(long = "proto-path", value_name = "DIR")]
+    pub proto_path: Vec<String>,
+    /// gRPC: the method, package.Service/Method (or ghz's package.Service.Method), when the
+    /// URL does not end in it.
+    #[arg(long = "call", value_name = "METHOD")]
+    pub call: Option<String>,
     /// Print the scenario file these flags make and exit without sending anything; saved to
     /// a file, it runs the same load.
     #[arg(long)]
@@ -97,6 +112,9 @@ impl QuickArgs {
             method: self.method.clone(),
             headers: self.headers.clone(),
             body: self.body.clone(),
+            proto: self.proto.clone(),
+            proto_path: self.proto_path.clone(),
+            call: self.call.clone(),
         }
     }
 
@@ -113,6 +131,9 @@ impl QuickArgs {
             (self.method.is_some(), "-m"),
             (!self.headers.is_empty(), "-H"),
             (self.body.is_some(), "-d"),
+            (!self.proto.is_empty(), "--proto"),
+            (!self.proto_path.is_empty(), "--proto-path"),
+            (self.call.is_some(), "--call"),
             (self.print_scenario, "--print-scenario"),
         ];
         for (on, name) in flags {
@@ -214,6 +235,55 @@ mod tests {
         );
         let s = Scenario::parse(FILE, &t, &[]).unwrap();
         assert_eq!(s.ops[0].method, "POST");
+    }
+
+    #[test]
+    fn grpc_and_websocket_urls() {
+        let proto = herd_testkit::py::arena_proto().display().to_string();
+        let mut q = quick();
+        q.proto = vec![proto.clone()];
+        q.body = Some(r#"{"player": "x"}"#.into());
+        q.headers = vec!["authorization: Bearer t".into()];
+        q.requests = Some(100);
+        let s = scenario("grpc://127.0.0.1:9/herd.arena.Arena/Join", &q);
+        assert_eq!(s.ops[0].name, "Join");
+        let herd_driver::scenario::Call::Grpc(call) = &s.ops[0].call else {
+            panic!("{:?}", s.ops[0].call)
+        };
+        assert_eq!(call.method.name(), "herd.arena.Arena/Join");
+        // ghz's dotted form, with --call.
+        q.call = Some("herd.arena.Arena.Join".into());
+        let s = scenario("grpcs://127.0.0.1:9", &q);
+        assert!(s.target.tls.is_some());
+        // A method the .proto lacks: the scenario's error, exit 2.
+        q.call = Some("herd.arena.Arena/Leave".into());
+        let t = scenario_text(Path::new("grpc://127.0.0.1:9"), &q, "drive")
+            .unwrap()
+            .unwrap();
+        let e = Scenario::parse(FILE, &t, &[]).unwrap_err();
+        assert!(e.to_string().contains("has no method `Leave`"), "{e}");
+        q.proto.clear();
+        q.call = None;
+        let e = scenario_text(Path::new("grpc://127.0.0.1:9/a.B/C"), &q, "drive").unwrap_err();
+        assert!(crate::error_text(&e).contains("--proto FILE"), "{e:#}");
+
+        let mut q = quick();
+        q.body = Some("hi {player}".into());
+        q.duration = Some(Duration::from_secs(2));
+        let s = scenario("ws://127.0.0.1:9/echo?room=1", &q);
+        assert_eq!(s.target.base_path, "/echo?room=1");
+        assert!(matches!(s.ops[0].call, herd_driver::scenario::Call::Ws(_)));
+        q.body = None;
+        q.concurrency = Some(3);
+        let s = scenario("wss://127.0.0.1:9/feed", &q);
+        assert!(s.ops[0].kind.is_background());
+        assert_eq!(s.steps[0].players, 3);
+        q.duration = None;
+        let e = scenario_text(Path::new("ws://127.0.0.1:9/feed"), &q, "drive").unwrap_err();
+        assert!(crate::error_text(&e).contains("-z"), "{e:#}");
+        q.h2c = true;
+        let e = scenario_text(Path::new("ws://127.0.0.1:9/"), &q, "drive").unwrap_err();
+        assert_eq!(crate::exit_code(&e), crate::exit::USAGE);
     }
 
     #[test]

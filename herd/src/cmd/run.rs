@@ -25,7 +25,8 @@ Examples:
 Exit codes: 0 done, 1 failed, 2 bad input or environment, 99 an objective was broken.")]
 pub struct RunArgs {
     /// The scenario: a TOML file with the target, ops and load plan (docs/scenario.md), or
-    /// an http:// or https:// URL to drive with the quick-mode flags below.
+    /// an http://, https://, grpc://, grpcs://, ws:// or wss:// URL to drive with the
+    /// quick-mode flags below.
     #[arg(value_name = "SCENARIO")]
     pub scenario: PathBuf,
     /// Override one scenario key (see `herd drive --help`). Repeatable.

@@ -8,12 +8,12 @@
 //! the head alone (Trailers-Only). Messages are built from JSON and read back to JSON with
 //! the `.proto` files compiled at load time ([`Protos`], [`Method`]).
 //!
-//! What the HTTP/2 client must carry for it, beyond a plain request: the response's
-//! trailers (where `grpc-status` is for any call that sent a message), a request body that
-//! keeps streaming after the head (client and bidi calls: DATA frames as the player sends,
-//! END_STREAM only when it is done), and no `content-length` on such a body. A unary or
-//! server-streaming call needs only the trailers; until the client hands them over, only a
-//! Trailers-Only status (in the head) can be read through it.
+//! What the HTTP/2 client carries for it, beyond a plain request: the response's trailers
+//! ([`crate::Response::trailers`], [`crate::Body::trailers`]: where `grpc-status` is for
+//! any call that sent a message), and a request body that keeps streaming after the head
+//! ([`crate::Connection::duplex`]: client and bidi calls, DATA frames as the caller sends,
+//! END_STREAM only when it is done, no `content-length`). [`read_response`] reads a whole
+//! response (a unary or client-streaming call's) into its messages and status.
 //!
 //! One file per layer: [`frame`] the message framing and compression, [`status`] codes,
 //! statuses and the response head, [`timeout`] `grpc-timeout`, [`proto`] the `.proto`
@@ -37,6 +37,47 @@ pub use status::{Code, Head, Status, head};
 
 /// The request's `content-type`.
 pub const CONTENT_TYPE: &str = "application/grpc";
+
+/// A whole call read back: its response messages (decompressed, still encoded) and how it
+/// ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    /// The messages, in order.
+    pub messages: Vec<bytes::Bytes>,
+    /// The status from the trailers, or the head of a Trailers-Only response.
+    pub status: Status,
+}
+
+/// Reads a whole response (HTTP status, head, body, trailers) as a call's [`Reply`],
+/// taking messages up to `max` bytes. The status is the trailers' (or a Trailers-Only
+/// head's); a body cut inside a message, or a call that sent messages and no trailers, is
+/// an [`Error`].
+pub fn read_response(
+    status: u16,
+    headers: &HeaderMap,
+    body: &[u8],
+    trailers: Option<&HeaderMap>,
+    max: usize,
+) -> Result<Reply, Error> {
+    let encoding = match head(status, headers)? {
+        Head::TrailersOnly(status) => {
+            return Ok(Reply {
+                messages: Vec::new(),
+                status,
+            });
+        }
+        Head::Messages(e) => e,
+    };
+    let mut decoder = Decoder::new(max, encoding);
+    decoder.push(body);
+    let mut messages = Vec::new();
+    while let Some(m) = decoder.next()? {
+        messages.push(m);
+    }
+    decoder.finish()?;
+    let status = Status::from_trailers(trailers.ok_or(Error::NoStatus)?)?;
+    Ok(Reply { messages, status })
+}
 
 /// What was wrong in a gRPC response: the server's bytes or headers, not the scenario's.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

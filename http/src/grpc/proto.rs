@@ -345,6 +345,18 @@ impl Method {
         to_json(&self.desc.output(), bytes, options)
     }
 
+    /// Checks that `bytes` decode as the method's output type, without writing them out as
+    /// JSON: what a call that reads nothing of its response still owes the numbers.
+    pub fn check_response(&self, bytes: &[u8]) -> Result<(), Error> {
+        let desc = self.desc.output();
+        DynamicMessage::decode(desc.clone(), bytes)
+            .map(drop)
+            .map_err(|e| Error::Decode {
+                message: desc.full_name().to_owned(),
+                reason: e.to_string(),
+            })
+    }
+
     /// A request message read back as JSON (what a server would see): for tests and for
     /// showing the user what their body became.
     pub fn decode_request(

@@ -96,7 +96,7 @@ impl Inner {
             if s.error.is_none() && !s.ended {
                 s.error = Some(e.clone());
             }
-            s.body.clear();
+            s.drop_body();
             wakes.extend(s.waker.take());
         }
         wakes.extend(self.queued.drain(..).map(|(_, w)| w));
@@ -274,7 +274,7 @@ impl Inner {
         for s in &mut self.streams {
             if s.id > last && !s.reset {
                 s.reset = true;
-                s.body.clear();
+                s.drop_body();
                 if s.error.is_none() && !s.ended {
                     s.error = Some(coded(
                         code,

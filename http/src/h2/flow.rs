@@ -104,14 +104,25 @@ impl Inner {
         Ok(())
     }
 
-    /// Frames request body bytes as DATA, as far as the windows and the write-ahead allow.
+    /// Frames request body bytes as DATA, as far as the windows and the write-ahead allow;
+    /// the last piece of a body carries END_STREAM, and a streamed body finished with
+    /// nothing left to send ends with an empty DATA frame.
     pub(super) fn frame_bodies(&mut self) {
         for s in &mut self.streams {
-            while !s.body.is_empty()
-                && s.send_window > 0
-                && self.send_window > 0
-                && self.wbuf.len() - self.wpos < WRITE_AHEAD
-            {
+            loop {
+                while s.body.is_empty() {
+                    match s.more.pop_front() {
+                        Some(next) => s.body = next,
+                        None => break,
+                    }
+                }
+                if s.body.is_empty()
+                    || s.send_window <= 0
+                    || self.send_window <= 0
+                    || self.wbuf.len() - self.wpos >= WRITE_AHEAD
+                {
+                    break;
+                }
                 // A server's larger SETTINGS_MAX_FRAME_SIZE is no reason to copy more than
                 // the write-ahead at once.
                 let n = s
@@ -120,7 +131,7 @@ impl Inner {
                     .min(self.max_frame.min(WRITE_AHEAD))
                     .min(s.send_window as usize)
                     .min(self.send_window as usize);
-                let last = n == s.body.len();
+                let last = n == s.body.len() && s.more.is_empty() && !s.body_open;
                 frame_head(
                     &mut self.wbuf,
                     n,
@@ -133,6 +144,10 @@ impl Inner {
                 s.send_window -= n as i64;
                 self.send_window -= n as i64;
                 s.sent_end |= last;
+            }
+            if !s.sent_end && !s.reset && !s.body_open && s.body.is_empty() && s.more.is_empty() {
+                frame_head(&mut self.wbuf, 0, DATA, END_STREAM, s.id);
+                s.sent_end = true;
             }
         }
     }

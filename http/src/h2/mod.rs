@@ -25,6 +25,7 @@
 //! modules in separate codegen units, across which nothing else is inlined.
 
 mod conn;
+mod duplex;
 mod flow;
 mod frame;
 pub(crate) mod fuzz;
@@ -55,7 +56,11 @@ use self::{
     hpack::Name,
     streams::{Stream, concat},
 };
-use super::{Body, BoxFuture, Connection, Dial, Request, Response, Streaming, TransportError};
+use super::{
+    Body, BoxFuture, Connection, Dial, Duplex, PendingHead, Request, Response, SendBody, Streaming,
+    TransportError,
+};
+pub(crate) use duplex::{H2Head, H2Send};
 
 /// The socket: TCP for h2c, TLS for h2.
 pub(super) trait Io: AsyncRead + AsyncWrite + Send + Unpin {}
@@ -175,7 +180,7 @@ impl Connection for H2Connection {
     fn send(&mut self, req: Request) -> BoxFuture<'_, Result<Response, TransportError>> {
         Box::pin(async move {
             let mut op = Op::new(&self.0);
-            op.start(req, true).await?;
+            op.start(req, true, false).await?;
             let r = poll_fn(|cx| op.shared.poll_whole(cx, op.id)).await;
             op.id = 0; // released by poll_whole
             r
@@ -185,7 +190,7 @@ impl Connection for H2Connection {
     fn open(&mut self, req: Request) -> BoxFuture<'_, Result<Streaming, TransportError>> {
         Box::pin(async move {
             let mut op = Op::new(&self.0);
-            op.start(req, false).await?;
+            op.start(req, false, false).await?;
             let head = poll_fn(|cx| op.shared.poll_head(cx, op.id)).await;
             let id = std::mem::take(&mut op.id);
             let (status, headers) = head?;
@@ -195,7 +200,26 @@ impl Connection for H2Connection {
                 body: Body::H2(RecvBody {
                     shared: self.0.clone(),
                     id,
+                    trailers: None,
                 }),
+            })
+        })
+    }
+
+    fn duplex(&mut self, req: Request) -> BoxFuture<'_, Result<Duplex, TransportError>> {
+        Box::pin(async move {
+            let mut op = Op::new(&self.0);
+            op.start(req, false, true).await?;
+            let id = std::mem::take(&mut op.id);
+            self.0.with(|inner, wakes| {
+                // Nobody polls this stream until its owner sends or waits: the HEADERS go
+                // out now, as the server may answer before the first message.
+                inner.leave(QUEUED, wakes);
+                inner.push_writes(wakes);
+            });
+            Ok(Duplex {
+                send: SendBody(H2Send::new(self.0.clone(), id)),
+                response: PendingHead(H2Head::new(self.0.clone(), id)),
             })
         })
     }
@@ -245,11 +269,16 @@ impl<'a> Op<'a> {
         }
     }
 
-    async fn start(&mut self, req: Request, collect: bool) -> Result<(), TransportError> {
+    async fn start(
+        &mut self,
+        req: Request,
+        collect: bool,
+        open_body: bool,
+    ) -> Result<(), TransportError> {
         let mut req = Some(req);
         let id = poll_fn(|cx| {
             self.shared
-                .poll_start(cx, &mut req, &mut self.ticket, collect)
+                .poll_start(cx, &mut req, &mut self.ticket, collect, open_body)
         })
         .await?;
         self.id = id;
@@ -275,6 +304,8 @@ pub struct RecvBody {
     shared: Arc<Shared>,
     /// 0 once the body has ended (or failed) and the stream is released.
     id: u32,
+    /// The trailers that ended it, until taken.
+    trailers: Option<HeaderMap>,
 }
 
 impl fmt::Debug for RecvBody {
@@ -295,13 +326,19 @@ impl RecvBody {
             shared: &self.shared,
             id: self.id,
         };
-        let r = poll_fn(|cx| self.shared.poll_data(cx, self.id)).await;
+        let trailers = &mut self.trailers;
+        let r = poll_fn(|cx| self.shared.poll_data(cx, self.id, trailers)).await;
         // poll_data left the connection itself as it returned.
         std::mem::forget(waiting);
         if !matches!(r, Some(Ok(_))) {
             self.id = 0; // released by poll_data
         }
         r
+    }
+
+    /// The trailers that ended the body, once [`RecvBody::chunk`] has returned `None`.
+    pub fn trailers(&mut self) -> Option<HeaderMap> {
+        self.trailers.take()
     }
 }
 
@@ -334,6 +371,7 @@ impl Shared {
         req: &mut Option<Request>,
         ticket: &mut Option<u64>,
         collect: bool,
+        open_body: bool,
     ) -> Poll<Result<u32, TransportError>> {
         self.with(|inner, wakes| {
             let mut driven = false;
@@ -359,7 +397,7 @@ impl Shared {
             let req = req
                 .take()
                 .expect("poll_start is not polled after it is ready");
-            let r = inner.start(req, self.https, &self.authority, collect);
+            let r = inner.start(req, self.https, &self.authority, collect, open_body);
             if r.is_err() {
                 inner.leave(QUEUED, wakes);
             }
@@ -380,11 +418,13 @@ impl Shared {
                 && let Some((status, headers)) = s.head.take()
             {
                 let body = concat(&mut s.data);
+                let trailers = s.trailers.take();
                 inner.finish(id, wakes);
                 return Some(Ok(Response {
                     status,
                     headers: headers.into(),
                     body,
+                    trailers,
                 }));
             }
             None
@@ -410,12 +450,13 @@ impl Shared {
         })
     }
 
-    /// The next body chunk on stream `id`, `None` at its end; releases the stream unless a
-    /// chunk is returned.
+    /// The next body chunk on stream `id`, `None` at its end (with the trailers, if any, put
+    /// in `trailers`); releases the stream unless a chunk is returned.
     fn poll_data(
         &self,
         cx: &mut Context<'_>,
         id: u32,
+        trailers: &mut Option<HeaderMap>,
     ) -> Poll<Option<Result<Bytes, TransportError>>> {
         self.poll_stream(cx, id, |inner, wakes, cx| {
             let s = inner.stream(id);
@@ -436,6 +477,7 @@ impl Shared {
                 return Some(Some(Err(e)));
             }
             if s.ended {
+                *trailers = s.trailers.take();
                 inner.finish(id, wakes);
                 return Some(None);
             }

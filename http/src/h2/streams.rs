@@ -1,6 +1,6 @@
 //! Streams: opening one for a request (its HEADERS and CONTINUATIONs), waiting for a free
 //! one under the server's MAX_CONCURRENT_STREAMS, assembling the response's header blocks
-//! into its head (1xx heads skipped, trailers read past), RST_STREAM both ways, the stream
+//! into its head and trailers (1xx heads skipped), RST_STREAM both ways, the stream
 //! errors that reset one stream and leave the connection to the others, and releasing a
 //! stream its owner is done with.
 
@@ -36,6 +36,8 @@ pub(super) struct Stream {
     /// The response head, until its owner takes it.
     pub head: Option<(u16, HeaderMap)>,
     pub got_head: bool,
+    /// The response's trailers, until its owner takes them.
+    pub trailers: Option<HeaderMap>,
     /// DATA received and not yet taken by the owner.
     pub data: VecDeque<Bytes>,
     /// END_STREAM received.
@@ -47,8 +49,12 @@ pub(super) struct Stream {
     /// connection is gone).
     pub reset: bool,
     pub waker: Option<Waker>,
-    /// The request body still to send, and the server's window for it.
+    /// The request body still to send (the piece being framed, then the pieces queued
+    /// behind it by a [`super::SendBody`]), and the server's window for it.
     pub body: Bytes,
+    pub more: VecDeque<Bytes>,
+    /// A [`super::SendBody`] may still add to the body: END_STREAM waits for its finish.
+    pub body_open: bool,
     pub sent_end: bool,
     pub send_window: i64,
     /// Our window for the response body, and what the owner has read since we last gave
@@ -59,6 +65,16 @@ pub(super) struct Stream {
     pub collect: bool,
     /// Counted in [`Inner::open`].
     pub counted: bool,
+}
+
+impl Stream {
+    /// Forgets the request body still to send: the stream failed or was reset.
+    #[inline]
+    pub(super) fn drop_body(&mut self) {
+        self.body.clear();
+        self.more.clear();
+        self.body_open = false;
+    }
 }
 
 impl Inner {
@@ -95,21 +111,30 @@ impl Inner {
 
     /// Queues the request's HEADERS (and CONTINUATIONs) and puts its body up for sending;
     /// returns the new stream's id.
+    ///
+    /// With `open_body` the body stays open after `req.body` for a [`super::SendBody`] to
+    /// add to, and carries no `content-length`.
     pub(super) fn start(
         &mut self,
         req: Request,
         https: bool,
         authority: &str,
         collect: bool,
+        open_body: bool,
     ) -> Result<u32, TransportError> {
         let path = if req.path.is_empty() { "/" } else { &req.path };
         check_path(path).map_err(|e| TransportError::Protocol(format!("path `{path}`: {e}")))?;
         let id = self.next_id;
         self.next_id += 2;
-        let length = (!req.body.is_empty()
+        let length = (!open_body
+            && !req.body.is_empty()
             && !req.headers.contains_key(http::header::CONTENT_LENGTH))
         .then_some(req.body.len());
-        let end = if req.body.is_empty() { END_STREAM } else { 0 };
+        let end = if req.body.is_empty() && !open_body {
+            END_STREAM
+        } else {
+            0
+        };
         let start = self.wbuf.len();
         self.wbuf.extend_from_slice(&[0; 9]);
         hpack::encode_request(
@@ -145,13 +170,16 @@ impl Inner {
             id,
             head: None,
             got_head: false,
+            trailers: None,
             data: VecDeque::new(),
             ended: false,
             error: None,
             reset: false,
             waker: None,
-            sent_end: req.body.is_empty(),
+            sent_end: req.body.is_empty() && !open_body,
             body: req.body,
+            more: VecDeque::new(),
+            body_open: open_body,
             send_window: self.initial_window,
             recv_window: i64::from(STREAM_WINDOW),
             unacked: 0,
@@ -323,8 +351,15 @@ impl Inner {
         } else if !end {
             self.malformed(i, "trailers that do not end the stream".into(), wakes);
             return Ok(());
+        } else {
+            match trailers(&mut self.fields) {
+                Ok(t) => s.trailers = Some(t),
+                Err(what) => {
+                    self.malformed(i, what, wakes);
+                    return Ok(());
+                }
+            }
         }
-        // Trailers have nowhere to go in a response here: read past them.
         s.ended |= end;
         self.settle(i, me, wakes);
         Ok(())
@@ -362,7 +397,7 @@ impl Inner {
             s.error.get_or_insert_with(|| coded(code, what));
             s.data.clear();
         }
-        s.body.clear();
+        s.drop_body();
         let reset = std::mem::replace(&mut s.reset, true);
         self.settle(i, 0, wakes);
         if !reset {
@@ -378,7 +413,7 @@ impl Inner {
         };
         let s = &mut self.streams[i];
         s.reset = true;
-        s.body.clear();
+        s.drop_body();
         // A whole response stands: a server may reset the stream to stop the rest of a
         // request body it does not need (RFC 9113 §8.1).
         if !s.ended && s.error.is_none() {
@@ -446,6 +481,23 @@ fn head(fields: &mut Vec<(Name, Bytes)>) -> Result<(u16, HeaderMap), String> {
     }
     let status = status.ok_or("no :status")?;
     Ok((status, headers))
+}
+
+/// Trailers from decoded fields: headers only, no pseudo-header (RFC 9113 §8.1).
+fn trailers(fields: &mut Vec<(Name, Bytes)>) -> Result<HeaderMap, String> {
+    let mut trailers = HeaderMap::with_capacity(fields.len());
+    for (name, value) in fields.drain(..) {
+        match name {
+            Name::Status | Name::Pseudo => return Err("a pseudo-header in trailers".into()),
+            Name::Invalid => return Err("an invalid header name in trailers".into()),
+            Name::Header(name) => {
+                let value = HeaderValue::from_maybe_shared(value)
+                    .map_err(|_| format!("an invalid value for trailer `{name}`"))?;
+                trailers.append(name, value);
+            }
+        }
+    }
+    Ok(trailers)
 }
 
 /// The same check of a request path hyper made, with its message; a path of plain

@@ -5,12 +5,13 @@
 //! messages, [`close`] close codes and their names, and [`socket`] all of it over any byte
 //! stream (TCP for `ws://`, TLS for `wss://`): ping answered with pong, the closing
 //! handshake both ways. The first four do no I/O, so the fuzz target and the tests feed
-//! them bytes directly.
+//! them bytes directly; [`connect`] opens a socket over TCP or TLS ([`Connector`]).
 //!
 //! Not supported: extensions (permessage-deflate included: herd offers none, and a server
 //! that turns one on anyway fails the handshake), and WebSocket over HTTP/2 (RFC 8441).
 
 pub mod close;
+pub mod connect;
 pub mod frame;
 #[doc(hidden)]
 pub mod fuzz;
@@ -19,6 +20,7 @@ pub mod reader;
 pub mod socket;
 
 pub use close::{Close, CloseCode};
+pub use connect::{ConnectError, Connector, Stream};
 pub use frame::{Masks, Opcode};
 pub use handshake::{Accepted, Handshake};
 pub use reader::{DEFAULT_MAX_MESSAGE, Message, Reader};

@@ -249,6 +249,24 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Socket<S> {
         }
     }
 
+    /// Bytes received and not yet read as a frame.
+    pub fn buffered(&self) -> usize {
+        self.reader.buffered()
+    }
+
+    /// Gives back the read buffer when nothing is left in it: a socket that waits long
+    /// between messages (a held player) then holds none. The next read takes a new one.
+    pub fn shrink(&mut self) {
+        if self.reader.buffered() == 0 {
+            *self.reader.buffer() = bytes::BytesMut::new();
+        }
+    }
+
+    /// The byte stream.
+    pub fn get_ref(&self) -> &S {
+        &self.io
+    }
+
     /// The byte stream, for a caller that shuts it down itself.
     pub fn get_mut(&mut self) -> &mut S {
         &mut self.io

@@ -24,6 +24,7 @@
 
 mod harness;
 mod nginx;
+mod players;
 mod scale;
 mod table;
 mod tools;
@@ -32,6 +33,7 @@ use std::path::Path;
 
 use anyhow::Result;
 
+pub use players::{Players, bench_players};
 pub use scale::bench_scale;
 
 use harness::prepare;
@@ -60,6 +62,20 @@ pub struct Args {
     /// (one process may hold at most RLIMIT_NOFILE connections), merged with `herd merge`.
     #[arg(long, default_value_t = 1)]
     pub shards: u32,
+    /// Instead: gRPC and WebSocket players (players.rs): CPU per 1 000 unary calls, herd vs a
+    /// Python grpcio client loop against one grpcio server; herd's memory per held
+    /// WebSocket player at --sockets held sockets.
+    #[arg(long = "grpc-ws")]
+    pub grpc_ws: bool,
+    /// Unary calls per client run (--grpc-ws).
+    #[arg(long, default_value_t = 20_000)]
+    pub calls: u64,
+    /// Concurrent calls, each on its own connection (--grpc-ws).
+    #[arg(long, default_value_t = 10)]
+    pub concurrency: usize,
+    /// Held WebSocket sockets (--grpc-ws); a tenth of them first, for the difference.
+    #[arg(long, default_value_t = 10_000)]
+    pub sockets: usize,
 }
 
 /// The side-by-side comparison; returns the markdown tables.
