@@ -158,3 +158,90 @@ fn a_run_killed_with_sigkill_reads_interrupted() {
     child.wait().unwrap();
     assert_eq!(status(), "interrupted");
 }
+
+fn herd(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_herd"))
+        .args(args)
+        .env_remove("HERD_STORE")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_missing_run_a_scenario_without_seed_and_a_file_that_is_no_saved_run_exit_2() {
+    let dir = TempDir::new("store-exit-2");
+    let out = dir.join("out");
+    let o = out.to_str().unwrap();
+    // A store holding run 1 only.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let s = Store::open(&herd_store::default_url(&out)).await.unwrap();
+        let run = s.begin("one", "one.toml", 0).await.unwrap();
+        s.finish(run.id, "finished").await.unwrap();
+        s.close().await;
+    });
+    let file = scenario(&dir, "http://127.0.0.1:9/", "1s");
+    let not_a_run = dir.write("result.json", "{\"requests\": 3}");
+    for (args, says) in [
+        (vec!["report", "99", "--out", o], "run 99 is not in"),
+        (vec!["compare", "1", "99", "--out", o], "run 99 is not in"),
+        (
+            vec!["seed", file.to_str().unwrap()],
+            "has no [seed] section",
+        ),
+        (
+            vec!["import", not_a_run.to_str().unwrap(), "--out", o],
+            "holds no saved herd run",
+        ),
+    ] {
+        let o = herd(&args);
+        let all = text(&o);
+        assert_eq!(o.status.code(), Some(2), "herd {args:?}: {all}");
+        assert!(all.contains(says), "herd {args:?}: {all}");
+    }
+}
+
+#[test]
+fn a_runs_db_that_is_no_database_is_named_with_what_to_do() {
+    let dir = TempDir::new("store-corrupt");
+    let out = dir.join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let db = out.join("runs.db");
+    // Not SQLite at all, then a SQLite header over a damaged body.
+    let mut damaged = b"SQLite format 3\0".to_vec();
+    damaged.extend(std::iter::repeat_n(0xA5u8, 8192));
+    for bytes in [
+        &b"these are not the runs you are looking for\n".repeat(200)[..],
+        &damaged,
+    ] {
+        std::fs::write(&db, bytes).unwrap();
+        let file = scenario(&dir, "http://127.0.0.1:9/", "1s");
+        for args in [
+            vec!["report", "--out", out.to_str().unwrap()],
+            vec![
+                "run",
+                "--no-probe",
+                "--out",
+                out.to_str().unwrap(),
+                file.to_str().unwrap(),
+            ],
+        ] {
+            let o = herd(&args);
+            let all = text(&o);
+            assert_eq!(o.status.code(), Some(2), "herd {args:?}: {all}");
+            assert!(
+                all.contains(&format!(
+                    "the run store {} is not a herd run store",
+                    db.display()
+                )) && all.contains(&format!("mv {0} {0}.bad", db.display())),
+                "herd {args:?}: {all}"
+            );
+        }
+        assert_eq!(
+            std::fs::read(&db).unwrap(),
+            bytes,
+            "the file is left as it was"
+        );
+    }
+}

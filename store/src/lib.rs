@@ -8,7 +8,7 @@
 
 use std::{collections::BTreeMap, path::Path};
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result};
 use herd_model::{RunData, RunMeta};
 use sqlx::{AnyPool, Row as _, any::AnyPoolOptions};
 
@@ -43,6 +43,11 @@ pub fn default_url(dir: &Path) -> String {
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct StoreUrlError(pub String);
+
+/// A run id the store does not hold, or a store that holds no run yet: bad input (exit 2).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct NoSuchRun(pub String);
 
 /// The URL to connect with and the one to show for a `--store`: a SQLite file is created when
 /// missing (`mode=rwc` implied, as the documented `sqlite:PATH` promises, and never shown).
@@ -103,8 +108,29 @@ impl Store {
         Self::open(url).await
     }
 
-    /// Opens (creating if needed) the store at `url`.
+    /// Opens (creating if needed) the store at `url`. A SQLite file that is not a database
+    /// (or a damaged one) is a [`StoreUrlError`] naming the file and what to do.
     pub async fn open(url: &str) -> Result<Self> {
+        Self::open_any(url)
+            .await
+            .map_err(|e| match not_a_database(&e) {
+                Some(what) => {
+                    let shown = connect_url(url).map(|(_, s)| s).unwrap_or_default();
+                    let file = shown.strip_prefix("sqlite:").unwrap_or(&shown);
+                    let file = file.split('?').next().unwrap_or(file);
+                    StoreUrlError(format!(
+                        "the run store {file} is not a herd run store: SQLite says {what}; it is \
+                     another kind of file, or a database that was damaged (a disk that filled \
+                     up, a copy taken mid-write). Move it aside (`mv {file} {file}.bad`) and \
+                     herd starts a new store there, or give another with --store or --out"
+                    ))
+                    .into()
+                }
+                None => e,
+            })
+    }
+
+    async fn open_any(url: &str) -> Result<Self> {
         sqlx::any::install_default_drivers();
         let (connect, shown) = connect_url(url)?;
         let url = connect.as_str();
@@ -325,16 +351,17 @@ impl Store {
             }
         };
         let Some(row) = row else {
-            match id {
-                Some(id) => bail!(
+            return Err(NoSuchRun(match id {
+                Some(id) => format!(
                     "run {id} is not in {}; `herd report --list` shows the runs there",
                     redact(&self.url)
                 ),
-                None => bail!(
+                None => format!(
                     "{} holds no runs yet: `herd run SCENARIO` records one (`herd demo` records two)",
                     redact(&self.url)
                 ),
-            }
+            })
+            .into());
         };
         Ok(RunMeta {
             id: row.try_get("id")?,
@@ -519,6 +546,21 @@ impl Store {
             .with_context(|| format!("reading run {b}, the run after"))?;
         Ok((before, after))
     }
+}
+
+/// What SQLite said when the error is its "not a database" (SQLITE_NOTADB, 26) or "database
+/// disk image is malformed" (SQLITE_CORRUPT, 11): the file is no store herd can use.
+fn not_a_database(e: &anyhow::Error) -> Option<String> {
+    e.chain()
+        .find_map(|c| match c.downcast_ref::<sqlx::Error>() {
+            Some(sqlx::Error::Database(d))
+                if matches!(d.code().as_deref(), Some("26" | "11"))
+                    || d.message().contains("file is not a database") =>
+            {
+                Some(format!("`{}`", d.message()))
+            }
+            _ => None,
+        })
 }
 
 /// Connects once to `url` and says why not: refused, unreachable, rejected credentials.

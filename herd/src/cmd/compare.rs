@@ -58,11 +58,11 @@ pub fn run(args: &CompareArgs) -> Result<()> {
         let mut c = compare::runs(&before, &after);
         let passed = compare::apply_gates(&mut c, &args.fail_on);
         let files = compare::write_comparison(&c, &args.out)?;
-        print!("{}", compare::table(&c));
+        out!("{}", compare::table(&c));
         // stdout carries only the table, so it can be piped into a pull request as it is; the
         // gates' verdicts go to stderr, also under --quiet logging.
         for line in compare::gate_lines(&c) {
-            eprintln!("herd compare: {line}");
+            errln!("herd compare: {line}");
         }
         for f in files {
             tracing::info!("wrote {}", f.display());

@@ -27,13 +27,14 @@ pub struct ImportArgs {
 
 /// Runs `herd import`.
 pub fn run(args: &ImportArgs) -> Result<()> {
-    let saved = Rows::load(&args.file)?;
+    // A file that is missing or holds no saved run is bad input (exit 2), not a failure.
+    let saved = Rows::load(&args.file).map_err(crate::environment)?;
     let url = super::store_url(&args.store, &args.out);
     let rt = super::store_runtime("import")?;
     rt.block_on(async {
         let store = Store::open(&url).await?;
         let id = store.import(&saved).await?;
-        println!(
+        outln!(
             "imported run {} ({} rows) from {} as run {id} into {}; `herd report {id}` writes its report",
             saved.meta.id,
             saved.rows.len(),

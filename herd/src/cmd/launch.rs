@@ -191,8 +191,8 @@ fn k8s(a: &K8sArgs) -> Result<()> {
     };
     let path = run.write(&a.out)?;
     let ns = &a.namespace;
-    println!("wrote {}", path.display());
-    println!(
+    outln!("wrote {}", path.display());
+    outln!(
         "next: kubectl apply -f {p}\n      kubectl -n {ns} wait --for=condition=complete --timeout=1h job/{name}\n      \
          herd report --store \"$(kubectl -n {ns} get secret {s} -o jsonpath='{{.data.url}}' | base64 -d)\"\n      \
          kubectl delete -f {p}",

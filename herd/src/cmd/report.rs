@@ -46,11 +46,14 @@ pub fn run(args: &ReportArgs) -> Result<()> {
     rt.block_on(async {
         let store = Store::open_existing(&url).await?;
         if args.list {
-            println!("{:>5}  {:<10}  {:<24}  scenario", "run", "status", "name");
+            outln!("{:>5}  {:<10}  {:<24}  scenario", "run", "status", "name");
             for m in store.list().await? {
-                println!(
+                outln!(
                     "{:>5}  {:<10}  {:<24}  {}",
-                    m.id, m.status, m.name, m.scenario
+                    m.id,
+                    m.status,
+                    m.name,
+                    m.scenario
                 );
             }
             return Ok(());
@@ -62,7 +65,7 @@ pub fn run(args: &ReportArgs) -> Result<()> {
             files.extend(crate::session::hdr_logs(&data, dir, &url)?);
         }
         for f in files {
-            println!("wrote {}", f.display());
+            outln!("wrote {}", f.display());
         }
         Ok(())
     })
