@@ -245,3 +245,92 @@ fn a_runs_db_that_is_no_database_is_named_with_what_to_do() {
         );
     }
 }
+
+/// Eight `herd run`s started at the same moment on one store: every one exits 0 and is
+/// recorded under its own id, its name and its rows its own. `held` is called once they are
+/// all started; it holds the store's write lock a while, so that all eight reach the id's
+/// allocation before any can write (a read of `MAX(id)` does not wait for it).
+fn eight_runs_at_once_each_get_their_own_id(
+    store: &str,
+    dir: &TempDir,
+    target: &str,
+    held: impl FnOnce(),
+) {
+    let file = scenario(dir, target, "200ms");
+    let children: Vec<_> = (0..8)
+        .map(|i| {
+            herd_run(&file, &dir.join("out"), store)
+                .args(["--name", &format!("at-once-{i}")])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    held();
+    let mut ids = std::collections::BTreeMap::new();
+    for (i, c) in children.into_iter().enumerate() {
+        let o = c.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(0), "run {i}: {err}");
+        let id: i64 = err
+            .split("herd run: run ")
+            .nth(1)
+            .and_then(|s| s.split(' ').next())
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("run {i} names its id: {err}"));
+        assert!(
+            ids.insert(id, format!("at-once-{i}")).is_none(),
+            "id {id} twice"
+        );
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let s = Store::open(store).await.unwrap();
+        let listed: Vec<(i64, String)> = s
+            .list()
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|m| m.name.starts_with("at-once-"))
+            .map(|m| (m.id, m.name))
+            .collect();
+        assert_eq!(listed.len(), 8, "{listed:?}");
+        for (id, name) in listed {
+            assert_eq!(ids.get(&id), Some(&name), "run {id}");
+            let data = s.load_run(Some(id)).await.unwrap();
+            assert_eq!(data.meta.status, "finished", "run {id}");
+            assert!(
+                data.final_report.is_some_and(|r| r.requests > 0),
+                "run {id}"
+            );
+        }
+        s.close().await;
+    });
+}
+
+#[test]
+fn eight_runs_started_at_once_on_one_sqlite_store_are_all_recorded() {
+    let server = serve();
+    let dir = TempDir::new("store-at-once");
+    let db = dir.join("runs.db");
+    let store = format!("sqlite:{}", db.display());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    // The store exists (in WAL mode, where readers pass a writer) and its write lock is
+    // held while the eight start: they meet at the id's allocation (herd's busy wait is 5 s).
+    let mut lock = rt.block_on(async {
+        use sqlx::Connection as _;
+        Store::open(&store).await.unwrap().close().await;
+        let mut c = sqlx::SqliteConnection::connect(&store).await.unwrap();
+        sqlx::query("BEGIN IMMEDIATE")
+            .execute(&mut c)
+            .await
+            .unwrap();
+        c
+    });
+    eight_runs_at_once_each_get_their_own_id(&store, &dir, &server.url(), || {
+        std::thread::sleep(Duration::from_millis(2000));
+        rt.block_on(sqlx::query("ROLLBACK").execute(&mut lock))
+            .unwrap();
+    });
+}

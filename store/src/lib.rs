@@ -202,11 +202,14 @@ impl Store {
     /// Starts a run and returns its header.
     pub async fn begin(&self, name: &str, scenario: &str, mono_start_ns: u64) -> Result<RunMeta> {
         let started = shards::now_ms();
-        let mut conn = self.pool.acquire().await?;
+        // A transaction: on PostgreSQL the id's lock is held until the run's row commits.
+        let mut tx = self.pool.begin().await.context("allocating a run id")?;
         let next = self
-            .insert_run(&mut conn, name, scenario, started, mono_start_ns)
+            .insert_run(&mut tx, name, scenario, started, mono_start_ns)
             .await?;
-        drop(conn);
+        tx.commit()
+            .await
+            .with_context(|| format!("recording run {next} in {}", redact(&self.url)))?;
         self.put(next, Source::Owner, 0, 0, &Owner::me()).await?;
         Ok(RunMeta {
             id: next,
@@ -220,33 +223,41 @@ impl Store {
         })
     }
 
-    /// Allocates the next run id and records the run's header as `running`, on `conn` (the
-    /// pool's, or a shard registration's transaction). Returns the id.
+    /// Allocates the next run id and records the run's header as `running`, in `tx` (a
+    /// transaction: [`Store::begin`]'s, or a shard registration's). Returns the id.
+    ///
+    /// Safe when several runs start at once (issue #27: 4 of 6 `herd run`s started together
+    /// failed on `UNIQUE constraint failed: herd_runs.id`, having read the same `MAX(id)`).
+    /// The id is read and the row inserted in one statement, which SQLite runs under its one
+    /// write lock; PostgreSQL's statements read a snapshot taken before they wait for a row
+    /// lock, so there the transaction first takes an advisory lock, held until it commits.
     pub(crate) async fn insert_run(
         &self,
-        conn: &mut sqlx::AnyConnection,
+        tx: &mut sqlx::AnyConnection,
         name: &str,
         scenario: &str,
         started_unix_ms: i64,
         mono_start_ns: u64,
     ) -> Result<i64> {
-        let next: i64 = sqlx::query("SELECT COALESCE(MAX(id), 0) + 1 AS n FROM herd_runs")
-            .fetch_one(&mut *conn)
-            .await
-            .context("allocating a run id")?
-            .try_get("n")?;
-        sqlx::query(
+        if self.url.starts_with("postgres") {
+            sqlx::query("SELECT 1 AS one FROM (SELECT pg_advisory_xact_lock(7292884)) AS l")
+                .fetch_all(&mut *tx)
+                .await
+                .context("allocating a run id")?;
+        }
+        let next: i64 = sqlx::query(
             "INSERT INTO herd_runs (id, name, scenario, started_unix_ms, mono_start_ns, status) \
-             VALUES ($1, $2, $3, $4, $5, 'running')",
+             SELECT COALESCE(MAX(id), 0) + 1, $1, $2, $3, $4, 'running' FROM herd_runs \
+             RETURNING id",
         )
-        .bind(next)
         .bind(name)
         .bind(scenario)
         .bind(started_unix_ms)
         .bind(mono_start_ns as i64)
-        .execute(&mut *conn)
+        .fetch_one(&mut *tx)
         .await
-        .with_context(|| format!("recording run {next} in {}", redact(&self.url)))?;
+        .with_context(|| format!("recording a new run in {}", redact(&self.url)))?
+        .try_get("id")?;
         Ok(next)
     }
 
