@@ -373,6 +373,8 @@ impl Session {
         let mut path = String::with_capacity(base_path.len() + 32);
         path.push_str(base_path);
         o.path.render_into(&self.vars, &mut path).ok()?;
+        // A value with a space or a line break goes out percent-encoded, as in a browser.
+        crate::scenario::encode_unsendable(&mut path);
         let mut headers = HeaderMap::with_capacity(o.headers.len());
         for (name, t) in &o.headers {
             let v = t.render(&self.vars).ok()?;

@@ -19,11 +19,13 @@ mod overrides;
 mod players;
 pub mod quick;
 mod raw;
+mod request_target;
 pub mod seed;
 pub mod shapes;
 mod slo;
 mod target;
 mod tls;
+mod userinfo;
 mod values;
 
 use std::{ops::Range, path::Path, time::Duration};
@@ -44,6 +46,7 @@ use op::{find_op, reads};
 use overrides::{Seg, path_string};
 pub use players::{Backoff, Finish, GroupSpec, OpKind, Role, StreamFormat};
 use raw::{Dur, RawScenario};
+pub(crate) use request_target::encode_unsendable;
 pub use shapes::{CatalogRoute, Phase, PhaseWork, RateStep, Shapes, Soak, WhenFull};
 pub use target::{Connections, Target, TransportKind};
 pub use tls::Tls;
@@ -201,7 +204,7 @@ impl Scenario {
             .map_err(|e| invalid(e.span(), String::new(), e.message().to_owned()))?;
         for (n, arg) in overrides.iter().enumerate() {
             let bad = |reason: String| ScenarioError::Override {
-                arg: arg.clone(),
+                arg: userinfo::hide(arg),
                 reason,
             };
             let (path, value) = overrides::parse_arg(arg).map_err(bad)?;
@@ -210,6 +213,7 @@ impl Scenario {
             overrides::apply(doc.get_mut(), &path, value, &span).map_err(bad)?;
         }
         seed::refuse_urls(doc.get_ref(), &loc)?;
+        userinfo::refuse(doc.get_ref(), &loc)?;
         let raw: RawScenario = serde_path_to_error::deserialize(toml::de::Deserializer::from(
             doc.clone(),
         ))

@@ -137,6 +137,9 @@ pub(super) fn compile_op(
             format!("`{}` must start with `/`", o.path),
         ));
     }
+    if let Some(why) = super::request_target::refusal(&o.path) {
+        return Err(at(&here("path"), why));
+    }
     let path = template(&o.path, here("path"), names)?;
     let mut headers = Vec::new();
     for (k, v) in &o.headers {
