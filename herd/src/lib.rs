@@ -174,7 +174,8 @@ pub enum Command {
     /// into a store.
     Import(cmd::import::ImportArgs),
     /// Start a sharded run on an engine: `k8s` writes the Kubernetes manifests (an Indexed
-    /// Job of driver shards, a DaemonSet of probes) for `kubectl apply`.
+    /// Job of driver shards, a DaemonSet of probes) for `kubectl apply`; `swarm` runs the
+    /// shards and a probe per node on a Docker Swarm, waits, and writes the merged report.
     Launch(cmd::launch::LaunchArgs),
     /// Merge the `herd drive --shard I/N --json` results of one run's shards into one result:
     /// counts add, latency histograms merge exactly.
