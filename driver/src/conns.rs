@@ -30,6 +30,14 @@ pub(crate) fn backoff(failures: u32) -> Duration {
         .min(BACKOFF_MAX)
 }
 
+/// Counts one connect held back by the backoff, for `wait`.
+fn held(counters: &Counters, wait: Duration) {
+    counters.connects_held.fetch_add(1, SeqCst);
+    counters
+        .backoff_us
+        .fetch_add(wait.as_micros() as u64, SeqCst);
+}
+
 /// One connection that is opened lazily and reopened after it is lost.
 #[derive(Default)]
 pub(crate) struct Slot {
@@ -41,6 +49,16 @@ pub(crate) struct Slot {
 }
 
 impl Slot {
+    /// When the backoff after consecutive failed connects lets this slot connect again,
+    /// while it holds a connect back (no open connection, the wait not over); else None.
+    fn held_until(&self, now: Instant) -> Option<Instant> {
+        if self.conn.as_ref().is_some_and(|c| !c.is_closed()) {
+            return None;
+        }
+        let until = self.failed_at? + backoff(self.failures);
+        (until > now).then_some(until)
+    }
+
     async fn ready(
         &mut self,
         transport: &dyn Transport,
@@ -51,17 +69,12 @@ impl Slot {
         }
         if self.conn.is_none() {
             // Held back after consecutive failures; time the player spent elsewhere (think,
-            // an op's timeout) since the last failure counts toward the wait.
-            if let Some(at) = self.failed_at {
-                let until = at + backoff(self.failures);
-                let now = Instant::now();
-                if until > now {
-                    counters.connects_held.fetch_add(1, SeqCst);
-                    counters
-                        .backoff_us
-                        .fetch_add((until - now).as_micros() as u64, SeqCst);
-                    tokio::time::sleep_until(until.into()).await;
-                }
+            // an op's timeout) since the last failure counts toward the wait. (A player's own
+            // connection is waited for in `Conns::held` first, where a stop ends the wait.)
+            let now = Instant::now();
+            if let Some(until) = self.held_until(now) {
+                held(counters, until - now);
+                tokio::time::sleep_until(until.into()).await;
             }
             match transport.connect().await {
                 Ok(c) => {
@@ -262,6 +275,24 @@ pub(crate) enum Conns {
 }
 
 impl Conns {
+    /// When a connect of this player's own connection is held back by the backoff after
+    /// failed ones: the instant it may be tried, counted as held (as `Slot::ready` counts
+    /// it). The player waits it out where a stop can end the wait — a run's stop, or its
+    /// step retiring it — so a stop is not delayed by up to the backoff's 2 s, and the op,
+    /// which sent nothing, is not tried. None for a pool's connections (their wait holds
+    /// the slot for every player) and while a connection shared with the player's streams
+    /// is busy.
+    pub fn held(&self, counters: &Counters) -> Option<Instant> {
+        let now = Instant::now();
+        let until = match self {
+            Self::Own(Own::Alone(slot)) => slot.held_until(now),
+            Self::Own(Own::Shared(slot)) => slot.try_lock().ok()?.held_until(now),
+            Self::Pool(_) => None,
+        }?;
+        held(counters, until - now);
+        Some(until)
+    }
+
     /// Where this player's streams and long polls open: on its own connection when that
     /// is multiplexed (h2c: one more stream beside its calls), on the pool's connections
     /// (h2c pool), else (HTTP/1.1, where a response in progress holds the connection) on

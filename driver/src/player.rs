@@ -301,22 +301,51 @@ impl Session {
                 let sent = Instant::now();
                 let start = intended.unwrap_or(sent);
                 let deadline = crate::units::deadline(sent, o.timeout);
+                // A connect the backoff holds back is waited for here, inside the op (its
+                // latency and timeout count the wait), where a stop ends the wait
+                // (`Conns::held`).
+                let held = self
+                    .conns
+                    .held(&shared.counters)
+                    .map(|until| (until, self.halt.clone(), self.retire.clone()));
                 let watchdog = self
                     .watchdog
                     .get_or_insert_with(|| Watchdog::new(shared.abort.clone()));
+                let conns = &mut self.conns;
                 // Boxed: inline, it would take the turn's future (boxed per turn in
                 // `run.rs`) past the 1 KiB that glibc's per-thread cache serves; two cached
                 // allocations cost less than one from the main heap (which showed in the
                 // profile). Dropped at the end of `guarded`, before the outcome is
                 // recorded: a timed out or aborted exchange retires its connection then
                 // (`conns.rs`).
-                let exchange = Box::pin(self.conns.send(&*shared.transport, &shared.counters, req));
+                let exchange = Box::pin(async {
+                    if let Some((until, mut halt, mut retire)) = held {
+                        let retired = async {
+                            match &mut retire {
+                                Some(r) => until_true(r).await,
+                                None => std::future::pending().await,
+                            }
+                        };
+                        tokio::select! {
+                            () = tokio::time::sleep_until(until.into()) => {}
+                            () = until_true(&mut halt) => return None,
+                            () = retired => return None,
+                        }
+                    }
+                    Some(conns.send(&*shared.transport, &shared.counters, req).await)
+                });
                 let result = watchdog.guard(deadline, exchange).await;
                 let latency = start.elapsed();
                 let (outcome, status, body, pause) = match result {
                     Err(ended) => (ended.outcome(), None, Bytes::new(), None),
-                    Ok(Err(e)) => (crate::transport::outcome(&e), None, Bytes::new(), None),
-                    Ok(Ok(r)) => {
+                    // Stopped while the backoff held its connect back: nothing was sent, so
+                    // nothing is recorded, and the phase is complete without it.
+                    Ok(None) => {
+                        shared.started[phase].fetch_sub(1, SeqCst);
+                        return Err(Stopped);
+                    }
+                    Ok(Some(Err(e))) => (crate::transport::outcome(&e), None, Bytes::new(), None),
+                    Ok(Some(Ok(r))) => {
                         let (outcome, pause) =
                             classify(o, r.status, &r.headers, &r.body, &mut self.vars);
                         (outcome, Some(r.status), r.body, pause)
@@ -464,6 +493,8 @@ impl Session {
         let mut path = String::with_capacity(base_path.len() + 32);
         path.push_str(base_path);
         o.path.render_into(&self.vars, &mut path).ok()?;
+        // A value with a space or a line break goes out percent-encoded, as in a browser.
+        crate::scenario::encode_unsendable(&mut path);
         let mut headers = HeaderMap::with_capacity(o.headers.len());
         for (name, t) in &o.headers {
             let v = t.render(&self.vars).ok()?;

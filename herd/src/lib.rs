@@ -4,6 +4,30 @@
 //! a config, calls the library and prints. A run is [`session::run`]; the probe, the
 //! driver, the store, the report and seeding are crates of their own (docs/architecture.md).
 #![deny(missing_docs)]
+// Every line goes through output::stdio, which a closed pipe cannot crash (issue #27).
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
+/// `print!` to stdout through [`output::stdio::out`]: a closed pipe drops the output, it
+/// does not panic.
+macro_rules! out {
+    ($($arg:tt)*) => { $crate::output::stdio::out(format_args!($($arg)*)) };
+}
+
+/// `println!` through [`output::stdio::out`].
+macro_rules! outln {
+    () => { $crate::output::stdio::out(format_args!("\n")) };
+    ($($arg:tt)*) => { $crate::output::stdio::out(format_args!("{}\n", format_args!($($arg)*))) };
+}
+
+/// `eprintln!` through [`output::stdio::err`].
+macro_rules! errln {
+    ($($arg:tt)*) => { $crate::output::stdio::err(format_args!("{}\n", format_args!($($arg)*))) };
+}
+
+/// `eprint!` through [`output::stdio::err`].
+macro_rules! err {
+    ($($arg:tt)*) => { $crate::output::stdio::err(format_args!($($arg)*)) };
+}
 
 mod attach;
 pub mod cmd;
@@ -108,6 +132,7 @@ pub fn exit_code(e: &anyhow::Error) -> u8 {
             || c.is::<herd_seed::SpecError>()
             || c.is::<herd_driver::limits::PlanTooLarge>()
             || c.is::<herd_store::StoreUrlError>()
+            || c.is::<herd_store::NoSuchRun>()
             || c.is::<herd_model::ShardError>()
             || c.is::<herd_store::ShardUsageError>()
             || c.is::<cmd::merge::MergeInputError>()
@@ -149,7 +174,8 @@ pub enum Command {
     /// into a store.
     Import(cmd::import::ImportArgs),
     /// Start a sharded run on an engine: `k8s` writes the Kubernetes manifests (an Indexed
-    /// Job of driver shards, a DaemonSet of probes) for `kubectl apply`.
+    /// Job of driver shards, a DaemonSet of probes) for `kubectl apply`; `swarm` runs the
+    /// shards and a probe per node on a Docker Swarm, waits, and writes the merged report.
     Launch(cmd::launch::LaunchArgs),
     /// Merge the `herd drive --shard I/N --json` results of one run's shards into one result:
     /// counts add, latency histograms merge exactly.
@@ -195,7 +221,7 @@ pub fn run(cli: Cli) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("Error: {}", error_text(&e));
+            errln!("Error: {}", error_text(&e));
             ExitCode::from(exit_code(&e))
         }
     }

@@ -7,7 +7,6 @@
 //! ends (finished, failed, Ctrl-C), unless `keep_seed`.
 
 use std::{
-    io::Write as _,
     path::PathBuf,
     sync::{
         Arc, Mutex,
@@ -180,7 +179,7 @@ pub fn stop_channel(
 pub fn print_hints(report: &RunResult) {
     let hints = herd_report::text::tls::hints(report);
     if !hints.is_empty() {
-        println!("\n{}", hints.join("\n"));
+        outln!("\n{}", hints.join("\n"));
     }
 }
 
@@ -294,8 +293,8 @@ async fn finish_seeding(
     let (seeded, db) = (seeding.seeded.clone(), seeding.shown().to_owned());
     match (driven, seeding.finish(config.keep_seed, shown).await) {
         (Ok(mut outcome), Ok((cleaned, line))) => {
-            println!("seed: {}", seeded.line(&db));
-            println!("seed: {line}");
+            outln!("seed: {}", seeded.line(&db));
+            outln!("seed: {line}");
             let record = match (&cleaned, config.keep_seed) {
                 (Some(c), _) => c.record(),
                 (None, true) => CleanupRecord::Kept,
@@ -377,9 +376,9 @@ async fn write_reports(
     rows.save(&saved)?;
     let written = herd_report::write_report(&Report::build(&rows.clone().run_data()?), out)?;
     for f in &written.files {
-        println!("wrote {}", f.display());
+        outln!("wrote {}", f.display());
     }
-    println!("wrote {}", saved.display());
+    outln!("wrote {}", saved.display());
     anyhow::bail!(
         "the run store {} went down during run {} and stayed down: the tables above and the \
          report are complete, and every row is in {}; once the store is back, \
@@ -568,7 +567,7 @@ async fn record(
     }
     driven.context("driving the scenario")?;
     if let Some(r) = &final_report {
-        print!("\n{}", text::table(r));
+        out!("\n{}", text::table(r));
         print_hints(r);
     }
     // The report is written once the seeded rows' fate is recorded.
@@ -619,9 +618,7 @@ impl Watchers {
         }
         if let Some(live) = &self.live {
             let text = live.lock().expect("the live view's lock").interval(iv);
-            let mut out = std::io::stdout().lock();
-            let _ = out.write_all(text.as_bytes());
-            let _ = out.flush();
+            out!("{text}");
         }
     }
 

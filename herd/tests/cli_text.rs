@@ -107,3 +107,96 @@ fn reading_a_store_that_is_not_there_creates_nothing_and_says_how_to_make_a_run(
         assert!(left.is_empty(), "herd {args:?} created {left:?}");
     }
 }
+
+/// A store URL holds a password: every command that takes `--store` also takes
+/// `--store-file`, every example keeps the URL off the command line, `herd launch swarm
+/// --help` says why (`ps`), and `herd --help` names both launchers (issue #27).
+#[test]
+fn store_urls_come_from_a_file_everywhere_and_the_examples_say_so() {
+    let dir = TempDir::new("herd-store-file");
+    let out = dir.join("out");
+    let url = format!("sqlite:{}", out.join("kept.db").display());
+    let file = dir.write("store-url", format!("{url}\n"));
+    let f = file.to_str().unwrap();
+    // A run recorded in that store, saved as `herd run` saves one whose store was lost.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let saved = dir.join("run-1-rows.json");
+    rt.block_on(async {
+        let s = herd_store::Store::open(&url).await.unwrap();
+        let m = s.begin("kept", "kept.toml", 0).await.unwrap();
+        s.finish(m.id, "finished").await.unwrap();
+        let meta = s.meta(Some(m.id)).await.unwrap();
+        herd_store::Rows {
+            meta,
+            rows: Vec::new(),
+        }
+        .save(&saved)
+        .unwrap();
+        s.close().await;
+    });
+    let o = herd(
+        &["import", saved.to_str().unwrap(), "--store-file", f],
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let o = herd(&["report", "--list", "--store-file", f], dir.path());
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(text(&o).matches("kept.toml").count(), 2, "{}", text(&o));
+    // Read from the file: the missing run is named in that store.
+    for args in [
+        &["report", "99", "--store-file", f][..],
+        &["compare", "1", "99", "--store-file", f],
+    ] {
+        let o = herd(args, dir.path());
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+        assert!(
+            text(&o).contains(&format!("run 99 is not in {url}")),
+            "{}",
+            text(&o)
+        );
+    }
+    // launch swarm reads it too, and checks it before it touches an engine.
+    let scenario = dir.write(
+        "s.toml",
+        "[target]\nurl = \"http://127.0.0.1:9/\"\n[[op]]\nname = \"a\"\npath = \"/\"\n\
+         [[step]]\nplayers = 1\nduration = \"1s\"\n",
+    );
+    let o = herd(
+        &[
+            "launch",
+            "swarm",
+            scenario.to_str().unwrap(),
+            "--shards",
+            "2",
+            "--store-file",
+            f,
+        ],
+        dir.path(),
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("is not PostgreSQL"), "{}", text(&o));
+
+    let help = text(&herd(&["launch", "swarm", "--help"], dir.path()));
+    assert!(
+        help.contains("`ps`") && help.contains("--store-file"),
+        "{help}"
+    );
+    for sub in [
+        &["launch", "--help"][..],
+        &["launch", "swarm", "--help"],
+        &["launch", "k8s", "--help"],
+    ] {
+        let help = text(&herd(sub, dir.path()));
+        let examples = help.split("Examples:").nth(1).unwrap_or_default();
+        assert!(
+            !examples.contains("--store postgres") && !examples.contains("--from-literal"),
+            "herd {sub:?}: an example puts the store URL on a command line:\n{help}"
+        );
+    }
+    let help = text(&herd(&["--help"], dir.path()));
+    let launch = help
+        .lines()
+        .find(|l| l.trim_start().starts_with("launch"))
+        .unwrap();
+    assert!(launch.contains("k8s") && help.contains("swarm"), "{help}");
+}

@@ -266,3 +266,147 @@ fn a_sigint_during_the_ramp_up_of_a_big_step_stops_it_within_the_grace() {
         "the ramp stopped at the signal: {arrived} of 3000 players"
     );
 }
+
+/// The report files of run 1 in `dir`, by name.
+const REPORT_FILES: [&str; 5] = [
+    "run-1.md",
+    "run-1.html",
+    "run-1.json",
+    "run-1-ops.csv",
+    "run-1-timeline.csv",
+];
+
+/// A scenario whose report takes a while to write (300 ops, two steps): its files are
+/// written one after another, so a signal can land between them.
+fn big_report_scenario(dir: &TempDir, url: &str) -> std::path::PathBuf {
+    let ops: String = (0..300)
+        .map(|i| format!("[[op]]\nname = \"op{i:03}\"\npath = \"/o/{i}\"\n"))
+        .collect();
+    dir.write(
+        "big.toml",
+        format!(
+            "[target]\nurl = \"{url}\"\n{ops}[[step]]\nplayers = 2\nduration = \"500ms\"\n\
+             arrival = \"burst\"\n[[step]]\nplayers = 3\nduration = \"500ms\"\n"
+        ),
+    )
+}
+
+/// A SIGTERM while `herd run` writes its report (after the load, the run recorded): the
+/// report is what a stop writes anyway, so herd finishes writing it — every file whole, the
+/// same bytes `herd report` builds from the store — and exits as the run would have (0).
+/// And a file that cannot be written whole (SIGKILL, a full disk) is not left half written.
+#[test]
+fn a_sigterm_while_the_report_is_written_lets_it_finish_whole() {
+    let server = Server::http(Proto::H1)
+        .fallback(Reply::ok().body("ok"))
+        .start_blocking();
+    let dir = TempDir::new("signals-report");
+    let file = big_report_scenario(&dir, &server.url());
+    let out = dir.join("out");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_herd"))
+        .args(["run", "--no-probe", "--quiet", "--grace", "1s", "--out"])
+        .arg(&out)
+        .arg(&file)
+        .env_remove("HERD_STORE")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The first file of the report appears: the others are still to be written.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !out.join(REPORT_FILES[0]).exists() {
+        if Instant::now() > deadline || child.try_wait().unwrap().is_some() {
+            let _ = child.kill();
+            panic!("herd run never wrote its report");
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let missing = REPORT_FILES
+        .iter()
+        .filter(|f| !out.join(f).exists())
+        .count();
+    signal_and_wait(&mut child, libc::SIGTERM, "SIGTERM", "writing the report");
+    let o = child.wait_with_output().unwrap();
+    let (stdout, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert_eq!(o.status.code(), Some(0), "{stdout}{err}");
+    eprintln!("{missing} of 5 report files were still to be written when the SIGTERM came");
+    // Rebuilt from the store into another directory: the same bytes, file by file.
+    let again = dir.join("again");
+    let st = Command::new(env!("CARGO_BIN_EXE_herd"))
+        .args(["report", "1", "--out"])
+        .arg(&again)
+        .arg("--store")
+        .arg(herd_store::default_url(&out))
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    for f in REPORT_FILES {
+        assert!(
+            stdout.contains(&format!("wrote {}", out.join(f).display())),
+            "{stdout}"
+        );
+        assert!(
+            std::fs::read(out.join(f)).unwrap() == std::fs::read(again.join(f)).unwrap(),
+            "{f} is not the whole report"
+        );
+    }
+
+    // A report file is written whole or not at all (a temporary file renamed into place):
+    // `herd report` that cannot write a file whole — its size limit (RLIMIT_FSIZE) below
+    // the HTML's — leaves no half file and names the file, where it used to leave the HTML
+    // cut at the limit.
+    use std::os::unix::process::CommandExt as _;
+    let html = std::fs::metadata(out.join("run-1.html")).unwrap().len();
+    let md = std::fs::metadata(out.join("run-1.md")).unwrap().len();
+    assert!(
+        md < html / 2,
+        "the limit falls between the two: md {md}, html {html}"
+    );
+    let limit = html / 2;
+    let again = dir.join("again-limited");
+    let mut c = Command::new(env!("CARGO_BIN_EXE_herd"));
+    c.args(["report", "1", "--out"])
+        .arg(&again)
+        .arg("--store")
+        .arg(herd_store::default_url(&out))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    // SAFETY: setrlimit and signal are async-signal-safe; the child runs nothing else first.
+    unsafe {
+        c.pre_exec(move || {
+            // A write past the limit then fails with EFBIG instead of killing herd.
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            let l = libc::rlimit {
+                rlim_cur: limit,
+                rlim_max: limit,
+            };
+            if libc::setrlimit(libc::RLIMIT_FSIZE, &l) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let o = c.output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("run-1.html"), "{err}");
+    assert_eq!(
+        std::fs::read(again.join("run-1.md")).unwrap(),
+        std::fs::read(out.join("run-1.md")).unwrap(),
+        "the file before it is whole"
+    );
+    let left: Vec<String> = std::fs::read_dir(&again)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        left,
+        ["run-1.md"],
+        "no half file, no temporary file: {left:?}"
+    );
+}

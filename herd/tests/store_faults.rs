@@ -158,3 +158,179 @@ fn a_run_killed_with_sigkill_reads_interrupted() {
     child.wait().unwrap();
     assert_eq!(status(), "interrupted");
 }
+
+fn herd(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_herd"))
+        .args(args)
+        .env_remove("HERD_STORE")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_missing_run_a_scenario_without_seed_and_a_file_that_is_no_saved_run_exit_2() {
+    let dir = TempDir::new("store-exit-2");
+    let out = dir.join("out");
+    let o = out.to_str().unwrap();
+    // A store holding run 1 only.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let s = Store::open(&herd_store::default_url(&out)).await.unwrap();
+        let run = s.begin("one", "one.toml", 0).await.unwrap();
+        s.finish(run.id, "finished").await.unwrap();
+        s.close().await;
+    });
+    let file = scenario(&dir, "http://127.0.0.1:9/", "1s");
+    let not_a_run = dir.write("result.json", "{\"requests\": 3}");
+    for (args, says) in [
+        (vec!["report", "99", "--out", o], "run 99 is not in"),
+        (vec!["compare", "1", "99", "--out", o], "run 99 is not in"),
+        (
+            vec!["seed", file.to_str().unwrap()],
+            "has no [seed] section",
+        ),
+        (
+            vec!["import", not_a_run.to_str().unwrap(), "--out", o],
+            "holds no saved herd run",
+        ),
+    ] {
+        let o = herd(&args);
+        let all = text(&o);
+        assert_eq!(o.status.code(), Some(2), "herd {args:?}: {all}");
+        assert!(all.contains(says), "herd {args:?}: {all}");
+    }
+}
+
+#[test]
+fn a_runs_db_that_is_no_database_is_named_with_what_to_do() {
+    let dir = TempDir::new("store-corrupt");
+    let out = dir.join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let db = out.join("runs.db");
+    // Not SQLite at all, then a SQLite header over a damaged body.
+    let mut damaged = b"SQLite format 3\0".to_vec();
+    damaged.extend(std::iter::repeat_n(0xA5u8, 8192));
+    for bytes in [
+        &b"these are not the runs you are looking for\n".repeat(200)[..],
+        &damaged,
+    ] {
+        std::fs::write(&db, bytes).unwrap();
+        let file = scenario(&dir, "http://127.0.0.1:9/", "1s");
+        for args in [
+            vec!["report", "--out", out.to_str().unwrap()],
+            vec![
+                "run",
+                "--no-probe",
+                "--out",
+                out.to_str().unwrap(),
+                file.to_str().unwrap(),
+            ],
+        ] {
+            let o = herd(&args);
+            let all = text(&o);
+            assert_eq!(o.status.code(), Some(2), "herd {args:?}: {all}");
+            assert!(
+                all.contains(&format!(
+                    "the run store {} is not a herd run store",
+                    db.display()
+                )) && all.contains(&format!("mv {0} {0}.bad", db.display())),
+                "herd {args:?}: {all}"
+            );
+        }
+        assert_eq!(
+            std::fs::read(&db).unwrap(),
+            bytes,
+            "the file is left as it was"
+        );
+    }
+}
+
+/// Eight `herd run`s started at the same moment on one store: every one exits 0 and is
+/// recorded under its own id, its name and its rows its own. `held` is called once they are
+/// all started; it holds the store's write lock a while, so that all eight reach the id's
+/// allocation before any can write (a read of `MAX(id)` does not wait for it).
+fn eight_runs_at_once_each_get_their_own_id(
+    store: &str,
+    dir: &TempDir,
+    target: &str,
+    held: impl FnOnce(),
+) {
+    let file = scenario(dir, target, "200ms");
+    let children: Vec<_> = (0..8)
+        .map(|i| {
+            herd_run(&file, &dir.join("out"), store)
+                .args(["--name", &format!("at-once-{i}")])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    held();
+    let mut ids = std::collections::BTreeMap::new();
+    for (i, c) in children.into_iter().enumerate() {
+        let o = c.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(0), "run {i}: {err}");
+        let id: i64 = err
+            .split("herd run: run ")
+            .nth(1)
+            .and_then(|s| s.split(' ').next())
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("run {i} names its id: {err}"));
+        assert!(
+            ids.insert(id, format!("at-once-{i}")).is_none(),
+            "id {id} twice"
+        );
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let s = Store::open(store).await.unwrap();
+        let listed: Vec<(i64, String)> = s
+            .list()
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|m| m.name.starts_with("at-once-"))
+            .map(|m| (m.id, m.name))
+            .collect();
+        assert_eq!(listed.len(), 8, "{listed:?}");
+        for (id, name) in listed {
+            assert_eq!(ids.get(&id), Some(&name), "run {id}");
+            let data = s.load_run(Some(id)).await.unwrap();
+            assert_eq!(data.meta.status, "finished", "run {id}");
+            assert!(
+                data.final_report.is_some_and(|r| r.requests > 0),
+                "run {id}"
+            );
+        }
+        s.close().await;
+    });
+}
+
+#[test]
+fn eight_runs_started_at_once_on_one_sqlite_store_are_all_recorded() {
+    let server = serve();
+    let dir = TempDir::new("store-at-once");
+    let db = dir.join("runs.db");
+    let store = format!("sqlite:{}", db.display());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    // The store exists (in WAL mode, where readers pass a writer) and its write lock is
+    // held while the eight start: they meet at the id's allocation (herd's busy wait is 5 s).
+    let mut lock = rt.block_on(async {
+        use sqlx::Connection as _;
+        Store::open(&store).await.unwrap().close().await;
+        let mut c = sqlx::SqliteConnection::connect(&store).await.unwrap();
+        sqlx::query("BEGIN IMMEDIATE")
+            .execute(&mut c)
+            .await
+            .unwrap();
+        c
+    });
+    eight_runs_at_once_each_get_their_own_id(&store, &dir, &server.url(), || {
+        std::thread::sleep(Duration::from_millis(2000));
+        rt.block_on(sqlx::query("ROLLBACK").execute(&mut lock))
+            .unwrap();
+    });
+}

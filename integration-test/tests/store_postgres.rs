@@ -1,7 +1,15 @@
 //! The run store on a real PostgreSQL (started and removed by the test): a run recorded there
-//! reads back, and `herd report --store postgres://…` builds its report.
+//! reads back, `herd report --store postgres://…` builds its report, and eight `herd run`s
+//! started at once are each recorded under their own id.
+
+use std::{
+    collections::BTreeMap,
+    process::Stdio,
+    time::{Duration, Instant},
+};
 
 use herd_store::{Source, Store};
+use herd_testkit::{Proto, Reply, Server, TempDir};
 use integration_test::{Postgres, herd_cmd, privileged};
 
 #[test]
@@ -56,4 +64,111 @@ fn runs_recorded_in_postgresql_read_back_and_report() {
         md.contains("# herd run 1 — pg") && md.contains("3 probe intervals"),
         "{md}"
     );
+    eight_runs_started_at_once_get_their_own_ids(&pg, &rt);
+}
+
+/// Eight `herd run`s started at once on the one PostgreSQL store (issue #27: on a shared
+/// store they read the same `MAX(id)` and all but one failed on the duplicate key). The test
+/// holds an EXCLUSIVE lock on herd_runs while they start: reads of it pass, writes wait, so
+/// all eight reach the id's allocation before any can insert; then it lets them go.
+fn eight_runs_started_at_once_get_their_own_ids(pg: &Postgres, rt: &tokio::runtime::Runtime) {
+    let server = Server::http(Proto::H1)
+        .fallback(Reply::ok().body("ok"))
+        .start_blocking();
+    let dir = TempDir::new("it-pg-at-once");
+    let file = dir.write(
+        "s.toml",
+        format!(
+            "[target]\nurl = \"{}\"\n[player]\nthink = \"20ms\"\n[[op]]\nname = \"ping\"\n\
+             path = \"/\"\n[[step]]\nplayers = 2\nduration = \"200ms\"\narrival = \"burst\"\n",
+            server.url()
+        ),
+    );
+    let mut lock = rt.block_on(async {
+        use sqlx::Connection as _;
+        let mut c = sqlx::PgConnection::connect(&pg.url).await.unwrap();
+        sqlx::query("BEGIN").execute(&mut c).await.unwrap();
+        sqlx::query("LOCK TABLE herd_runs IN EXCLUSIVE MODE")
+            .execute(&mut c)
+            .await
+            .unwrap();
+        c
+    });
+    let children: Vec<_> = (0..8)
+        .map(|i| {
+            herd_cmd()
+                .args([
+                    "run",
+                    "--no-probe",
+                    "--quiet",
+                    "--grace",
+                    "1s",
+                    "--store",
+                    &pg.url,
+                ])
+                .args(["--name", &format!("at-once-{i}"), "--out"])
+                .arg(dir.join("out"))
+                .arg(&file)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    // Until every one waits on the lock (or 10 s): herd_runs' lock has eight waiters.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    rt.block_on(async {
+        let pool = sqlx::PgPool::connect(&pg.url).await.unwrap();
+        loop {
+            let (waiting,): (i64,) =
+                sqlx::query_as("SELECT COUNT(*) FROM pg_locks WHERE NOT granted")
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap();
+            if waiting >= 8 || Instant::now() > deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        pool.close().await;
+        sqlx::query("ROLLBACK").execute(&mut lock).await.unwrap();
+    });
+    let mut ids = BTreeMap::new();
+    for (i, c) in children.into_iter().enumerate() {
+        let o = c.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(0), "run {i}: {err}");
+        let id: i64 = err
+            .split("herd run: run ")
+            .nth(1)
+            .and_then(|s| s.split(' ').next())
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("run {i} names its id: {err}"));
+        assert!(
+            ids.insert(id, format!("at-once-{i}")).is_none(),
+            "id {id} twice"
+        );
+    }
+    rt.block_on(async {
+        let s = Store::open(&pg.url).await.unwrap();
+        let listed: Vec<_> = s
+            .list()
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|m| m.name.starts_with("at-once-"))
+            .collect();
+        assert_eq!(listed.len(), 8, "{listed:?}");
+        for m in listed {
+            assert_eq!(ids.get(&m.id), Some(&m.name), "run {}", m.id);
+            let data = s.load_run(Some(m.id)).await.unwrap();
+            assert!(
+                data.final_report.is_some_and(|r| r.requests > 0),
+                "run {}",
+                m.id
+            );
+        }
+        s.close().await;
+    });
 }

@@ -227,6 +227,14 @@ pub struct DriverInterval {
     pub driver: DriverHealth,
 }
 
+/// A share of failed connects (of those tried) at or above which a run that did reach its
+/// target is named `target_unreachable` and `herd drive`/`herd run` exit 1 — with at least
+/// [`FAILED_CONNECTS_MIN`] of them.
+pub const FAILED_CONNECTS_SHARE: f64 = 0.05;
+
+/// Fewer failed connects than this are left out: a reset or two in a long run is play.
+pub const FAILED_CONNECTS_MIN: u64 = 10;
+
 /// A whole run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunResult {
@@ -276,16 +284,35 @@ pub struct RunResult {
 }
 
 impl RunResult {
-    /// When every connect of the run failed and none succeeded: the target was never reached,
-    /// so the run measured nothing about it. Says so with the numbers and what to check.
+    /// When the report's `target_unreachable` finding names the run: every connect failed
+    /// (the target was never reached, so the run measured nothing about it), or at least
+    /// [`FAILED_CONNECTS_SHARE`] of at least [`FAILED_CONNECTS_MIN`] (a target that went
+    /// down during the run). Says so with the numbers and what to check; `herd drive` and
+    /// `herd run` then exit 1.
     pub fn unreachable(&self) -> Option<String> {
-        (self.connects == 0 && self.connect_errors > 0).then(|| {
-            format!(
-                "every one of the run's {} connects to {} failed and none succeeded: the run \
-                 measured nothing about the target; is it up and listening there, and does \
+        let (opened, failed) = (self.connects, self.connect_errors);
+        if failed == 0 {
+            return None;
+        }
+        if opened == 0 {
+            return Some(format!(
+                "every one of the run's {failed} connects to {} failed and none succeeded: the \
+                 run measured nothing about the target; is it up and listening there, and does \
                  it speak the transport the scenario names (the transport_error rows above say \
                  how each failed)?",
-                self.connect_errors, self.target
+                self.target
+            ));
+        }
+        let tried = opened + failed;
+        let share = failed as f64 / tried as f64;
+        (failed >= FAILED_CONNECTS_MIN && share >= FAILED_CONNECTS_SHARE).then(|| {
+            format!(
+                "{:.0} % of the run's connects to {} failed ({failed} of {tried}): the target \
+                 was unreachable for part of the run, so its numbers mix the target's answers \
+                 with failed connects; did it stop, restart or refuse connections (the \
+                 transport_error rows above and the timeline say when)?",
+                share * 100.0,
+                self.target
             )
         })
     }

@@ -65,25 +65,41 @@ pub fn broken_objectives(report: &Report) -> Vec<String> {
         .collect()
 }
 
-/// Writes a built report's files into `dir`.
+/// Writes `contents` to `path` whole or not at all: into a temporary file beside it, renamed
+/// over `path` once complete, so that a process killed mid-write (SIGKILL, a crash) or a
+/// write that fails (a full disk, a file-size limit) never leaves half a file, and a reader
+/// sees the old file or the new one. The temporary file is removed on failure.
+pub fn write_whole(path: &Path, contents: impl AsRef<[u8]>) -> std::io::Result<()> {
+    let name = path
+        .file_name()
+        .map_or_else(|| "file".into(), |n| n.to_string_lossy().into_owned());
+    let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+    let written = std::fs::write(&tmp, contents).and_then(|()| std::fs::rename(&tmp, path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
+
+/// [`write_whole`], its error naming the file.
+pub(crate) fn write_file(path: &Path, contents: impl AsRef<[u8]>) -> Result<()> {
+    write_whole(path, contents).with_context(|| format!("writing {}", path.display()))
+}
+
+/// Writes a built report's files into `dir`, each whole or not at all ([`write_whole`]).
 pub fn write_report(report: &Report, dir: &Path) -> Result<Written> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let base = dir.join(format!("run-{}", report.run.id));
     let md = base.with_extension("md");
-    std::fs::write(&md, crate::sections::markdown(report))
-        .with_context(|| format!("writing {}", md.display()))?;
+    write_file(&md, crate::sections::markdown(report))?;
     let html = base.with_extension("html");
-    std::fs::write(&html, crate::sections::html(report))
-        .with_context(|| format!("writing {}", html.display()))?;
+    write_file(&html, crate::sections::html(report))?;
     let json = base.with_extension("json");
-    std::fs::write(&json, serde_json::to_string_pretty(report)?)
-        .with_context(|| format!("writing {}", json.display()))?;
+    write_file(&json, serde_json::to_string_pretty(report)?)?;
     let ops = dir.join(format!("run-{}-ops.csv", report.run.id));
-    std::fs::write(&ops, export::csv::ops(report))
-        .with_context(|| format!("writing {}", ops.display()))?;
+    write_file(&ops, export::csv::ops(report))?;
     let timeline = dir.join(format!("run-{}-timeline.csv", report.run.id));
-    std::fs::write(&timeline, export::csv::timeline(report))
-        .with_context(|| format!("writing {}", timeline.display()))?;
+    write_file(&timeline, export::csv::timeline(report))?;
     Ok(Written {
         files: vec![md, html, json, ops, timeline],
         slo_failed: report.slo.iter().any(|s| !s.pass),

@@ -8,7 +8,7 @@
 
 use std::{collections::BTreeMap, path::Path};
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result};
 use herd_model::{RunData, RunMeta};
 use sqlx::{AnyPool, Row as _, any::AnyPoolOptions};
 
@@ -43,6 +43,11 @@ pub fn default_url(dir: &Path) -> String {
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct StoreUrlError(pub String);
+
+/// A run id the store does not hold, or a store that holds no run yet: bad input (exit 2).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct NoSuchRun(pub String);
 
 /// The URL to connect with and the one to show for a `--store`: a SQLite file is created when
 /// missing (`mode=rwc` implied, as the documented `sqlite:PATH` promises, and never shown).
@@ -103,8 +108,29 @@ impl Store {
         Self::open(url).await
     }
 
-    /// Opens (creating if needed) the store at `url`.
+    /// Opens (creating if needed) the store at `url`. A SQLite file that is not a database
+    /// (or a damaged one) is a [`StoreUrlError`] naming the file and what to do.
     pub async fn open(url: &str) -> Result<Self> {
+        Self::open_any(url)
+            .await
+            .map_err(|e| match not_a_database(&e) {
+                Some(what) => {
+                    let shown = connect_url(url).map(|(_, s)| s).unwrap_or_default();
+                    let file = shown.strip_prefix("sqlite:").unwrap_or(&shown);
+                    let file = file.split('?').next().unwrap_or(file);
+                    StoreUrlError(format!(
+                        "the run store {file} is not a herd run store: SQLite says {what}; it is \
+                     another kind of file, or a database that was damaged (a disk that filled \
+                     up, a copy taken mid-write). Move it aside (`mv {file} {file}.bad`) and \
+                     herd starts a new store there, or give another with --store or --out"
+                    ))
+                    .into()
+                }
+                None => e,
+            })
+    }
+
+    async fn open_any(url: &str) -> Result<Self> {
         sqlx::any::install_default_drivers();
         let (connect, shown) = connect_url(url)?;
         let url = connect.as_str();
@@ -176,11 +202,14 @@ impl Store {
     /// Starts a run and returns its header.
     pub async fn begin(&self, name: &str, scenario: &str, mono_start_ns: u64) -> Result<RunMeta> {
         let started = shards::now_ms();
-        let mut conn = self.pool.acquire().await?;
+        // A transaction: on PostgreSQL the id's lock is held until the run's row commits.
+        let mut tx = self.pool.begin().await.context("allocating a run id")?;
         let next = self
-            .insert_run(&mut conn, name, scenario, started, mono_start_ns)
+            .insert_run(&mut tx, name, scenario, started, mono_start_ns)
             .await?;
-        drop(conn);
+        tx.commit()
+            .await
+            .with_context(|| format!("recording run {next} in {}", redact(&self.url)))?;
         self.put(next, Source::Owner, 0, 0, &Owner::me()).await?;
         Ok(RunMeta {
             id: next,
@@ -194,33 +223,41 @@ impl Store {
         })
     }
 
-    /// Allocates the next run id and records the run's header as `running`, on `conn` (the
-    /// pool's, or a shard registration's transaction). Returns the id.
+    /// Allocates the next run id and records the run's header as `running`, in `tx` (a
+    /// transaction: [`Store::begin`]'s, or a shard registration's). Returns the id.
+    ///
+    /// Safe when several runs start at once (issue #27: 4 of 6 `herd run`s started together
+    /// failed on `UNIQUE constraint failed: herd_runs.id`, having read the same `MAX(id)`).
+    /// The id is read and the row inserted in one statement, which SQLite runs under its one
+    /// write lock; PostgreSQL's statements read a snapshot taken before they wait for a row
+    /// lock, so there the transaction first takes an advisory lock, held until it commits.
     pub(crate) async fn insert_run(
         &self,
-        conn: &mut sqlx::AnyConnection,
+        tx: &mut sqlx::AnyConnection,
         name: &str,
         scenario: &str,
         started_unix_ms: i64,
         mono_start_ns: u64,
     ) -> Result<i64> {
-        let next: i64 = sqlx::query("SELECT COALESCE(MAX(id), 0) + 1 AS n FROM herd_runs")
-            .fetch_one(&mut *conn)
-            .await
-            .context("allocating a run id")?
-            .try_get("n")?;
-        sqlx::query(
+        if self.url.starts_with("postgres") {
+            sqlx::query("SELECT 1 AS one FROM (SELECT pg_advisory_xact_lock(7292884)) AS l")
+                .fetch_all(&mut *tx)
+                .await
+                .context("allocating a run id")?;
+        }
+        let next: i64 = sqlx::query(
             "INSERT INTO herd_runs (id, name, scenario, started_unix_ms, mono_start_ns, status) \
-             VALUES ($1, $2, $3, $4, $5, 'running')",
+             SELECT COALESCE(MAX(id), 0) + 1, $1, $2, $3, $4, 'running' FROM herd_runs \
+             RETURNING id",
         )
-        .bind(next)
         .bind(name)
         .bind(scenario)
         .bind(started_unix_ms)
         .bind(mono_start_ns as i64)
-        .execute(&mut *conn)
+        .fetch_one(&mut *tx)
         .await
-        .with_context(|| format!("recording run {next} in {}", redact(&self.url)))?;
+        .with_context(|| format!("recording a new run in {}", redact(&self.url)))?
+        .try_get("id")?;
         Ok(next)
     }
 
@@ -325,16 +362,17 @@ impl Store {
             }
         };
         let Some(row) = row else {
-            match id {
-                Some(id) => bail!(
+            return Err(NoSuchRun(match id {
+                Some(id) => format!(
                     "run {id} is not in {}; `herd report --list` shows the runs there",
                     redact(&self.url)
                 ),
-                None => bail!(
+                None => format!(
                     "{} holds no runs yet: `herd run SCENARIO` records one (`herd demo` records two)",
                     redact(&self.url)
                 ),
-            }
+            })
+            .into());
         };
         Ok(RunMeta {
             id: row.try_get("id")?,
@@ -519,6 +557,21 @@ impl Store {
             .with_context(|| format!("reading run {b}, the run after"))?;
         Ok((before, after))
     }
+}
+
+/// What SQLite said when the error is its "not a database" (SQLITE_NOTADB, 26) or "database
+/// disk image is malformed" (SQLITE_CORRUPT, 11): the file is no store herd can use.
+fn not_a_database(e: &anyhow::Error) -> Option<String> {
+    e.chain()
+        .find_map(|c| match c.downcast_ref::<sqlx::Error>() {
+            Some(sqlx::Error::Database(d))
+                if matches!(d.code().as_deref(), Some("26" | "11"))
+                    || d.message().contains("file is not a database") =>
+            {
+                Some(format!("`{}`", d.message()))
+            }
+            _ => None,
+        })
 }
 
 /// Connects once to `url` and says why not: refused, unreachable, rejected credentials.

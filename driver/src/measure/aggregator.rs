@@ -345,11 +345,22 @@ impl Aggregator {
     }
 
     fn phase_report(&mut self, k: usize) -> PhaseResult {
+        // The plan's last phase ends in the grace: ops in flight at its close (a connect
+        // timing out, one that failed at its end) still count their connects in it, as their
+        // outcomes do, so that its connect errors are the op rows' `transport_error.connect`
+        // and the run's (issue #27: a killed target showed 12 on the step line, 14 in the op
+        // row and the finding). Its report is made once every op it started is recorded.
+        let last = k < self.s.steps
+            && self.phases[k + 1..self.s.steps]
+                .iter()
+                .all(|p| p.opened.is_none());
         let acc = &mut self.phases[k];
         let opened = acc.opened.expect("only opened phases are reported");
+        if acc.closed.is_none() || last {
+            acc.counters_at_close = self.s.counters.read();
+        }
         if acc.closed.is_none() {
             acc.closed = Some(Instant::now());
-            acc.counters_at_close = self.s.counters.read();
         }
         let duration = acc.closed.expect("set above") - opened;
         let secs = duration.as_secs_f64().max(1e-3);

@@ -155,7 +155,7 @@ impl Locator<'_> {
                 column: 0,
                 key,
                 message,
-                from_override: self.overrides.get(n).cloned(),
+                from_override: self.overrides.get(n).map(|a| super::userinfo::hide(a)),
                 snippet: String::new(),
             };
         }
@@ -171,11 +171,16 @@ impl Locator<'_> {
             .count()
             .max(1);
         let gutter = " ".repeat(line.to_string().len());
-        let snippet = format!(
-            "{gutter} |\n{line} | {text}\n{gutter} | {}{}",
-            " ".repeat(column - 1),
-            "^".repeat(width)
-        );
+        // A line holding a URL's password is located, never quoted.
+        let snippet = if super::userinfo::holds_userinfo(text) {
+            String::new()
+        } else {
+            format!(
+                "{gutter} |\n{line} | {text}\n{gutter} | {}{}",
+                " ".repeat(column - 1),
+                "^".repeat(width)
+            )
+        };
         Diagnostic {
             file: self.file.to_owned(),
             line,

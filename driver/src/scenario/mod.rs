@@ -20,11 +20,13 @@ mod players;
 mod protocols;
 pub mod quick;
 mod raw;
+mod request_target;
 pub mod seed;
 pub mod shapes;
 mod slo;
 mod target;
 mod tls;
+mod userinfo;
 mod values;
 
 use std::{ops::Range, path::Path, time::Duration};
@@ -47,6 +49,7 @@ pub use players::{Backoff, Finish, GroupSpec, OpKind, Role, StreamFormat};
 pub(crate) use protocols::encode as encode_message;
 pub use protocols::{Call, GrpcCall, GrpcTarget, WsFrame, WsReply, WsSend, WsTarget};
 use raw::{Dur, RawScenario};
+pub(crate) use request_target::encode_unsendable;
 pub use shapes::{CatalogRoute, Phase, PhaseWork, RateStep, Shapes, Soak, WhenFull};
 pub use target::{Connections, Target, TransportKind};
 pub use tls::Tls;
@@ -204,7 +207,7 @@ impl Scenario {
             .map_err(|e| invalid(e.span(), String::new(), e.message().to_owned()))?;
         for (n, arg) in overrides.iter().enumerate() {
             let bad = |reason: String| ScenarioError::Override {
-                arg: arg.clone(),
+                arg: userinfo::hide(arg),
                 reason,
             };
             let (path, value) = overrides::parse_arg(arg).map_err(bad)?;
@@ -213,6 +216,7 @@ impl Scenario {
             overrides::apply(doc.get_mut(), &path, value, &span).map_err(bad)?;
         }
         seed::refuse_urls(doc.get_ref(), &loc)?;
+        userinfo::refuse(doc.get_ref(), &loc)?;
         let raw: RawScenario = serde_path_to_error::deserialize(toml::de::Deserializer::from(
             doc.clone(),
         ))

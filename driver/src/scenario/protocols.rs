@@ -539,6 +539,9 @@ pub(super) fn compile_call(
             if !p.starts_with('/') {
                 return Err(at(&here("path"), format!("`{p}` must start with `/`")));
             }
+            if let Some(why) = super::request_target::refusal(&p) {
+                return Err(at(&here("path"), why));
+            }
             let path = Template::parse(&p, names).map_err(|e| at(&here("path"), e.to_string()))?;
             Ok((Call::Http, method, path, body))
         }

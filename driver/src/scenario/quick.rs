@@ -82,11 +82,21 @@ pub enum QuickError {
 /// The scenario file `url` and `q` describe, for `herd COMMAND` (named in the file's first
 /// line and in errors).
 pub fn scenario(url: &str, q: &Quick, command: &str) -> Result<String, QuickError> {
-    let parsed = parse_url(url).map_err(|why| QuickError::Url {
-        url: url.to_owned(),
+    let bad = |why: String| QuickError::Url {
+        // Never the password: the refusal and every other reason show the URL without it.
+        url: super::userinfo::hide(url),
         why,
         command: command.to_owned(),
-    })?;
+    };
+    if super::userinfo::userinfo_end(url).is_some() {
+        return Err(bad(
+            "it carries a user name or password; herd sends no credentials from a URL: send \
+             them in a header, e.g. -H 'authorization: Basic BASE64' with BASE64 from \
+             `printf %s 'USER:PASSWORD' | base64`"
+                .into(),
+        ));
+    }
+    let parsed = parse_url(url).map_err(bad)?;
     toml(&parsed, q, command).map_err(QuickError::Option)
 }
 
@@ -534,6 +544,24 @@ mod tests {
             "http://ex%ample/",
         ] {
             assert!(parse_url(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_url_with_a_password_is_refused_without_it() {
+        for url in [
+            "http://alice:S3cret@127.0.0.1:8080/",
+            "http://alice:S3%23cret@127.0.0.1:8080/x",
+            // Unencoded, `/` and `#` end the authority early: the password would be read as a
+            // port, and that reason would quote it.
+            "http://alice:S3c/r#et@127.0.0.1:8080/",
+        ] {
+            let e = scenario(url, &Quick::default(), "drive")
+                .unwrap_err()
+                .to_string();
+            assert!(e.starts_with("`http://***@127.0.0.1:8080/"), "{e}");
+            assert!(e.contains("-H 'authorization: Basic BASE64'"), "{e}");
+            assert!(!e.contains("S3") && !e.contains("alice"), "{e}");
         }
     }
 }

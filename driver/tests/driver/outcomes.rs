@@ -283,3 +283,25 @@ async fn alternating_timeouts_fire_at_their_own_deadlines_h1() {
 async fn alternating_timeouts_fire_at_their_own_deadlines_h2c() {
     alternating_timeouts(Proto::H2c).await;
 }
+
+/// A variable's value that a request line cannot carry (a space, CR LF) goes out
+/// percent-encoded, as a browser sends it, instead of failing every request as
+/// `transport_error.protocol` after a connect each (issue #27). The server echoes the path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_value_a_request_line_cannot_carry_is_sent_percent_encoded() {
+    let server = TestServer::start(Proto::H1).await;
+    let src = "[target]\nurl = \"{url}\"\n[player]\nmax_ops = 2\n[vars]\nname = \"John Smith\\r\\n<x>\"\n\
+               [[op]]\nname = \"echo\"\npath = \"/echo/{name}?q={name}\"\n\
+               check = { json = { \"/path\" = \"/echo/John%20Smith%0D%0A%3Cx%3E?q=John%20Smith%0D%0A%3Cx%3E\" } }\n\
+               [[step]]\nplayers = 1\nduration = \"300ms\"\n";
+    let report = herd_driver::run(scenario(src, &server), options())
+        .await
+        .unwrap();
+    assert_eq!(
+        report.outcome_count("echo", "ok"),
+        2,
+        "{:#?}",
+        report.phases[0].ops
+    );
+    assert_eq!((report.connects, report.connect_errors), (1, 0));
+}

@@ -63,3 +63,57 @@ async fn ops_past_the_grace_are_cancelled() {
     let cancelled = &report.phases[0].ops[0].outcomes[0];
     assert!(cancelled.latency.p50_us >= 550_000, "{cancelled:?}");
 }
+
+/// A player waiting out the connect backoff when the run stops (by a signal, or by its plan's
+/// end) stops at once: the run is not held up to the backoff's 2 s longer, and the op it held
+/// back, which sent nothing, is not tried — so the step's connect errors are its op's
+/// `transport_error.connect` and the run's (issue #27).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_wakes_a_player_waiting_out_the_connect_backoff() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    // One player on a closed port fails at 0, 50, 150, 350 and 750 ms, then waits 800 ms:
+    // a stop at 1 s (or the plan's end at 1 s) lands 550 ms into the wait.
+    let src = |duration: &str| {
+        format!(
+            "[target]\nurl = \"http://127.0.0.1:{port}\"\n[[op]]\nname = \"a\"\npath = \"/\"\n\
+             [[step]]\nplayers = 1\nduration = \"{duration}\"\n"
+        )
+    };
+    for by_signal in [true, false] {
+        let s =
+            herd_driver::Scenario::parse("t.toml", &src(if by_signal { "10s" } else { "1s" }), &[])
+                .unwrap();
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        if by_signal {
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                tx.send_replace(true);
+            });
+        }
+        let opts = RunOptions {
+            stop: Some(rx),
+            grace: Duration::from_secs(5),
+            ..options()
+        };
+        let t = Instant::now();
+        let report = herd_driver::run(s, opts).await.unwrap();
+        let took = t.elapsed();
+        assert!(
+            took < Duration::from_millis(1_300),
+            "by signal {by_signal}: took {took:?}: the backoff held the stop"
+        );
+        let failed = report.outcome_count("a", "transport_error.connect");
+        assert!((4..=6).contains(&failed), "{failed} connects tried");
+        assert_eq!(
+            report.op_count("a"),
+            failed,
+            "no op recorded but the tried ones"
+        );
+        assert_eq!(report.phases[0].connect_errors, failed);
+        assert_eq!(report.connect_errors, failed);
+        assert!(report.connects_held >= 4, "{report:?}");
+    }
+}

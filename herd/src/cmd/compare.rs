@@ -34,6 +34,10 @@ pub struct CompareArgs {
     /// Run store URL (default: sqlite:<out>/runs.db).
     #[arg(long, value_name = "URL", env = "HERD_STORE")]
     pub store: Option<String>,
+    /// Read the run store URL from FILE (a mounted secret: /run/secrets/NAME), so that it
+    /// is in no command line or environment.
+    #[arg(long, value_name = "FILE", conflicts_with = "store")]
+    pub store_file: Option<PathBuf>,
     /// Fail (exit code 99) when the run after regressed past this gate, checked on each op's
     /// whole-run figures: `p99 +10%`, `game.state p99 +20ms`, `req/s -5%`, `errors +0.5pp`.
     /// Repeatable; every gate is checked and printed. A gate that cannot be checked (its op
@@ -50,7 +54,10 @@ fn parse_gate(s: &str) -> std::result::Result<Gate, gate::GateError> {
 
 /// Runs `herd compare`: writes the files and prints the table.
 pub fn run(args: &CompareArgs) -> Result<()> {
-    let url = super::store_url(&args.store, &args.out);
+    let url = super::store_url(
+        &super::store_or_file(&args.store, &args.store_file)?,
+        &args.out,
+    );
     let rt = super::store_runtime("comparison")?;
     rt.block_on(async {
         let store = Store::open_existing(&url).await?;
@@ -58,11 +65,11 @@ pub fn run(args: &CompareArgs) -> Result<()> {
         let mut c = compare::runs(&before, &after);
         let passed = compare::apply_gates(&mut c, &args.fail_on);
         let files = compare::write_comparison(&c, &args.out)?;
-        print!("{}", compare::table(&c));
+        out!("{}", compare::table(&c));
         // stdout carries only the table, so it can be piped into a pull request as it is; the
         // gates' verdicts go to stderr, also under --quiet logging.
         for line in compare::gate_lines(&c) {
-            eprintln!("herd compare: {line}");
+            errln!("herd compare: {line}");
         }
         for f in files {
             tracing::info!("wrote {}", f.display());

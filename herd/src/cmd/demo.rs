@@ -77,26 +77,26 @@ pub fn run(args: &DemoArgs) -> Result<()> {
         .build()?
         .block_on(async {
             let s = herd_store::Store::open(&done.store).await?;
-            println!();
+            outln!();
             for &id in &done.runs {
                 let r = herd_report::Report::build(&s.load_run(Some(id)).await?);
-                println!(
+                outln!(
                     "run {} ({}): {} findings",
                     r.run.id,
                     r.run.name,
                     r.findings.len()
                 );
                 for f in &r.findings {
-                    println!("  - {}: {}", f.kind, f.title);
+                    outln!("  - {}: {}", f.kind, f.title);
                 }
             }
             anyhow::Ok(())
         })?;
     if let Some(c) = &done.comparison {
-        println!("\n{}", herd_report::compare::table(c));
+        outln!("\n{}", herd_report::compare::table(c));
     }
     for f in &done.files {
-        println!("wrote {}", f.display());
+        outln!("wrote {}", f.display());
     }
     Ok(())
 }

@@ -85,7 +85,7 @@ pub struct DriveArgs {
 pub fn run(args: &DriveArgs) -> Result<()> {
     let quick = super::quick::scenario_text(&args.scenario, &args.quick, "drive")?;
     if args.quick.print_scenario {
-        print!("{}", quick.unwrap_or_default());
+        out!("{}", quick.unwrap_or_default());
         return Ok(());
     }
     let mut scenario = crate::signals::at_once(|| match &quick {
@@ -104,7 +104,7 @@ pub fn run(args: &DriveArgs) -> Result<()> {
             File::create(p).with_context(|| format!("creating the JSON output {}", p.display()))
         })
         .transpose()?;
-    println!("{}", heading(&scenario));
+    outln!("{}", heading(&scenario));
     if scenario.seed.is_some() {
         tracing::warn!(
             "herd drive: the scenario's [seed] is not applied (herd drive does not seed); run `herd seed {}` first, or `herd run`, which seeds and cleans up",
@@ -121,10 +121,10 @@ pub fn run(args: &DriveArgs) -> Result<()> {
             shard: args.shard.unwrap_or_default(),
         },
     )?;
-    print!("\n{}", text::table(&report));
+    out!("\n{}", text::table(&report));
     print_hints(&report);
     if report.stopped_early {
-        println!("\nstopped early by a signal: the tables cover the run up to the stop");
+        outln!("\nstopped early by a signal: the tables cover the run up to the stop");
     }
     if let (Some(file), Some(path)) = (json, &args.json) {
         let mut w = BufWriter::new(file);
@@ -132,7 +132,7 @@ pub fn run(args: &DriveArgs) -> Result<()> {
             .map_err(anyhow::Error::from)
             .and_then(|()| Ok(w.flush()?))
             .with_context(|| format!("writing the run to {}", path.display()))?;
-        println!("wrote {}", path.display());
+        outln!("wrote {}", path.display());
     }
     if let Some(why) = report.unreachable() {
         anyhow::bail!("{why}");

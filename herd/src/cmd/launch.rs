@@ -12,7 +12,7 @@ use anyhow::{Context as _, Result};
 Examples:
   herd launch k8s game.toml --shards 3 --store-secret herd-store --image registry.local/herd:1
   kubectl apply -f herd-out/game-<time>.yaml  # what it wrote: ConfigMap, Indexed Job, DaemonSet
-  herd launch swarm game.toml --shards 3 --store postgres://herd:PASSWORD@db:5432/herd
+  herd launch swarm game.toml --shards 3 --store-file ~/.config/herd/store-url
 
 docs/scale-out.md walks through both.")]
 pub struct LaunchArgs {
@@ -37,10 +37,15 @@ pub enum Engine {
 #[command(after_help = "\
 Examples:
   docker swarm init --advertise-addr 127.0.0.1 --default-addr-pool 198.19.48.0/20  # once
-  herd launch swarm game.toml --shards 3 --store postgres://herd:PASSWORD@db:5432/herd
-  herd launch swarm game.toml --shards 6 --store \"$HERD_STORE\" --image herd:1 --no-probe
-  herd launch swarm game.toml --shards 8 --store \"$HERD_STORE\" --image registry.local/herd:1 \\
+  herd launch swarm game.toml --shards 3 --store-file ~/.config/herd/store-url
+  export HERD_STORE=postgres://herd:PASSWORD@db:5432/herd   # or in the environment, not in argv
+  herd launch swarm game.toml --shards 6 --image herd:1 --no-probe
+  herd launch swarm game.toml --shards 8 --image registry.local/herd:1 \\
       --node-socket /var/run/docker.sock        # a swarm of several nodes
+
+The store URL's password: give it with --store-file or HERD_STORE. `--store URL` keeps the
+URL, password included, on herd's command line for the whole run, where every user of the
+host reads it (`ps`, /proc/PID/cmdline).
 
 It builds herd's image from this binary (FROM scratch, no registry) unless --image names one
 every node has, puts the scenario in a Docker config and the store URL in a Docker secret,
@@ -57,9 +62,15 @@ pub struct SwarmArgs {
     #[arg(long)]
     pub shards: u32,
     /// The PostgreSQL run store every node reaches (postgres://USER:PASSWORD@HOST/DB); it goes
-    /// to the tasks as a Docker secret.
+    /// to the tasks as a Docker secret. Given here, the password stays on herd's command
+    /// line for the whole run, visible in `ps` to every user of the host: prefer
+    /// --store-file or the HERD_STORE environment variable.
     #[arg(long, value_name = "URL", env = "HERD_STORE")]
     pub store: Option<String>,
+    /// Read the run store URL from FILE (e.g. a file only you can read), so that it is in
+    /// no command line or environment.
+    #[arg(long, value_name = "FILE", conflicts_with = "store")]
+    pub store_file: Option<PathBuf>,
     /// herd's image, present on every node (default: build one from this binary, removed
     /// at the end unless --keep-image).
     #[arg(long, value_name = "TAG")]
@@ -100,7 +111,7 @@ pub struct K8sArgs {
     #[arg(long)]
     pub shards: u32,
     /// The Secret in the namespace whose key `url` is the PostgreSQL run store's URL
-    /// (`kubectl create secret generic NAME --from-literal=url=postgres://…`).
+    /// (`kubectl create secret generic NAME --from-file=url=FILE`, FILE holding the URL).
     #[arg(long, value_name = "NAME")]
     pub store_secret: String,
     /// herd's image, as the nodes pull it.
@@ -157,7 +168,7 @@ fn swarm(a: &SwarmArgs) -> Result<()> {
     crate::launch::swarm::launch(&crate::launch::swarm::Launch {
         scenario: a.scenario.clone(),
         shards: a.shards,
-        store: a.store.clone(),
+        store: super::store_or_file(&a.store, &a.store_file)?,
         image: a.image.clone(),
         node_socket: a.node_socket.clone(),
         name: a.name.clone().unwrap_or_else(|| default_name(&a.scenario)),
@@ -191,10 +202,10 @@ fn k8s(a: &K8sArgs) -> Result<()> {
     };
     let path = run.write(&a.out)?;
     let ns = &a.namespace;
-    println!("wrote {}", path.display());
-    println!(
+    outln!("wrote {}", path.display());
+    outln!(
         "next: kubectl apply -f {p}\n      kubectl -n {ns} wait --for=condition=complete --timeout=1h job/{name}\n      \
-         herd report --store \"$(kubectl -n {ns} get secret {s} -o jsonpath='{{.data.url}}' | base64 -d)\"\n      \
+         HERD_STORE=\"$(kubectl -n {ns} get secret {s} -o jsonpath='{{.data.url}}' | base64 -d)\" herd report\n      \
          kubectl delete -f {p}",
         p = path.display(),
         s = a.store_secret

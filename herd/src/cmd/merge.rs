@@ -57,12 +57,12 @@ pub fn run(args: &MergeArgs) -> Result<()> {
         }
         e => anyhow::Error::from(e),
     })?;
-    println!(
+    outln!(
         "herd merge: {} results, {} requests",
         parts.len(),
         merged.requests
     );
-    print!("\n{}", text::table(&merged));
+    out!("\n{}", text::table(&merged));
     if let Some(path) = &args.json {
         let write = || -> Result<()> {
             let mut w = BufWriter::new(std::fs::File::create(path)?);
@@ -71,7 +71,7 @@ pub fn run(args: &MergeArgs) -> Result<()> {
             Ok(())
         };
         write().with_context(|| format!("writing the merged result to {}", path.display()))?;
-        println!("wrote {}", path.display());
+        outln!("wrote {}", path.display());
     }
     Ok(())
 }

@@ -253,7 +253,7 @@ pub fn run(args: &ProbeArgs) -> Result<()> {
     // connection, however soon after the first shard's registration they start.
     let probe = attach::probe(args.verbose, false)?;
     if store.is_some() {
-        eprintln!("{ATTACHED}");
+        errln!("{ATTACHED}");
     }
     let mut sink = match (&store, args.run) {
         (Some(url), run) => {
@@ -289,16 +289,19 @@ pub fn run(args: &ProbeArgs) -> Result<()> {
         humantime::format_duration(args.interval)
     );
     let t0 = herd_probe::clock::now_ns();
+    // A probe whose only output is stdout ends once its reader went away (`| head`), as a
+    // Unix tool would on SIGPIPE, but with its programs detached and exit code 0.
+    let stdout_only = args.out.is_none() && store.is_none() && args.listen.is_none();
     let w = Watch {
         every: args.interval,
         total: args.duration,
-        until: &|| over.get(),
+        until: &|| over.get() || (stdout_only && crate::output::stdio::stdout_gone()),
         stop: &signals::stop_requested,
     };
     let mut gauges = herd_report::export::prometheus::Gauges::default();
     watch(&mut sampler, &w, |iv, sampler| {
         for line in herd_report::text::probe::interval_lines(iv, t0, args.pair_rows) {
-            println!("{line}");
+            outln!("{line}");
         }
         if let Some(sink) = sink.as_mut() {
             sink.put(iv)?;
@@ -322,8 +325,8 @@ pub fn run(args: &ProbeArgs) -> Result<()> {
     }
     let totals = sampler.totals();
     drop(sampler);
-    println!();
-    print!("{}", herd_report::text::probe::totals_table(&totals));
+    outln!();
+    out!("{}", herd_report::text::probe::totals_table(&totals));
     if let Some(sig) = signals::received() {
         tracing::info!("herd probe: stopped by signal {sig}; programs detached");
     }

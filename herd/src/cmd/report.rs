@@ -26,6 +26,10 @@ pub struct ReportArgs {
     /// Run store URL (default: sqlite:<out>/runs.db).
     #[arg(long, value_name = "URL", env = "HERD_STORE")]
     pub store: Option<String>,
+    /// Read the run store URL from FILE (a mounted secret: /run/secrets/NAME), so that it
+    /// is in no command line or environment.
+    #[arg(long, value_name = "FILE", conflicts_with = "store")]
+    pub store_file: Option<PathBuf>,
     /// List the runs in the store instead.
     #[arg(long)]
     pub list: bool,
@@ -41,16 +45,22 @@ pub struct ReportArgs {
 
 /// Runs `herd report`.
 pub fn run(args: &ReportArgs) -> Result<()> {
-    let url = super::store_url(&args.store, &args.out);
+    let url = super::store_url(
+        &super::store_or_file(&args.store, &args.store_file)?,
+        &args.out,
+    );
     let rt = super::store_runtime("report")?;
     rt.block_on(async {
         let store = Store::open_existing(&url).await?;
         if args.list {
-            println!("{:>5}  {:<10}  {:<24}  scenario", "run", "status", "name");
+            outln!("{:>5}  {:<10}  {:<24}  scenario", "run", "status", "name");
             for m in store.list().await? {
-                println!(
+                outln!(
                     "{:>5}  {:<10}  {:<24}  {}",
-                    m.id, m.status, m.name, m.scenario
+                    m.id,
+                    m.status,
+                    m.name,
+                    m.scenario
                 );
             }
             return Ok(());
@@ -62,7 +72,7 @@ pub fn run(args: &ReportArgs) -> Result<()> {
             files.extend(crate::session::hdr_logs(&data, dir, &url)?);
         }
         for f in files {
-            println!("wrote {}", f.display());
+            outln!("wrote {}", f.display());
         }
         Ok(())
     })

@@ -198,15 +198,15 @@ impl RunArgs {
 pub fn run(args: &RunArgs) -> Result<()> {
     if args.quick.print_scenario {
         let text = super::quick::scenario_text(&args.scenario, &args.quick, "run")?;
-        print!("{}", text.unwrap_or_default());
+        out!("{}", text.unwrap_or_default());
         return Ok(());
     }
     let outcome = session::run(&args.config()?)?;
     for f in &outcome.files {
-        println!("wrote {}", f.display());
+        outln!("wrote {}", f.display());
     }
     match &outcome.hdr_logs {
-        Ok(files) => files.iter().for_each(|f| println!("wrote {}", f.display())),
+        Ok(files) => files.iter().for_each(|f| outln!("wrote {}", f.display())),
         Err(why) => anyhow::bail!("{why}"),
     }
     if let Some(why) = &outcome.unreachable {

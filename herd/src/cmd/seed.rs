@@ -46,10 +46,10 @@ pub struct SeedArgs {
 pub fn run(args: &SeedArgs) -> Result<()> {
     let scenario = crate::signals::at_once(|| Scenario::load(&args.scenario, &args.set))?;
     let Some(spec) = &scenario.seed else {
-        bail!(
+        return Err(crate::environment(anyhow::anyhow!(
             "{} has no [seed] section: add one to say which accounts to insert and where (docs/seed.md)",
             args.scenario.display()
-        );
+        )));
     };
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -61,10 +61,10 @@ pub fn run(args: &SeedArgs) -> Result<()> {
                 if args.list {
                     let all = db.seedings().await?;
                     if all.is_empty() {
-                        println!("{} holds no herd seeding", db.shown());
+                        outln!("{} holds no herd seeding", db.shown());
                     }
                     for s in all {
-                        println!(
+                        outln!(
                             "seeding {}: {} accounts + {} guests, {} rows recorded, {} ({}), from {}",
                             s.id,
                             s.accounts,
@@ -82,28 +82,28 @@ pub fn run(args: &SeedArgs) -> Result<()> {
                 }
                 if args.cleanup {
                     match db.cleanup(args.seeding).await? {
-                        Some(c) => println!("herd seed: {}", c.line()),
+                        Some(c) => outln!("herd seed: {}", c.line()),
                         None => match args.seeding {
                             Some(id) => bail!(
                                 "{} holds no herd seeding {id} (see `herd seed {} --list`)",
                                 db.shown(),
                                 args.scenario.display()
                             ),
-                            None => println!("herd seed: {} holds no herd seeding; nothing to remove", db.shown()),
+                            None => outln!("herd seed: {} holds no herd seeding; nothing to remove", db.shown()),
                         },
                     }
                     return Ok(());
                 }
                 if args.reset {
                     for c in db.reset().await? {
-                        println!("herd seed: {}", c.line());
+                        outln!("herd seed: {}", c.line());
                     }
                 }
                 let seeded = db
                     .seed(spec, &args.scenario.display().to_string(), &signals::stop_requested)
                     .await?;
-                println!("herd seed: {}", seeded.line(db.shown()));
-                println!(
+                outln!("herd seed: {}", seeded.line(db.shown()));
+                outln!(
                     "remove them with: herd seed {} --cleanup --seeding {}",
                     args.scenario.display(),
                     seeded.id

@@ -4,3 +4,4 @@
 
 pub mod live;
 pub mod metrics;
+pub mod stdio;

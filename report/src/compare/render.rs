@@ -376,11 +376,10 @@ pub fn write_comparison(c: &Comparison, dir: &Path) -> Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let base = dir.join(format!("compare-{}-{}", c.before.id, c.after.id));
     let md = base.with_extension("md");
-    std::fs::write(&md, markdown(c)).with_context(|| format!("writing {}", md.display()))?;
+    crate::write_file(&md, markdown(c))?;
     let page = base.with_extension("html");
-    std::fs::write(&page, html(c)).with_context(|| format!("writing {}", page.display()))?;
+    crate::write_file(&page, html(c))?;
     let json = base.with_extension("json");
-    std::fs::write(&json, serde_json::to_string_pretty(c)? + "\n")
-        .with_context(|| format!("writing {}", json.display()))?;
+    crate::write_file(&json, serde_json::to_string_pretty(c)? + "\n")?;
     Ok(vec![md, page, json])
 }

@@ -112,7 +112,7 @@ pub fn write_logs(d: &RunData, dir: &Path) -> Result<Vec<PathBuf>, HdrLogError> 
                     })?;
             }
         }
-        std::fs::write(&path, &buf).map_err(io)?;
+        crate::write_whole(&path, &buf).map_err(io)?;
         files.push(path);
     }
     Ok(files)

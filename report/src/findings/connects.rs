@@ -2,13 +2,9 @@
 //! large share.
 
 use super::{Finding, n};
-use herd_model::RunData;
-
-/// A share of failed connects at or above which a run that reached the target is named.
-const FAILED_SHARE: f64 = 0.05;
-
-/// Fewer failed connects than this are left out: a reset or two in a long run is play.
-const MIN_FAILED: u64 = 10;
+use herd_model::{
+    FAILED_CONNECTS_MIN as MIN_FAILED, FAILED_CONNECTS_SHARE as FAILED_SHARE, RunData,
+};
 
 /// Connects to the target failed: all of them (the run measured nothing about it), or at
 /// least 5 % of at least 10. Names the target, the counts, each phase's failures and what the

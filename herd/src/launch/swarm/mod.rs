@@ -382,7 +382,7 @@ pub fn launch(l: &Launch) -> Result<i64> {
     };
     stop_point()?;
     let job = create_service(&run.job_args(), &run.name, Vec::new())?;
-    println!(
+    outln!(
         "{WHO}: run {} as {} shards ({}), image {}{}",
         run.name,
         run.shards,
@@ -405,7 +405,7 @@ pub fn launch(l: &Launch) -> Result<i64> {
             lost.push(shard);
             continue;
         }
-        eprintln!(
+        errln!(
             "{WHO}: shard {shard}/{} (task {} of slot {}) {}: {}\n{}",
             run.shards,
             t.id,
@@ -428,7 +428,7 @@ pub fn launch(l: &Launch) -> Result<i64> {
                     .iter()
                     .filter(|t| t.state != "complete" && t.state != LOST)
                 {
-                    eprintln!(
+                    errln!(
                         "{WHO}: the probe task {} {}: {}\n{}",
                         t.id,
                         t.state,
@@ -578,21 +578,28 @@ fn report(store: &str, run: &SwarmRun, out: &Path) -> Result<i64> {
         let data = st.load_run(Some(id)).await?;
         let report = herd_report::Report::build(&data);
         let written = herd_report::write_report(&report, out)?;
-        println!(
+        outln!(
             "run {id} ({}): {}, {} requests",
-            data.meta.name, data.meta.status, report.run.requests
+            data.meta.name,
+            data.meta.status,
+            report.run.requests
         );
         for s in &data.meta.shards {
-            println!(
+            outln!(
                 "  shard {}/{} on {} (pid {}): {}, {} intervals",
-                s.index, s.count, s.host, s.pid, s.status, s.intervals
+                s.index,
+                s.count,
+                s.host,
+                s.pid,
+                s.status,
+                s.intervals
             );
         }
         for n in &report.notes {
-            println!("  {n}");
+            outln!("  {n}");
         }
         for f in written.files {
-            println!("wrote {}", f.display());
+            outln!("wrote {}", f.display());
         }
         st.close().await;
         Ok(id)

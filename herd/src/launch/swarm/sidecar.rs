@@ -73,7 +73,7 @@ pub fn probe_via_engine(s: &Sidecar) -> Result<()> {
         api(sock, "POST", &format!("/containers/{id}/start"), None)?,
         "starting the probe container",
     )?;
-    eprintln!(
+    errln!(
         "herd probe --via-engine: probe container {name} ({}) started",
         &id[..12.min(id.len())]
     );
@@ -81,7 +81,7 @@ pub fn probe_via_engine(s: &Sidecar) -> Result<()> {
     let code = loop {
         if !announced && logs(sock, &id).contains(crate::cmd::probe::ATTACHED) {
             // The launcher starts the shards once every node's sidecar has said so.
-            eprintln!("{PROBE_ATTACHED}{node}");
+            errln!("{PROBE_ATTACHED}{node}");
             announced = true;
         }
         let (st, body) = api(sock, "GET", &format!("/containers/{id}/json"), None)?;
@@ -106,7 +106,7 @@ pub fn probe_via_engine(s: &Sidecar) -> Result<()> {
         }
         std::thread::sleep(Duration::from_millis(500));
     };
-    eprint!("{}", logs(sock, &id));
+    err!("{}", logs(sock, &id));
     drop(guard);
     match code {
         0 | -1 => Ok(()),
@@ -176,7 +176,7 @@ impl Drop for Child {
             None,
             20,
         ) {
-            eprintln!(
+            errln!(
                 "herd probe --via-engine: could not remove the probe container {}: {e}; \
                  `docker rm -f {0}`",
                 self.id

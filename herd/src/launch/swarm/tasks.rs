@@ -145,7 +145,7 @@ pub(super) fn wait_tasks(
         for lost in t.iter().filter(|t| t.state == LOST) {
             if told.insert(lost.id.clone()) {
                 let shards = (!by_node).then_some(want as u32);
-                eprintln!("{WHO}: {} is lost: {}", what(lost, shards), lost.err);
+                errln!("{WHO}: {} is lost: {}", what(lost, shards), lost.err);
             }
         }
         if t.len() >= want && t.iter().all(|t| finished(&t.state)) {
