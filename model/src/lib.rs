@@ -13,6 +13,7 @@
 //! - [`seeding`]: what `herd run` seeded and what became of it.
 //! - [`shard`]: which part of the plan a process runs (`--shard I/N`).
 //! - [`merge`]: the exact merge of several shards' driver rows.
+//! - [`rollup`]: the exact merge of consecutive intervals of one timeline into a coarser one.
 #![deny(missing_docs)]
 
 pub mod driver;
@@ -20,6 +21,7 @@ pub mod histogram;
 pub mod merge;
 pub mod outcome;
 pub mod probe;
+pub mod rollup;
 pub mod run;
 pub mod seeding;
 pub mod shard;
@@ -37,6 +39,7 @@ pub use probe::{
     Throttling,
 };
 pub use probe_common::{Counter, HIST_BUCKETS, Log2Hist, Loss, N_COUNTERS, PairStats};
+pub use rollup::{RolledUp, RollupError};
 pub use run::{RunData, RunMeta, ShardInfo};
 pub use seeding::{CleanupRecord, SeedRecord, TableCount};
 pub use shard::{Shard, ShardError};

@@ -169,7 +169,7 @@ fn upper(parts: impl Iterator<Item = (Latency, u64)>) -> Latency {
     l
 }
 
-fn play<'a>(ps: impl Iterator<Item = &'a PlayStats>) -> PlayStats {
+pub(crate) fn play<'a>(ps: impl Iterator<Item = &'a PlayStats>) -> PlayStats {
     let ps: Vec<&PlayStats> = ps.collect();
     let mut groups = GroupStats::default();
     for p in &ps {
@@ -298,6 +298,11 @@ fn interval(ivs: &[&DriverInterval]) -> Result<DriverInterval, HistogramError> {
         connect_errors: sum(|i| i.connect_errors),
         play: play(ivs.iter().map(|i| &i.play)),
         driver: health,
+        // The shards' intervals cover the same time: the run's row stands for as many.
+        rolled_up: ivs
+            .iter()
+            .filter_map(|i| i.rolled_up)
+            .max_by_key(|r| r.intervals),
     })
 }
 

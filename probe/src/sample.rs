@@ -67,6 +67,7 @@ pub fn interval(
         })
         .collect();
     ProbeInterval {
+        rolled_up: None,
         at_ns: cur.at_ns,
         interval_ns: cur.at_ns.saturating_sub(prev.at_ns),
         pairs,

@@ -168,6 +168,7 @@ mod tests {
             gauges: None,
         };
         let iv = ProbeInterval {
+            rolled_up: None,
             at_ns: 1_000_000_000,
             interval_ns: 1_000_000_000,
             containers: vec![],
