@@ -266,6 +266,20 @@ impl Store {
         at_ns: u64,
         body: &serde_json::Value,
     ) -> Result<()> {
+        self.put_row_text(run, shard, source, seq, at_ns, &body.to_string())
+            .await
+    }
+
+    /// [`Store::put_row`] of a body already encoded as JSON text.
+    pub(crate) async fn put_row_text(
+        &self,
+        run: i64,
+        shard: u32,
+        source: &str,
+        seq: u64,
+        at_ns: u64,
+        body: &str,
+    ) -> Result<()> {
         sqlx::query(
             "INSERT INTO herd_rows (run_id, source, seq, at_ns, body, shard) \
              VALUES ($1, $2, $3, $4, $5, $6)",
@@ -274,7 +288,7 @@ impl Store {
         .bind(source)
         .bind(seq as i64)
         .bind(at_ns as i64)
-        .bind(body.to_string())
+        .bind(body)
         .bind(i64::from(shard))
         .execute(&self.pool)
         .await

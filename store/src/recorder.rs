@@ -70,8 +70,9 @@ pub struct Recorder {
     meta: RunMeta,
     /// Rows not yet in the store, oldest first: in memory, then (older ones) spilled.
     pending: Backlog,
-    /// The newest rows the store took, up to [`KEEP_BYTES`], with their sizes.
-    kept: VecDeque<(Row, usize)>,
+    /// The newest rows the store took, up to [`KEEP_BYTES`], as JSON text (a decoded row
+    /// takes several times its text's size).
+    kept: VecDeque<(String, u64, u64, String)>,
     kept_bytes: usize,
     /// False once a row the store took was dropped from `kept`.
     kept_all: bool,
@@ -238,12 +239,16 @@ impl Recorder {
         body: &impl serde::Serialize,
     ) -> Result<()> {
         let body = serde_json::to_value(body).context("encoding a run row")?;
-        self.pending.push(Row {
-            source,
-            seq,
-            at_ns,
-            body,
-        })
+        let text = body.to_string();
+        self.pending.push(
+            Row {
+                source,
+                seq,
+                at_ns,
+                body,
+            },
+            text,
+        )
     }
 
     /// Writes the pending rows in order, unless the store is down and its next try not due.
@@ -256,7 +261,7 @@ impl Recorder {
             Writer::Node(_) => 0,
         };
         loop {
-            let r = match self.pending.front() {
+            let (r, text) = match self.pending.front() {
                 Ok(Some(r)) => r,
                 Ok(None) => break,
                 Err(e) => {
@@ -266,15 +271,15 @@ impl Recorder {
             };
             let write = self
                 .store
-                .put_row(self.run, shard, &r.source, r.seq, r.at_ns, &r.body);
+                .put_row_text(self.run, shard, &r.source, r.seq, r.at_ns, text);
             let result = match tokio::time::timeout(WRITE_TIMEOUT, write).await {
                 Ok(r) => r,
                 Err(_) => Err(anyhow::anyhow!("no answer within {WRITE_TIMEOUT:?}")),
             };
             match result {
                 Ok(()) => {
-                    let r = self.pending.pop();
-                    self.written(r);
+                    let (r, text) = self.pending.pop();
+                    self.written(r, text);
                 }
                 Err(e) => {
                     if self.down_since.is_none() {
@@ -305,15 +310,14 @@ impl Recorder {
 
     /// A row is in the store: the roll-ups may merge it later, and it is kept while the
     /// newest rows fit in [`KEEP_BYTES`].
-    fn written(&mut self, r: Row) {
+    fn written(&mut self, r: Row, body: String) {
         self.roll_on(&r);
-        let size = r.body.to_string().len() + 64;
-        self.kept.push_back((r, size));
-        self.kept_bytes += size;
+        self.kept_bytes += body.len() + 64;
+        self.kept.push_back((r.source, r.seq, r.at_ns, body));
         while self.kept_bytes > KEEP_BYTES {
             match self.kept.pop_front() {
-                Some((_, n)) => {
-                    self.kept_bytes -= n;
+                Some(k) => {
+                    self.kept_bytes -= k.3.len() + 64;
                     self.kept_all = false;
                 }
                 None => break,
@@ -399,7 +403,14 @@ impl Recorder {
         meta.status = status.to_owned();
         let mut rows: Vec<Row> = std::mem::take(&mut self.kept)
             .into_iter()
-            .map(|(r, _)| r)
+            .filter_map(|(source, seq, at_ns, body)| {
+                Some(Row {
+                    source,
+                    seq,
+                    at_ns,
+                    body: serde_json::from_str(&body).ok()?,
+                })
+            })
             .collect();
         match self.pending.drain() {
             Ok(rest) => rows.extend(rest),
@@ -423,7 +434,8 @@ impl Recorder {
 /// Rows the store has not taken yet, oldest first: in memory while they are few, then
 /// appended to a spill file (JSON lines) and read back from it in order.
 struct Backlog {
-    memory: VecDeque<Row>,
+    /// Rows with their JSON text.
+    memory: VecDeque<(Row, String)>,
     bytes: usize,
     path: PathBuf,
     /// The spill file while it holds rows not yet written: its reader and rows left in it.
@@ -434,8 +446,8 @@ struct Spill {
     file: std::fs::File,
     reader: std::io::BufReader<std::fs::File>,
     left: u64,
-    /// The next row, read but not yet taken.
-    next: Option<Row>,
+    /// The next row, read but not yet taken, with its body's text.
+    next: Option<(Row, String)>,
 }
 
 impl Backlog {
@@ -452,11 +464,11 @@ impl Backlog {
         self.memory.is_empty() && self.spill.is_none()
     }
 
-    fn push(&mut self, r: Row) -> Result<()> {
-        let size = r.body.to_string().len() + 64;
+    fn push(&mut self, r: Row, text: String) -> Result<()> {
+        let size = text.len() + 64;
         if self.spill.is_none() && self.bytes + size <= MAX_PENDING_BYTES {
             self.bytes += size;
-            self.memory.push_back(r);
+            self.memory.push_back((r, text));
             return Ok(());
         }
         if self.spill.is_none() {
@@ -484,7 +496,7 @@ impl Backlog {
         let spill = self.spill.as_mut().expect("opened above");
         let mut w = std::io::BufWriter::new(&spill.file);
         w.seek(std::io::SeekFrom::End(0))?;
-        for r in self.memory.drain(..).chain(std::iter::once(r)) {
+        for (r, _) in self.memory.drain(..).chain(std::iter::once((r, text))) {
             serde_json::to_writer(&mut w, &r)?;
             w.write_all(b"\n")?;
             spill.left += 1;
@@ -495,21 +507,23 @@ impl Backlog {
         Ok(())
     }
 
-    /// The oldest row, without taking it.
-    fn front(&mut self) -> Result<Option<&Row>> {
+    /// The oldest row and its body's text, without taking it.
+    fn front(&mut self) -> Result<Option<(&Row, &str)>> {
         if let Some(spill) = &mut self.spill {
             if spill.next.is_none() {
                 let mut line = String::new();
                 spill.reader.read_line(&mut line)?;
-                spill.next = Some(serde_json::from_str(&line).context("a spilled row")?);
+                let row: Row = serde_json::from_str(&line).context("a spilled row")?;
+                let text = row.body.to_string();
+                spill.next = Some((row, text));
             }
-            return Ok(spill.next.as_ref());
+            return Ok(spill.next.as_ref().map(|(r, t)| (r, t.as_str())));
         }
-        Ok(self.memory.front())
+        Ok(self.memory.front().map(|(r, t)| (r, t.as_str())))
     }
 
-    /// Takes the oldest row ([`Backlog::front`] first).
-    fn pop(&mut self) -> Row {
+    /// Takes the oldest row ([`Backlog::front`] first), with its body's text.
+    fn pop(&mut self) -> (Row, String) {
         if let Some(spill) = &mut self.spill {
             let r = spill.next.take().expect("front() read it");
             spill.left -= 1;
@@ -520,7 +534,7 @@ impl Backlog {
             return r;
         }
         let r = self.memory.pop_front().expect("front() saw it");
-        self.bytes = self.bytes.saturating_sub(r.body.to_string().len() + 64);
+        self.bytes = self.bytes.saturating_sub(r.1.len() + 64);
         r
     }
 
@@ -528,7 +542,7 @@ impl Backlog {
     fn drain(&mut self) -> Result<Vec<Row>> {
         let mut rows = Vec::new();
         while self.front()?.is_some() {
-            rows.push(self.pop());
+            rows.push(self.pop().0);
         }
         Ok(rows)
     }
