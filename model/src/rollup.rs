@@ -39,6 +39,10 @@ pub struct RolledUp {
     /// Of those, intervals in which the driver was saturated (driver rows only).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub saturated: u64,
+    /// The resolution the rows were rolled up to, ms (a row cut short by a phase boundary
+    /// is shorter).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub every_ms: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -51,6 +55,7 @@ impl RolledUp {
         iv.rolled_up.unwrap_or(RolledUp {
             intervals: 1,
             saturated: u64::from(iv.driver.saturated),
+            every_ms: 0,
         })
     }
 
@@ -59,6 +64,7 @@ impl RolledUp {
         iv.rolled_up.unwrap_or(RolledUp {
             intervals: 1,
             saturated: 0,
+            every_ms: 0,
         })
     }
 }

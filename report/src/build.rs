@@ -65,6 +65,7 @@ impl Report {
             ));
         }
         notes.extend(shard_notes(&d.meta.shards));
+        notes.extend(super::model::resolution::note(d));
         if ops.iter().any(|o| o.histogram.is_none()) {
             notes.push(format!(
                 "Some latencies were {NO_HISTOGRAM}: their phase rows show the percentiles the \

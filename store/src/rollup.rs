@@ -214,7 +214,7 @@ impl Roller {
                 }
                 prev = if alone { None } else { Some(b) };
             }
-            let out = self.merge(store, run, &groups).await?;
+            let out = self.merge(store, run, &groups, tier.every_ns).await?;
             done.read += out.0.read;
             done.written += out.0.written;
             self.queues[t].drain(..n);
@@ -237,7 +237,9 @@ impl Roller {
         store: &Store,
         run: i64,
         groups: &[Vec<Slot>],
+        every_ns: u64,
     ) -> Result<(Rolled, Vec<Slot>)> {
+        let every_ms = every_ns / 1_000_000;
         let lo = groups[0][0].seq;
         let hi = groups.last().and_then(|g| g.last()).map_or(lo, |s| s.seq);
         let rows = sqlx::query(
@@ -290,7 +292,10 @@ impl Roller {
                             continue;
                         }
                         match herd_model::rollup::driver(&p) {
-                            Ok(iv) => {
+                            Ok(mut iv) => {
+                                if let Some(r) = &mut iv.rolled_up {
+                                    r.every_ms = every_ms;
+                                }
                                 let at = self.mono0 + iv.end_ms * 1_000_000;
                                 let slot = Slot {
                                     seq: ss[0].seq,
@@ -311,7 +316,10 @@ impl Roller {
                         .map(|s| serde_json::from_str(&bodies[&s.seq]))
                         .collect::<Result<_, _>>()
                         .context("decoding probe rows to roll up")?;
-                    let iv = herd_model::rollup::probe(&ivs)?;
+                    let mut iv = herd_model::rollup::probe(&ivs)?;
+                    if let Some(r) = &mut iv.rolled_up {
+                        r.every_ms = every_ms;
+                    }
                     let slot = Slot {
                         seq: first.seq,
                         at_ns: iv.at_ns,
