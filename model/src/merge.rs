@@ -378,7 +378,17 @@ pub fn runs(parts: &[RunResult]) -> Result<RunResult, MergeError> {
         play: play(parts.iter().map(|r| &r.play)),
     })
     .map(|mut r: RunResult| {
-        r.saturated_intervals = r.intervals.iter().filter(|i| i.driver.saturated).count() as u64;
+        r.saturated_intervals = if r.intervals.is_empty() {
+            // Results stored without their timeline (the store's rows hold it): the shard
+            // saturated longest bounds the run's count from below.
+            parts
+                .iter()
+                .map(|p| p.saturated_intervals)
+                .max()
+                .unwrap_or(0)
+        } else {
+            r.intervals.iter().filter(|i| i.driver.saturated).count() as u64
+        };
         r
     })
 }

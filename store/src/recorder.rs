@@ -437,6 +437,8 @@ struct Backlog {
     /// Rows with their JSON text.
     memory: VecDeque<(Row, String)>,
     bytes: usize,
+    /// Bytes of rows kept in memory before they spill ([`MAX_PENDING_BYTES`]).
+    limit: usize,
     path: PathBuf,
     /// The spill file while it holds rows not yet written: its reader and rows left in it.
     spill: Option<Spill>,
@@ -455,6 +457,7 @@ impl Backlog {
         Self {
             memory: VecDeque::new(),
             bytes: 0,
+            limit: MAX_PENDING_BYTES,
             path,
             spill: None,
         }
@@ -466,26 +469,29 @@ impl Backlog {
 
     fn push(&mut self, r: Row, text: String) -> Result<()> {
         let size = text.len() + 64;
-        if self.spill.is_none() && self.bytes + size <= MAX_PENDING_BYTES {
+        if self.spill.is_none() && self.bytes + size <= self.limit {
             self.bytes += size;
             self.memory.push_back((r, text));
             return Ok(());
         }
         if self.spill.is_none() {
+            // Two descriptors, two offsets: rows are appended at the end while they are read
+            // back from the front.
             let file = std::fs::OpenOptions::new()
                 .create(true)
                 .truncate(true)
-                .read(true)
                 .write(true)
                 .open(&self.path)
                 .with_context(|| format!("creating the spill file {}", self.path.display()))?;
+            let reader = std::fs::File::open(&self.path)
+                .with_context(|| format!("opening the spill file {}", self.path.display()))?;
             tracing::warn!(
                 "the run store is still down and {} MiB of rows wait for it: the rows go to {} \
                  until it answers",
-                MAX_PENDING_BYTES >> 20,
+                self.limit >> 20,
                 self.path.display()
             );
-            let reader = std::io::BufReader::new(file.try_clone()?);
+            let reader = std::io::BufReader::new(reader);
             self.spill = Some(Spill {
                 file,
                 reader,
@@ -553,5 +559,61 @@ impl Drop for Backlog {
         if self.spill.is_some() {
             let _ = std::fs::remove_file(&self.path);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Rows past the memory bound go to the spill file and come back in order, the file
+    /// removed once drained; new rows queue behind the spilled ones.
+    #[test]
+    fn a_long_outage_spills_rows_to_disk_and_reads_them_back_in_order() {
+        let dir = herd_testkit::TempDir::new("backlog");
+        let path = dir.join("spill.jsonl");
+        let mut b = Backlog::new(path.clone());
+        b.limit = 4_000;
+        let row = |seq: u64| {
+            let body = serde_json::json!({ "seq": seq, "pad": "x".repeat(900) });
+            let text = body.to_string();
+            (
+                Row {
+                    source: "driver".into(),
+                    seq,
+                    at_ns: seq,
+                    body,
+                },
+                text,
+            )
+        };
+        for seq in 0..3 {
+            let (r, t) = row(seq);
+            b.push(r, t).unwrap();
+        }
+        assert!(!path.exists(), "three rows fit in memory");
+        for seq in 3..10 {
+            let (r, t) = row(seq);
+            b.push(r, t).unwrap();
+        }
+        assert!(
+            path.exists() && b.memory.is_empty(),
+            "past the bound every row is on disk"
+        );
+        // The store comes back for a while: the oldest rows are taken first.
+        for want in 0..4 {
+            let (r, t) = b.front().unwrap().unwrap();
+            assert_eq!((r.seq, t.len()), (want, row(want).1.len()));
+            assert_eq!(b.pop().0.seq, want);
+        }
+        // It goes down again: new rows queue behind the spilled ones.
+        let (r, t) = row(10);
+        b.push(r, t).unwrap();
+        let seqs: Vec<u64> = b.drain().unwrap().iter().map(|r| r.seq).collect();
+        assert_eq!(seqs, (4..=10).collect::<Vec<_>>());
+        assert!(
+            b.is_empty() && !path.exists(),
+            "the spill file is removed once drained"
+        );
     }
 }
