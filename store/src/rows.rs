@@ -120,7 +120,8 @@ impl Rows {
         rows.sort_by_key(|r| r.seq);
         rows.iter()
             .map(|r| {
-                serde_json::from_value(r.body.clone()).with_context(|| {
+                // From the borrowed value: no copy of every row's body.
+                T::deserialize(&r.body).with_context(|| {
                     format!(
                         "run {}: {} row {} does not decode",
                         self.meta.id, r.source, r.seq
