@@ -566,8 +566,13 @@ fn main() -> Result<()> {
             fuzz::fuzz(&root(), &nightly()?, &args)
         }
         Task::Soak(args) => {
-            status(cargo().args(["build", "--release", "--package", "herd"]))?;
-            let herd = root().join("target/release/herd");
+            let herd = match &args.herd {
+                Some(h) => std::path::absolute(h)?,
+                None => {
+                    status(cargo().args(["build", "--release", "--package", "herd"]))?;
+                    root().join("target/release/herd")
+                }
+            };
             let table = soak::soak(&herd, &args)?;
             println!("{table}");
             Ok(())

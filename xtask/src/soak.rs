@@ -30,6 +30,9 @@ pub struct Args {
     /// Where the run store, the report and the samples go.
     #[arg(long, default_value = "target/soak")]
     pub out: PathBuf,
+    /// Soak this herd binary instead of building target/release/herd first.
+    #[arg(long, value_name = "PATH")]
+    pub herd: Option<PathBuf>,
 }
 
 const PORT: u16 = 18_490;
