@@ -51,6 +51,10 @@ pub struct RunOptions {
     pub cores: usize,
     /// Which part of the plan this process runs (`--shard I/N`; the whole plan by default).
     pub shard: Shard,
+    /// Keep every interval for the final [`RunResult::intervals`] (the default). A run that
+    /// records its intervals as they pass (`herd run`: the store has them) turns it off, so
+    /// the driver's memory does not grow with the run's length.
+    pub keep_intervals: bool,
 }
 
 impl Default for RunOptions {
@@ -63,6 +67,7 @@ impl Default for RunOptions {
             events: None,
             cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
             shard: Shard::WHOLE,
+            keep_intervals: true,
         }
     }
 }
@@ -148,6 +153,7 @@ where
             events: opts.events.clone(),
             interval: opts.interval,
             cores: opts.cores,
+            keep_intervals: opts.keep_intervals,
             t0,
             started_unix_ms,
         })

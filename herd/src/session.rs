@@ -222,6 +222,8 @@ pub fn drive(scenario: Scenario, config: &DriveConfig) -> Result<RunResult> {
             events: Some(events_tx),
             cores,
             shard: config.shard,
+            // `herd drive --json` writes every interval in its result.
+            keep_intervals: true,
         };
         let driver = tokio::spawn(herd_driver::run(scenario, opts));
         follow(&mut events, None, &mut watch, None).await?;
@@ -527,6 +529,8 @@ async fn record(
             events: Some(events_tx),
             cores,
             shard: config.shard,
+            // The store has every interval: the driver's memory stays flat.
+            keep_intervals: false,
         },
     ));
     if let (Some((at, clock)), Some(shard)) = (started, sharded) {

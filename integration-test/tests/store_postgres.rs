@@ -27,6 +27,7 @@ fn runs_recorded_in_postgresql_read_back_and_report() {
         let run = store.begin("pg", "pg.toml", 1_000).await.unwrap();
         for seq in 0..3u64 {
             let iv = herd_model::ProbeInterval {
+                rolled_up: None,
                 at_ns: 1_000 + seq * 1_000_000_000,
                 interval_ns: 1_000_000_000,
                 containers: vec![],

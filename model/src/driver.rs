@@ -225,6 +225,10 @@ pub struct DriverInterval {
     pub play: PlayStats,
     /// The driver's own health.
     pub driver: DriverHealth,
+    /// Set on a row that merges several intervals of the timeline (an hours-long run's
+    /// older part, `herd_model::rollup`): how many, and how many were saturated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rolled_up: Option<crate::rollup::RolledUp>,
 }
 
 /// A share of failed connects (of those tried) at or above which a run that did reach its

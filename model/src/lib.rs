@@ -16,6 +16,7 @@
 //!   kills, listen drops, conntrack, retransmits), the probe's cells for why a request was
 //!   slow.
 //! - [`merge`]: the exact merge of several shards' driver rows.
+//! - [`rollup`]: the exact merge of consecutive intervals of one timeline into a coarser one.
 #![deny(missing_docs)]
 
 pub mod driver;
@@ -23,6 +24,7 @@ pub mod histogram;
 pub mod merge;
 pub mod outcome;
 pub mod probe;
+pub mod rollup;
 pub mod run;
 pub mod seeding;
 pub mod shard;
@@ -42,6 +44,7 @@ pub use probe::{
     Throttling,
 };
 pub use probe_common::{Counter, HIST_BUCKETS, Log2Hist, Loss, N_COUNTERS, PairStats, RunqStats};
+pub use rollup::{RolledUp, RollupError};
 pub use run::{RunData, RunMeta, ShardInfo};
 pub use seeding::{CleanupRecord, SeedRecord, TableCount};
 pub use shard::{Shard, ShardError};

@@ -169,7 +169,7 @@ fn upper(parts: impl Iterator<Item = (Latency, u64)>) -> Latency {
     l
 }
 
-fn play<'a>(ps: impl Iterator<Item = &'a PlayStats>) -> PlayStats {
+pub(crate) fn play<'a>(ps: impl Iterator<Item = &'a PlayStats>) -> PlayStats {
     let ps: Vec<&PlayStats> = ps.collect();
     let mut groups = GroupStats::default();
     for p in &ps {
@@ -298,6 +298,11 @@ fn interval(ivs: &[&DriverInterval]) -> Result<DriverInterval, HistogramError> {
         connect_errors: sum(|i| i.connect_errors),
         play: play(ivs.iter().map(|i| &i.play)),
         driver: health,
+        // The shards' intervals cover the same time: the run's row stands for as many.
+        rolled_up: ivs
+            .iter()
+            .filter_map(|i| i.rolled_up)
+            .max_by_key(|r| r.intervals),
     })
 }
 
@@ -373,7 +378,17 @@ pub fn runs(parts: &[RunResult]) -> Result<RunResult, MergeError> {
         play: play(parts.iter().map(|r| &r.play)),
     })
     .map(|mut r: RunResult| {
-        r.saturated_intervals = r.intervals.iter().filter(|i| i.driver.saturated).count() as u64;
+        r.saturated_intervals = if r.intervals.is_empty() {
+            // Results stored without their timeline (the store's rows hold it): the shard
+            // saturated longest bounds the run's count from below.
+            parts
+                .iter()
+                .map(|p| p.saturated_intervals)
+                .max()
+                .unwrap_or(0)
+        } else {
+            r.intervals.iter().filter(|i| i.driver.saturated).count() as u64
+        };
         r
     })
 }

@@ -391,6 +391,10 @@ pub struct ProbeInterval {
     /// end of the interval: what lets the report follow a driver's target to its container.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub services: Vec<Service>,
+    /// Set on a row that merges several intervals of the timeline (an hours-long run's
+    /// older part, `herd_model::rollup`): how many.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rolled_up: Option<crate::rollup::RolledUp>,
 }
 
 impl ProbeInterval {

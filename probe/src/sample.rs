@@ -163,6 +163,7 @@ pub fn interval(
         });
     }
     ProbeInterval {
+        rolled_up: None,
         at_ns: cur.at_ns,
         interval_ns: cur.at_ns.saturating_sub(prev.at_ns),
         pairs,

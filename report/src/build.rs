@@ -1,5 +1,6 @@
 //! Building a [`Report`] from a run's rows: the model's tables, then the findings over them.
 
+use herd_model::RolledUp;
 use herd_model::{PhaseResult, RunData};
 
 use crate::{
@@ -64,6 +65,7 @@ impl Report {
             ));
         }
         notes.extend(shard_notes(&d.meta.shards));
+        notes.extend(super::model::resolution::note(d));
         if ops.iter().any(|o| o.histogram.is_none()) {
             notes.push(format!(
                 "Some latencies were {NO_HISTOGRAM}: their phase rows show the percentiles the \
@@ -92,8 +94,17 @@ impl Report {
                 requests,
                 errors: split.errors,
                 split,
-                saturated_intervals: d.driver.iter().filter(|i| i.driver.saturated).count() as u64,
-                probe_intervals: d.probe.len() as u64,
+                // A rolled-up row says how many intervals it holds and how many saturated.
+                saturated_intervals: d
+                    .driver
+                    .iter()
+                    .map(|i| RolledUp::of_driver(i).saturated)
+                    .sum(),
+                probe_intervals: d
+                    .probe
+                    .iter()
+                    .map(|i| RolledUp::of_probe(i).intervals)
+                    .sum(),
                 seeding: d
                     .seeded
                     .clone()

@@ -441,6 +441,7 @@ fn probe(t: u64, phase: Option<usize>, fixed: bool) -> ProbeInterval {
         pairs.push(hop("host", "127.0.0.1:38495", None, 0, gauges(1, 0)));
     }
     ProbeInterval {
+        rolled_up: None,
         at_ns: MONO0 + t * S - S / 2,
         interval_ns: S,
         containers: vec![gateway, backend_row, host],
@@ -502,6 +503,7 @@ pub(crate) fn fixture(fixed: bool) -> RunData {
             }
             let open = p.open.as_ref();
             driver.push(DriverInterval {
+                rolled_up: None,
                 index: t - 1,
                 end_ms: t * 1000,
                 duration_ms: 1000,

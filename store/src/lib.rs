@@ -14,11 +14,15 @@ use sqlx::{AnyPool, Row as _, any::AnyPoolOptions};
 
 mod owner;
 mod recorder;
+pub mod rollup;
 mod rows;
 mod shards;
 pub use owner::Owner;
-pub use recorder::{FINAL_RETRY, FIRST_BACKOFF, MAX_BACKOFF, Recorder, WRITE_TIMEOUT, Writer};
-pub use rows::{NODE_PROBE, Row, Rows, Source, merge_shards};
+pub use recorder::{
+    FINAL_RETRY, FIRST_BACKOFF, KEEP_BYTES, MAX_BACKOFF, MAX_PENDING_BYTES, Recorder,
+    WRITE_TIMEOUT, Writer,
+};
+pub use rows::{Continues, NODE_PROBE, Row, Rows, Source, merge_shards};
 pub use shards::{
     LOST, MissingShards, START_LEAD, ShardUsageError, StoreClock, TEST_CLOCK_OFFSET, wall_now,
 };
@@ -299,6 +303,20 @@ impl Store {
         at_ns: u64,
         body: &serde_json::Value,
     ) -> Result<()> {
+        self.put_row_text(run, shard, source, seq, at_ns, &body.to_string())
+            .await
+    }
+
+    /// [`Store::put_row`] of a body already encoded as JSON text.
+    pub(crate) async fn put_row_text(
+        &self,
+        run: i64,
+        shard: u32,
+        source: &str,
+        seq: u64,
+        at_ns: u64,
+        body: &str,
+    ) -> Result<()> {
         sqlx::query(
             "INSERT INTO herd_rows (run_id, source, seq, at_ns, body, shard) \
              VALUES ($1, $2, $3, $4, $5, $6)",
@@ -307,7 +325,7 @@ impl Store {
         .bind(source)
         .bind(seq as i64)
         .bind(at_ns as i64)
-        .bind(body.to_string())
+        .bind(body)
         .bind(i64::from(shard))
         .execute(&self.pool)
         .await
@@ -487,13 +505,21 @@ impl Store {
         };
         if meta.shards.is_empty() {
             let rows = by_shard.into_values().flatten().collect();
-            return Ok(with_nodes(Rows { meta, rows }.run_data()?));
+            return Ok(with_nodes(
+                Rows {
+                    meta,
+                    rows,
+                    continues: None,
+                }
+                .run_data()?,
+            ));
         }
         let mut parts = Vec::new();
         for (index, rows) in by_shard {
             let data = Rows {
                 meta: meta.clone(),
                 rows,
+                continues: None,
             }
             .run_data()?;
             if let Some(s) = meta.shards.iter_mut().find(|s| s.index == index) {
@@ -510,6 +536,60 @@ impl Store {
     /// id; returns it.
     pub async fn import(&self, saved: &Rows) -> Result<i64> {
         let m = &saved.meta;
+        if let Some(c) = saved.continues {
+            let here = sqlx::query("SELECT name, started_unix_ms FROM herd_runs WHERE id = $1")
+                .bind(c.run)
+                .fetch_optional(&self.pool)
+                .await?;
+            let same = match &here {
+                Some(r) => {
+                    r.try_get::<String, _>("name")? == m.name
+                        && r.try_get::<i64, _>("started_unix_ms")? == m.started_unix_ms
+                }
+                None => false,
+            };
+            if same {
+                // The store the run was recorded in holds its start: the saved rows are its
+                // end. Rows it already has (written just before it went down) stay once.
+                for r in saved
+                    .rows
+                    .iter()
+                    .filter(|r| r.source != Source::Owner.as_str())
+                {
+                    sqlx::query(
+                        "INSERT INTO herd_rows (run_id, source, seq, at_ns, body, shard) \
+                         VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+                    )
+                    .bind(c.run)
+                    .bind(&r.source)
+                    .bind(r.seq as i64)
+                    .bind(r.at_ns as i64)
+                    .bind(r.body.to_string())
+                    .bind(i64::from(c.shard))
+                    .execute(&self.pool)
+                    .await
+                    .with_context(|| format!("importing a {} row of run {}", r.source, c.run))?;
+                }
+                let status = if m.status == "running" {
+                    "interrupted"
+                } else {
+                    m.status.as_str()
+                };
+                if m.shards.is_empty() {
+                    self.finish(c.run, status).await?;
+                } else {
+                    self.finish_shard(c.run, c.shard, status).await?;
+                }
+                return Ok(c.run);
+            }
+            tracing::warn!(
+                "{} does not hold run {} (recorded {} ms after the epoch): the saved rows are \
+                 only its later part; they are imported as a run of their own",
+                redact(&self.url),
+                c.run,
+                m.started_unix_ms
+            );
+        }
         let meta = self
             .begin(&m.name, &m.scenario, m.mono_start_ns as u64)
             .await?;

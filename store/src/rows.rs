@@ -95,6 +95,19 @@ pub struct Rows {
     pub meta: RunMeta,
     /// Its rows, in the order they were recorded.
     pub rows: Vec<Row>,
+    /// Set when these are only the run's later rows (a long run whose store went down: the
+    /// earlier ones are in that store): the run they continue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continues: Option<Continues>,
+}
+
+/// The run (and writer) a set of saved rows continues.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Continues {
+    /// The run's id in the store it was recorded in.
+    pub run: i64,
+    /// The shard whose rows these are (0 for a run of one process).
+    pub shard: u32,
 }
 
 impl Rows {
@@ -107,7 +120,8 @@ impl Rows {
         rows.sort_by_key(|r| r.seq);
         rows.iter()
             .map(|r| {
-                serde_json::from_value(r.body.clone()).with_context(|| {
+                // From the borrowed value: no copy of every row's body.
+                T::deserialize(&r.body).with_context(|| {
                     format!(
                         "run {}: {} row {} does not decode",
                         self.meta.id, r.source, r.seq
@@ -246,6 +260,7 @@ mod tests {
                 row("step", 0, phase("step 1")),
                 row("phase", 1, phase("step 2")),
             ],
+            continues: None,
         };
         let data = rows.run_data().unwrap();
         let names: Vec<&str> = data.phases.iter().map(|p| p.phase.as_str()).collect();

@@ -55,6 +55,7 @@ async fn write_compare_reads_two_stored_runs_and_writes_both_pages() {
         let mut intervals = Vec::new();
         for i in 1..=2u64 {
             let iv = DriverInterval {
+                rolled_up: None,
                 index: i - 1,
                 end_ms: i * 1000,
                 duration_ms: 1000,
@@ -113,6 +114,7 @@ async fn write_compare_reads_two_stored_runs_and_writes_both_pages() {
                 waits: Default::default(),
             };
             let probe = ProbeInterval {
+                rolled_up: None,
                 at_ns: mono0 + i * 1_000_000_000,
                 interval_ns: 1_000_000_000,
                 containers: vec![ContainerInterval {

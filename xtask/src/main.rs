@@ -18,6 +18,7 @@ mod docker;
 mod fuzz;
 #[cfg(test)]
 mod graph;
+mod soak;
 mod vm;
 
 #[derive(Parser)]
@@ -46,6 +47,10 @@ enum Task {
     /// 100 000 requests and requests/s. `--scale`: 10 000 h2c players held 60 s, the driver's
     /// RSS and CPU.
     BenchDriver(bench_driver::Args),
+    /// Build herd in release mode and soak it: `herd run` for an hour (`--duration`) at 100 ms
+    /// intervals, probe on, 4 ops against a local nginx; herd's RSS and the store's size
+    /// every minute, then `herd report`'s time (root; docs/benchmarks.md, "Long runs").
+    Soak(soak::Args),
     /// The privileged integration tests alone: `local` on this host's kernel (root), `vm` on
     /// Debian's other kernels booted in QEMU with pure cgroup v2.
     #[command(subcommand)]
@@ -615,6 +620,18 @@ fn main() -> Result<()> {
         Task::Fuzz(args) => {
             setup()?;
             fuzz::fuzz(&root(), &nightly()?, &args)
+        }
+        Task::Soak(args) => {
+            let herd = match &args.herd {
+                Some(h) => std::path::absolute(h)?,
+                None => {
+                    status(cargo().args(["build", "--release", "--package", "herd"]))?;
+                    root().join("target/release/herd")
+                }
+            };
+            let table = soak::soak(&herd, &args)?;
+            println!("{table}");
+            Ok(())
         }
         Task::BenchProbe => {
             setup()?;

@@ -148,6 +148,8 @@ pub(crate) struct Setup {
     pub events: Option<UnboundedSender<DriverEvent>>,
     pub interval: Duration,
     pub cores: usize,
+    /// Keep every interval for the final result (else only their count: flat memory).
+    pub keep_intervals: bool,
     pub t0: Instant,
     pub started_unix_ms: u64,
 }
@@ -158,6 +160,9 @@ pub(crate) struct Aggregator {
     interval_rows: Vec<IntervalRow>,
     lag: Histogram<u64>,
     intervals: Vec<DriverInterval>,
+    /// Intervals so far, and how many of them saturated the driver (kept or not).
+    interval_count: u64,
+    saturated_count: u64,
     last_tick: Instant,
     last_cpu: Option<Duration>,
     last_counters: [u64; 3],
@@ -196,6 +201,8 @@ impl Aggregator {
             interval_rows,
             lag: new_histogram(),
             intervals: Vec::new(),
+            interval_count: 0,
+            saturated_count: 0,
             last_tick,
             last_cpu: health::process_cpu(),
             last_counters: [0; 3],
@@ -469,11 +476,12 @@ impl Aggregator {
                 .map(|(k, _)| k)
         });
         let report = DriverInterval {
+            rolled_up: None,
             phase: step.and_then(|k| self.s.phases.get(k)).map(|p| p.0.clone()),
             late_starts: starts[0] - self.last_starts[0],
             dropped_starts: starts[1] - self.last_starts[1],
             in_flight: self.s.live.in_flight.load(SeqCst),
-            index: self.intervals.len() as u64,
+            index: self.interval_count,
             end_ms: (now - self.s.t0).as_millis() as u64,
             duration_ms: elapsed.as_millis() as u64,
             phase_index: step,
@@ -495,7 +503,11 @@ impl Aggregator {
         };
         self.last_counters = counters;
         self.last_starts = starts;
-        self.intervals.push(report.clone());
+        self.interval_count += 1;
+        self.saturated_count += u64::from(report.driver.saturated);
+        if self.s.keep_intervals {
+            self.intervals.push(report.clone());
+        }
         self.emit(DriverEvent::Interval(report));
     }
 
@@ -529,8 +541,7 @@ impl Aggregator {
             connect_errors,
             connects_held,
             connect_backoff_ms,
-            saturated_intervals: self.intervals.iter().filter(|i| i.driver.saturated).count()
-                as u64,
+            saturated_intervals: self.saturated_count,
             phases,
             expected: self.s.expected.clone(),
             intervals: std::mem::take(&mut self.intervals),
@@ -598,6 +609,7 @@ mod tests {
             events: Some(events),
             interval: Duration::from_millis(50),
             cores: 2,
+            keep_intervals: true,
             t0: Instant::now(),
             started_unix_ms: 0,
         };

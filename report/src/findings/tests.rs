@@ -153,6 +153,7 @@ fn a_pool_flat_at_its_cap_while_latency_climbs_is_named() {
     let remote: std::net::SocketAddr = "198.18.0.6:5432".parse().unwrap();
     d.probe = (1..=6u64)
         .map(|i| ProbeInterval {
+            rolled_up: None,
             at_ns: mono0 + i * 1_000_000_000 - 500_000_000,
             interval_ns: 1_000_000_000,
             containers: vec![],

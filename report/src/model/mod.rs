@@ -8,6 +8,7 @@ mod finding;
 pub(crate) mod ops;
 pub(crate) mod pairs;
 pub mod play;
+pub(crate) mod resolution;
 pub(crate) mod slo;
 pub(crate) mod timeline;
 

@@ -36,6 +36,7 @@ pub(crate) fn data() -> RunData {
     };
     let driver = (1..=2)
         .map(|i| DriverInterval {
+            rolled_up: None,
             index: i - 1,
             end_ms: i * 1000,
             duration_ms: 1000,
@@ -58,6 +59,7 @@ pub(crate) fn data() -> RunData {
     counts[Counter::Connects as usize] = 100;
     let probe = (1..=2u64)
         .map(|i| ProbeInterval {
+            rolled_up: None,
             at_ns: mono0 + i * 1_000_000_000,
             interval_ns: 1_000_000_000,
             containers: vec![ContainerInterval {

@@ -165,10 +165,14 @@ fn container(p: &ProbeInterval, c: &herd_model::ContainerInterval) -> TimelineCo
     }
 }
 
-/// The probe interval that overlaps `[start, end)` (ns, monotonic) most.
+/// The probe interval that overlaps `[start, end)` (ns, monotonic) most. `probe` is in time
+/// order: the search starts at the first interval ending after `start` and stops at the
+/// first one starting at or after `end`, so a report's timeline costs n log n, not n².
 fn overlapping(probe: &[ProbeInterval], start: u64, end: u64) -> Option<&ProbeInterval> {
-    probe
+    let from = probe.partition_point(|p| p.at_ns <= start);
+    probe[from..]
         .iter()
+        .take_while(|p| p.at_ns.saturating_sub(p.interval_ns) < end)
         .map(|p| {
             let (ps, pe) = (p.at_ns.saturating_sub(p.interval_ns), p.at_ns);
             (p, pe.min(end).saturating_sub(ps.max(start)))
@@ -178,10 +182,52 @@ fn overlapping(probe: &[ProbeInterval], start: u64, end: u64) -> Option<&ProbeIn
         .map(|(p, _)| p)
 }
 
-/// One point per driver interval.
+/// The most points a timeline has: a longer run's rows are merged (exactly, as the store's
+/// roll-ups merge them) a few at a time, so charts and the JSON stay of bounded size.
+pub const MAX_POINTS: usize = 2_000;
+
+/// One point per driver interval (per row of the store: rolled-up rows stand for several),
+/// or per few of them when there are more than [`MAX_POINTS`].
 pub(crate) fn points(d: &RunData) -> Vec<TimelinePoint> {
+    if d.driver.len() <= MAX_POINTS {
+        return points_of(d, &d.driver, &d.probe);
+    }
+    let k = d.driver.len().div_ceil(MAX_POINTS);
+    let mut groups: Vec<Vec<DriverInterval>> = Vec::new();
+    for iv in &d.driver {
+        match groups.last_mut() {
+            Some(g) if g.len() < k && g[0].phase_index == iv.phase_index => g.push(iv.clone()),
+            _ => groups.push(vec![iv.clone()]),
+        }
+    }
     let mono0 = d.meta.mono_start_ns as u64;
-    d.driver
+    let mut driver = Vec::with_capacity(groups.len());
+    let mut probe = Vec::with_capacity(groups.len());
+    let mut next_probe = 0;
+    for g in groups {
+        let merged = herd_model::rollup::driver(&g)
+            .unwrap_or_else(|_| g.last().expect("groups are never empty").clone());
+        // The probe rows that end within the merged point, merged alike.
+        let end_ns = mono0 + merged.end_ms * 1_000_000;
+        let from = next_probe;
+        while next_probe < d.probe.len() && d.probe[next_probe].at_ns <= end_ns {
+            next_probe += 1;
+        }
+        if let Ok(p) = herd_model::rollup::probe(&d.probe[from..next_probe]) {
+            probe.push(p);
+        }
+        driver.push(merged);
+    }
+    points_of(d, &driver, &probe)
+}
+
+fn points_of(
+    d: &RunData,
+    driver: &[DriverInterval],
+    probe: &[ProbeInterval],
+) -> Vec<TimelinePoint> {
+    let mono0 = d.meta.mono_start_ns as u64;
+    driver
         .iter()
         .map(|iv| {
             let secs = (iv.duration_ms.max(1) as f64) / 1e3;
@@ -206,7 +252,7 @@ pub(crate) fn points(d: &RunData) -> Vec<TimelinePoint> {
                 split.add(o.split);
             }
             let probe = overlapping(
-                &d.probe,
+                probe,
                 mono0 + start_ms * 1_000_000,
                 mono0 + iv.end_ms * 1_000_000,
             );

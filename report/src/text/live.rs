@@ -604,6 +604,7 @@ mod tests {
     /// drain after the last step.
     fn sequence() -> Vec<DriverInterval> {
         let base = DriverInterval {
+            rolled_up: None,
             index: 0,
             end_ms: 1_000,
             duration_ms: 1_000,

@@ -234,6 +234,7 @@ mod tests {
             waits: Default::default(),
         };
         let iv = ProbeInterval {
+            rolled_up: None,
             at_ns: 1_000_000_000,
             interval_ns: 1_000_000_000,
             containers: vec![],

@@ -394,6 +394,7 @@ mod tests {
             record(&mut h, *v);
         }
         DriverInterval {
+            rolled_up: None,
             index: 0,
             end_ms: 1_000,
             duration_ms: 1_000,

@@ -1,0 +1,264 @@
+//! `cargo xtask soak`: an hours-long `herd run` at 100 ms intervals with the probe on, 4 ops
+//! against a local nginx at a modest rate, sampling herd's memory and the run store's size
+//! every minute, then timing `herd report` on the result (docs/benchmarks.md, "Long runs").
+//! Root (the probe); traffic on 127.0.0.1 only; nginx and herd are stopped on every exit.
+
+use std::{
+    fmt::Write as _,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+
+/// Options of `cargo xtask soak`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// How long herd drives, e.g. `1h`, `10m` (herd's duration syntax).
+    #[arg(long, default_value = "1h")]
+    pub duration: String,
+    /// The timeline's interval.
+    #[arg(long, default_value = "100ms")]
+    pub interval: String,
+    /// Players, each pausing `--think` between requests (20 × 50 ms ≈ 350 req/s).
+    #[arg(long, default_value_t = 20)]
+    pub players: usize,
+    /// Pause after each request.
+    #[arg(long, default_value = "50ms")]
+    pub think: String,
+    /// Where the run store, the report and the samples go.
+    #[arg(long, default_value = "target/soak")]
+    pub out: PathBuf,
+    /// Soak this herd binary instead of building target/release/herd first.
+    #[arg(long, value_name = "PATH")]
+    pub herd: Option<PathBuf>,
+}
+
+const PORT: u16 = 18_490;
+
+/// A child process stopped (SIGTERM, then waited for) on drop.
+struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe {
+            libc::kill(self.0.id() as i32, libc::SIGTERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn nginx_config(dir: &Path) -> String {
+    let d = dir.display();
+    format!(
+        "# Written by cargo xtask soak.
+daemon off;
+worker_processes 1;
+pid {d}/nginx.pid;
+error_log {d}/nginx-error.log warn;
+events {{ worker_connections 1024; }}
+http {{
+    access_log off;
+    keepalive_requests 1000000000;
+    keepalive_timeout 300s;
+    client_body_temp_path {d}/body;
+    proxy_temp_path {d}/proxy;
+    fastcgi_temp_path {d}/fastcgi;
+    uwsgi_temp_path {d}/uwsgi;
+    scgi_temp_path {d}/scgi;
+    server {{
+        listen 127.0.0.1:{PORT};
+        location /a {{ return 200 \"a\"; }}
+        location /b {{ return 200 \"bb\"; }}
+        location /c {{ return 201 \"ccc\"; }}
+        location /d {{ return 404 \"no\"; }}
+    }}
+}}
+"
+    )
+}
+
+fn scenario(args: &Args) -> String {
+    let ops: String = ["a", "b", "c", "d"]
+        .iter()
+        .map(|o| format!("[[op]]\nname = \"{o}\"\npath = \"/{o}\"\n\n"))
+        .collect();
+    format!(
+        "# Written by cargo xtask soak.
+[target]
+url = \"http://127.0.0.1:{PORT}\"
+
+[player]
+think = \"{}\"
+
+{ops}[outcome]
+expected = [\"http_4xx\"]
+
+[[step]]
+players = {}
+duration = \"{}\"
+",
+        args.think, args.players, args.duration
+    )
+}
+
+fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+fn file_len(p: &Path) -> u64 {
+    std::fs::metadata(p).map_or(0, |m| m.len())
+}
+
+/// Runs the soak with `herd` (a release build); returns the table of what it measured.
+pub fn soak(herd: &Path, args: &Args) -> Result<String> {
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("cargo xtask soak needs root: herd run attaches the kernel probe");
+    }
+    let dir = std::path::absolute(&args.out)?;
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir)
+            .with_context(|| format!("clearing the soak's directory {}", dir.display()))?;
+    }
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(dir.join("nginx.conf"), nginx_config(&dir))?;
+    std::fs::write(dir.join("soak.toml"), scenario(args))?;
+    let _nginx = Guard(
+        Command::new("nginx")
+            .args(["-c", &dir.join("nginx.conf").display().to_string()])
+            .args(["-p", &dir.display().to_string()])
+            .stdout(Stdio::null())
+            .spawn()
+            .context("starting nginx (cargo xtask setup installs it)")?,
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let log = std::fs::File::create(dir.join("herd-run.log"))?;
+    let started = Instant::now();
+    // The live view on (its memory is part of what is measured), drawn into /dev/null.
+    let mut herd_run = Guard(
+        Command::new(herd)
+            .args([
+                "run",
+                "soak.toml",
+                "--interval",
+                &args.interval,
+                "--out",
+                ".",
+            ])
+            .current_dir(&dir)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .context("starting herd run")?,
+    );
+    let pid = herd_run.0.id();
+    let db = dir.join("runs.db");
+    let wal = dir.join("runs.db-wal");
+    let mut samples = String::from("t_s,rss_kib,store_bytes\n");
+    let mut rows: Vec<(u64, u64, u64)> = Vec::new();
+    let mut next = Instant::now();
+    let status = loop {
+        if let Some(s) = herd_run.0.try_wait()? {
+            break s;
+        }
+        if Instant::now() >= next {
+            let t = started.elapsed().as_secs();
+            let rss = rss_kib(pid).unwrap_or(0);
+            let store = file_len(&db) + file_len(&wal);
+            writeln!(samples, "{t},{rss},{store}")?;
+            std::fs::write(dir.join("samples.csv"), &samples)?;
+            rows.push((t, rss, store));
+            next += Duration::from_secs(60);
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let ran = started.elapsed();
+    if !status.success() {
+        bail!(
+            "herd run exited with {status}: see {}",
+            dir.join("herd-run.log").display()
+        );
+    }
+    let store_end = file_len(&db);
+    let t0 = Instant::now();
+    let report = Command::new(herd)
+        .args(["report", "--out", "."])
+        .current_dir(&dir)
+        .output()
+        .context("running herd report")?;
+    let report_s = t0.elapsed().as_secs_f64();
+    if !report.status.success() {
+        bail!(
+            "herd report failed: {}",
+            String::from_utf8_lossy(&report.stderr)
+        );
+    }
+    Ok(table(&rows, ran, store_end, report_s))
+}
+
+fn table(rows: &[(u64, u64, u64)], ran: Duration, store_end: u64, report_s: f64) -> String {
+    let mib = |b: u64| b as f64 / (1 << 20) as f64;
+    let mut out = String::new();
+    let _ = writeln!(out, "| t (min) | herd run RSS (MiB) | store (MiB) |");
+    let _ = writeln!(out, "|---|---|---|");
+    for (t, rss, store) in rows
+        .iter()
+        .filter(|r| r.0 % 600 < 60 || r.0 == rows[1.min(rows.len() - 1)].0)
+    {
+        let _ = writeln!(
+            out,
+            "| {} | {:.1} | {:.1} |",
+            t / 60,
+            *rss as f64 / 1024.0,
+            mib(*store)
+        );
+    }
+    // Growth after the warm-up (the first 10 minutes: full resolution fills, the allocator
+    // settles) to the end.
+    let warm = rows.iter().find(|r| r.0 >= 600).or(rows.first());
+    let last = rows.last();
+    if let (Some(w), Some(l)) = (warm, last) {
+        let growth = (l.1 as f64 - w.1 as f64) / w.1.max(1) as f64 * 100.0;
+        let _ = writeln!(
+            out,
+            "\nRSS {:.1} MiB at {} min → {:.1} MiB at {} min: {growth:+.1} %",
+            w.1 as f64 / 1024.0,
+            w.0 / 60,
+            l.1 as f64 / 1024.0,
+            l.0 / 60
+        );
+        let hours = (l.0 - w.0) as f64 / 3600.0;
+        if hours > 0.0 {
+            let per_h = (l.2 as f64 - w.2 as f64) / hours;
+            let _ = writeln!(
+                out,
+                "store growth after {} min: {:.1} MiB/h; linear 24 h projection: {:.0} MiB",
+                w.0 / 60,
+                mib(per_h.max(0.0) as u64),
+                mib(l.2) + mib(per_h.max(0.0) as u64) * (24.0 - l.0 as f64 / 3600.0)
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "ran {:.1} min; store at the end {:.1} MiB; herd report {:.2} s",
+        ran.as_secs_f64() / 60.0,
+        mib(store_end),
+        report_s
+    );
+    out
+}
