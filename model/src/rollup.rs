@@ -25,13 +25,13 @@ use std::collections::BTreeMap;
 use crate::{
     driver::{DriverHealth, DriverInterval, IntervalOp},
     histogram::{HistogramError, LatencyHistogram, latency, new_histogram},
-    waits::{
-        ConntrackCell, ContainerWaits, ListenerCell, OomCell, PairWaits, Pressure, PsiCell,
-        RetransWindowCell, RunqCell, WaitWindow,
-    },
     probe::{
         ContainerInterval, CpuCell, CpuInterval, InboundCell, Log2Summary, Memory, PairGauges,
         PairInterval, ProbeInterval, SocketCell, Throttling,
+    },
+    waits::{
+        ConntrackCell, ContainerWaits, ListenerCell, OomCell, PairWaits, Pressure, PsiCell,
+        RetransWindowCell, RunqCell, WaitWindow,
     },
 };
 

@@ -173,12 +173,42 @@ pub fn interval(
     }
 }
 
+/// Whether a container's row says nothing: it ended at or before `since` (the interval's
+/// start) and nothing was counted or measured for it in the interval.
+pub(crate) fn gone(c: &ContainerInterval, since: u64) -> bool {
+    c.ended_ns.is_some_and(|e| e <= since)
+        && c.counts.0.iter().all(|&n| n == 0)
+        && !matches!(c.cpu, CpuCell::Measured(_))
+        && c.waits.runq.total_ns().unwrap_or(0) == 0
+        && c.waits.windows.iter().all(|w| w.runq_count == 0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use probe_common::Counter;
 
     use crate::containers::Container;
+
+    #[test]
+    fn an_ended_container_leaves_the_rows_once_it_has_nothing_to_say() {
+        let row = |ended_ns, connects| ContainerInterval {
+            container: "gw".into(),
+            counts: CountMap(counts(connects, 0)),
+            cpu: CpuCell::default(),
+            sockets: SocketCell::default(),
+            started_ns: None,
+            ended_ns,
+            waits: ContainerWaits::default(),
+        };
+        // Running, or ended in this interval: kept.
+        assert!(!gone(&row(None, 0), 100));
+        assert!(!gone(&row(Some(150), 0), 100));
+        // Ended before: gone, unless the kernel still counted for it.
+        assert!(gone(&row(Some(100), 0), 100));
+        assert!(gone(&row(Some(50), 0), 100));
+        assert!(!gone(&row(Some(50), 1), 100));
+    }
 
     fn counts(connects: u64, accepts: u64) -> crate::Counts {
         let mut c = [0; N_COUNTERS];

@@ -358,6 +358,11 @@ impl Sampler {
             }
             (c.waits.psi, c.waits.oom) = self.fill_psi_oom(&c.container);
         }
+        // A container that ended in an earlier interval leaves the rows, unless the kernel
+        // still counts for it (its sockets closing after it): an hours-long run on a host
+        // where containers come and go does not carry every one of them in every row.
+        let since = self.prev.at_ns;
+        iv.containers.retain(|c| !crate::sample::gone(c, since));
         for c in &iv.containers {
             match self.totals.iter_mut().find(|(n, _)| *n == c.container) {
                 Some((_, t)) => {
