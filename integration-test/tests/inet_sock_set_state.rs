@@ -281,6 +281,12 @@ fn syns_dropped_by_a_full_accept_queue_time_out_as_etimedout() {
     let after = settle(&probe);
     let expect = Expect::new(&before, &after);
     let cli = pair.client.cgroup_id;
+    let counted: Vec<_> = Counter::ALL
+        .iter()
+        .map(|c| (c.name(), delta(&before, &after, cli, *c)))
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    eprintln!("etimedout: the client's counts {counted:?}");
     expect.count(cli, Counter::ConnectTimedOut, 2);
     expect.count(cli, Counter::Connects, 3);
     // Each timed-out connect retransmitted its SYN once.
