@@ -10,6 +10,7 @@ pub(crate) mod pairs;
 pub mod play;
 pub(crate) mod slo;
 pub(crate) mod timeline;
+pub(crate) mod waits;
 
 use std::collections::BTreeMap;
 
@@ -22,6 +23,7 @@ pub use ops::{Latencies, LatencyCell, NO_HISTOGRAM, OpRow, OpTotal, Split, total
 pub use pairs::{DEFAULT_PAIR_ROWS, Log2Row, PairRow};
 pub use slo::SloRow;
 pub use timeline::{DriverPoint, TimelineContainer, TimelineOp, TimelinePoint};
+pub use waits::{ListenerRow, RetransPoint, RetransRow, WaitPoint, WaitsRow};
 
 use herd_model::{Outcome, PhaseResult, ProbeInterval};
 
