@@ -84,8 +84,14 @@ pub fn write_report(report: &Report, dir: &Path) -> Result<Written> {
     let timeline = dir.join(format!("run-{}-timeline.csv", report.run.id));
     std::fs::write(&timeline, export::csv::timeline(report))
         .with_context(|| format!("writing {}", timeline.display()))?;
+    let waits = dir.join(format!("run-{}-waits.csv", report.run.id));
+    std::fs::write(&waits, export::waits_csv::waits(report))
+        .with_context(|| format!("writing {}", waits.display()))?;
+    let retransmits = dir.join(format!("run-{}-retransmits.csv", report.run.id));
+    std::fs::write(&retransmits, export::waits_csv::retransmits(report))
+        .with_context(|| format!("writing {}", retransmits.display()))?;
     Ok(Written {
-        files: vec![md, html, json, ops, timeline],
+        files: vec![md, html, json, ops, timeline, waits, retransmits],
         slo_failed: report.slo.iter().any(|s| !s.pass),
         broken: broken_objectives(report),
     })
