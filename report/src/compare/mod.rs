@@ -169,6 +169,10 @@ pub struct Comparison {
     /// Both runs' per-container wait figures, what the container gates are checked on.
     #[serde(skip)]
     pub containers: [Vec<(String, crate::gate::ContainerFigures)>; 2],
+    /// Both runs' run-queue delay per container and probe interval (seconds, ms/s), for the
+    /// overlaid chart (each run's own JSON report has them).
+    #[serde(skip)]
+    pub runq: [Vec<(String, Vec<(f64, f64)>)>; 2],
 }
 
 /// The comparison JSON's schema version: bumped whenever a field changes meaning or goes.
@@ -490,5 +494,6 @@ pub fn compare(a: &Report, b: &Report) -> Comparison {
         timelines: [a.timeline.clone(), b.timeline.clone()],
         totals: [a.totals.clone(), b.totals.clone()],
         containers: [waits::container_figures(a), waits::container_figures(b)],
+        runq: [waits::runq_series(a), waits::runq_series(b)],
     }
 }

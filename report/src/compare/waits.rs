@@ -153,6 +153,42 @@ pub(super) fn retransmit_rows(a: &Report, b: &Report, rows: &mut Vec<Row>) {
     }
 }
 
+/// A run's run-queue delay per container, (seconds since its start, ms/s) per probe interval,
+/// for the overlaid chart.
+pub(super) fn runq_series(r: &Report) -> Vec<(String, Vec<(f64, f64)>)> {
+    let mut out: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+    for c in r
+        .containers
+        .iter()
+        .filter(|c| !c.container.ends_with(" nodes)"))
+    {
+        let points = c.waits.runq_points.iter().map(|p| (p.t_s, p.ms_per_s));
+        match out.iter_mut().find(|(n, _)| *n == c.container) {
+            Some((_, v)) => v.extend(points),
+            None => out.push((c.container.clone(), points.collect())),
+        }
+    }
+    for (_, v) in &mut out {
+        v.sort_by(|a, b| a.0.total_cmp(&b.0));
+    }
+    out
+}
+
+/// Both runs' run-queue delay by container on one chart, each container in the colour the
+/// other overlaid charts give it (`names`: their order).
+pub(super) fn runq_overlay(c: &Comparison, names: &[String]) -> Chart {
+    render::overlay_runs(c, "Run-queue delay, by container", "ms/s", &|i| {
+        names
+            .iter()
+            .enumerate()
+            .filter_map(|(k, n)| {
+                let (_, points) = c.runq[i].iter().find(|(m, _)| m == n)?;
+                (!points.is_empty()).then(|| Series::new(n.clone(), k, points.clone()))
+            })
+            .collect()
+    })
+}
+
 /// A run's per-container figures for the container gates.
 pub(super) fn container_figures(r: &Report) -> Vec<(String, ContainerFigures)> {
     let names = union_in_order(
