@@ -172,8 +172,12 @@ pub struct Comparison {
     /// Both runs' run-queue delay per container and probe interval (seconds, ms/s), for the
     /// overlaid chart (each run's own JSON report has them).
     #[serde(skip)]
-    pub runq: [Vec<(String, Vec<(f64, f64)>)>; 2],
+    pub runq: [RunqSeries; 2],
 }
+
+/// Per container, its run-queue delay per probe interval: (seconds since the run's start,
+/// ms per second).
+pub type RunqSeries = Vec<(String, Vec<(f64, f64)>)>;
 
 /// The comparison JSON's schema version: bumped whenever a field changes meaning or goes.
 pub const SCHEMA_VERSION: u32 = 1;

@@ -155,8 +155,8 @@ pub(super) fn retransmit_rows(a: &Report, b: &Report, rows: &mut Vec<Row>) {
 
 /// A run's run-queue delay per container, (seconds since its start, ms/s) per probe interval,
 /// for the overlaid chart.
-pub(super) fn runq_series(r: &Report) -> Vec<(String, Vec<(f64, f64)>)> {
-    let mut out: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+pub(super) fn runq_series(r: &Report) -> RunqSeries {
+    let mut out: RunqSeries = Vec::new();
     for c in r
         .containers
         .iter()
