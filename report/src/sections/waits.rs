@@ -97,6 +97,19 @@ pub(super) fn tables(b: &mut Vec<Block>, r: &Report) {
         2,
         "Kernel waits per step and container".into(),
     ));
+    if r.run.probe_intervals == 0 {
+        // One sentence for both tables: without the probe there is nothing per container.
+        let why = r
+            .notes
+            .iter()
+            .find_map(|n| n.strip_prefix("Kernel probe: "))
+            .unwrap_or("the probe recorded no interval");
+        b.push(Block::Para(Text::plain(format!(
+            "Not measured (run-queue delay, PSI, OOM kills, listen drops, conntrack, \
+             retransmits per pair): {why}."
+        ))));
+        return;
+    }
     if columns.is_empty() {
         let why = rows(r)
             .find_map(|row| match &row.waits.runq_total_ms {
@@ -314,5 +327,51 @@ pub(super) fn charts(b: &mut Vec<Block>, r: &Report) {
                 ],
             )));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn markdown_of(d: &herd_model::RunData) -> String {
+        crate::sections::markdown(&Report::build(d))
+    }
+
+    #[test]
+    fn without_the_probe_the_waits_are_one_sentence_with_the_reason() {
+        let mut d = crate::snapshot_tests::fixture(false);
+        d.probe.clear();
+        d.probe_missing = Some("the run was started with --no-probe".into());
+        let md = markdown_of(&d);
+        assert!(
+            md.contains(
+                "Not measured (run-queue delay, PSI, OOM kills, listen drops, conntrack, \
+                 retransmits per pair): the run was started with --no-probe."
+            ),
+            "{md}"
+        );
+        assert!(!md.contains("Retransmits per step"), "{md}");
+    }
+
+    #[test]
+    fn rows_recorded_before_the_waits_say_so_instead_of_zeros() {
+        let mut d = crate::snapshot_tests::fixture(false);
+        for iv in &mut d.probe {
+            for c in &mut iv.containers {
+                c.waits = Default::default();
+            }
+            for p in &mut iv.pairs {
+                p.waits = Default::default();
+            }
+        }
+        let md = markdown_of(&d);
+        assert!(md.contains("No wait was measured: not sampled."), "{md}");
+        assert!(md.contains(&format!(
+            "Retransmits per pair were not counted: {}.",
+            crate::model::waits::RETRANS_NOT_RECORDED
+        )));
+        let html = crate::sections::html(&Report::build(&d));
+        assert!(html.contains("no data: not sampled"), "the chart says why");
     }
 }
