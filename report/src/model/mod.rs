@@ -11,6 +11,7 @@ pub mod play;
 pub(crate) mod resolution;
 pub(crate) mod slo;
 pub(crate) mod timeline;
+pub(crate) mod waits;
 
 use std::collections::BTreeMap;
 
@@ -23,6 +24,7 @@ pub use ops::{Latencies, LatencyCell, NO_HISTOGRAM, OpRow, OpTotal, Split, total
 pub use pairs::{DEFAULT_PAIR_ROWS, Log2Row, PairRow};
 pub use slo::SloRow;
 pub use timeline::{DriverPoint, TimelineContainer, TimelineOp, TimelinePoint};
+pub use waits::{ListenerRow, RetransPoint, RetransRow, WaitPoint, WaitsRow};
 
 use herd_model::{Outcome, PhaseResult, ProbeInterval};
 

@@ -7,6 +7,7 @@ use crate::units::latency;
 use herd_model::PhaseKind;
 
 mod timeline;
+mod waits;
 
 pub(crate) use timeline::*;
 
@@ -125,6 +126,7 @@ pub fn document(r: &Report) -> Document {
     streams(&mut b, r);
     groups(&mut b, r);
     containers(&mut b, r);
+    waits::tables(&mut b, r);
     pairs(&mut b, r);
     if !r.notes.is_empty() {
         b.push(Block::Heading(2, "Notes".into()));
