@@ -587,6 +587,7 @@ mod tests {
         }
         IntervalOp {
             statuses,
+            slowest: Vec::new(),
             histogram: None,
             op: name.to_owned(),
             count,
@@ -630,6 +631,7 @@ mod tests {
             late_starts: 0,
             dropped_starts: 0,
             in_flight: 0,
+            clock_start_ns: None,
         };
         let mut second = base.clone();
         second.index = 1;
