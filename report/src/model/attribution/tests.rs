@@ -259,3 +259,27 @@ fn a_bounded_sample_says_how_many_of_the_slow_requests_it_kept() {
         s.waits[0].sentence
     );
 }
+
+#[test]
+fn the_section_shows_each_sentence_and_its_windows() {
+    let (d, mut totals, pairs) = run();
+    attribute(&d, &mut totals, &pairs);
+    let mut r = crate::Report::build(&crate::model::tests::data());
+    r.totals[0].slow = totals[0].slow.clone();
+    let md = crate::sections::markdown(&r);
+    assert!(md.contains("## Slow requests and their waits"), "{md}");
+    assert!(
+        md.contains(
+            "- Of game.state's 4 requests over 1.0ms (its whole-run p99), 2 (50.0 %) were in \
+             flight during a 100 ms window in which gateway was throttled."
+        ),
+        "{md}"
+    );
+    assert!(
+        md.contains("| game.state | throttled | gateway | 0.7–0.8 | throttled 30.0 ms | 2 |"),
+        "{md}"
+    );
+    // Without kept requests the section is left out.
+    r.totals[0].slow = None;
+    assert!(!crate::sections::markdown(&r).contains("Slow requests"));
+}
