@@ -273,7 +273,7 @@ fn sources(
 /// The phrase for a wait at `at` seen in windows of `res_ms`.
 fn during(kind: WaitKind, at: &str, res_ms: u64) -> String {
     let window = if res_ms < 1_000 {
-        format!("a {res_ms} ms window")
+        format!("a probe window (at most {res_ms} ms)")
     } else {
         format!("a {:.1} s probe interval", res_ms as f64 / 1e3)
     };

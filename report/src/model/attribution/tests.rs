@@ -181,7 +181,7 @@ fn each_slow_request_is_tied_to_the_waits_on_its_path_at_its_time() {
     assert_eq!(
         t.sentence,
         "Of game.state's 4 requests over 1.0ms (its whole-run p99), 2 (50.0 %) were in flight \
-         during a 100 ms window in which gateway was throttled."
+         during a probe window (at most 100 ms) in which gateway was throttled."
     );
     assert_eq!((t.share, t.resolution_ms, t.more_windows), (0.5, 100, 0));
     assert_eq!(
@@ -271,7 +271,7 @@ fn the_section_shows_each_sentence_and_its_windows() {
     assert!(
         md.contains(
             "- Of game.state's 4 requests over 1.0ms (its whole-run p99), 2 (50.0 %) were in \
-             flight during a 100 ms window in which gateway was throttled."
+             flight during a probe window (at most 100 ms) in which gateway was throttled."
         ),
         "{md}"
     );
