@@ -283,3 +283,22 @@ fn the_section_shows_each_sentence_and_its_windows() {
     r.totals[0].slow = None;
     assert!(!crate::sections::markdown(&r).contains("Slow requests"));
 }
+
+#[test]
+fn the_timeline_lines_driver_intervals_up_with_the_probe_on_the_drivers_clock() {
+    // The driver started 0.6 s after the run: its first interval (0.6–1.6 s of the run)
+    // overlaps the probe's second interval (1–2 s) most.
+    let mut d = crate::model::tests::data();
+    d.probe[1].containers[0].counts.0[herd_model::Counter::Connects as usize] = 500;
+    for iv in &mut d.driver {
+        iv.clock_start_ns = Some(MONO0 + ms(600));
+    }
+    let t = crate::model::timeline::points(&d);
+    assert_eq!(t[0].containers[0].connects_per_s, 500.0);
+    // Without it, the run's start: the first probe interval.
+    for iv in &mut d.driver {
+        iv.clock_start_ns = None;
+    }
+    let t = crate::model::timeline::points(&d);
+    assert_eq!(t[0].containers[0].connects_per_s, 100.0);
+}
