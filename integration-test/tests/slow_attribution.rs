@@ -1,7 +1,7 @@
 //! Slow requests tied to the waits they were in flight during, against a server the test
 //! throttles itself: python's `http.server` in a container whose CFS quota the test drops to
-//! 1 ms per 100 ms in two known windows, and which sleeps (no CPU, no throttling) in a third
-//! window, so the slow requests have two causes. `herd run` with the probe drives it; the
+//! 1 ms per 100 ms in two known windows, and which sleeps (no CPU, no throttling) in three
+//! requests between them, so the slow requests have two causes. `herd run` with the probe drives it; the
 //! share of the op's slow requests the report says were in flight while the server was
 //! throttled must equal the share the test computes from the same kept requests (the stored
 //! driver rows) and its own windows, on the same CLOCK_MONOTONIC.
@@ -25,12 +25,15 @@ const THROTTLED_US: u64 = 1_000;
 const PORT: u16 = 8080;
 
 /// The server: HTTP/1.1 keep-alive, no Nagle (its two writes would otherwise stall on the
-/// client's delayed ACK), a thread per connection; it sleeps 50–200 ms per request while the
-/// flag file exists, and prints `first` when the first request arrives.
+/// client's delayed ACK), a thread per connection. Once the flag file exists it sleeps 600 ms
+/// (no CPU) in its next 3 requests: slower than any throttled one, so they are always among
+/// the op's slow requests, beside the throttled ones. It prints `first` at the first request.
 const SERVER: &str = r#"
-import http.server, os, random, sys, time
+import http.server, os, sys, threading, time
 flag = sys.argv[3]
 first = [True]
+sleeps = [0]
+lock = threading.Lock()
 class H(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True
@@ -38,8 +41,11 @@ class H(http.server.BaseHTTPRequestHandler):
         if first[0]:
             first[0] = False
             print("first", flush=True)
-        if os.path.exists(flag):
-            time.sleep(random.uniform(0.05, 0.2))
+        with lock:
+            sleep = os.path.exists(flag) and sleeps[0] < 3
+            sleeps[0] += sleep
+        if sleep:
+            time.sleep(0.6)
         self.send_response(200)
         self.send_header("Content-Length", "2")
         self.end_headers()
@@ -142,7 +148,7 @@ fn the_share_of_slow_requests_in_flight_while_the_server_was_throttled_is_what_t
              [[step]]\nplayers = 4\nduration = \"11s\"\n"
         ),
     );
-    let mut run = herd_cmd()
+    let run = herd_cmd()
         .args(["run", "--quiet", "--interval", "1s", "--grace", "1s"])
         .arg("--container")
         .arg(format!("server={}", server.cgroup.display()))
@@ -162,7 +168,7 @@ fn the_share_of_slow_requests_in_flight_while_the_server_was_throttled_is_what_t
     let mut throttled = vec![quota.throttle_for(Duration::from_secs(2))];
     std::thread::sleep(Duration::from_secs(1));
     std::fs::write(&flag.0, "").unwrap();
-    std::thread::sleep(Duration::from_millis(1_500));
+    std::thread::sleep(Duration::from_secs(1));
     std::fs::remove_file(&flag.0).unwrap();
     std::thread::sleep(Duration::from_secs(1));
     throttled.push(quota.throttle_for(Duration::from_secs(2)));
@@ -227,7 +233,7 @@ fn the_share_of_slow_requests_in_flight_while_the_server_was_throttled_is_what_t
     );
     assert_eq!(slow.kept, kept);
     assert!(
-        in_throttle > 0 && slept > 0,
+        in_throttle > 0 && slept >= 3,
         "both causes must be among the slow requests for the share to mean something: \
          {in_throttle} throttled, {slept} slept"
     );
@@ -242,6 +248,21 @@ fn the_share_of_slow_requests_in_flight_while_the_server_was_throttled_is_what_t
         )),
         "{}",
         w.sentence
+    );
+    // herd run wrote the same into its Markdown and JSON.
+    let out = dir.join("out");
+    let md = std::fs::read_to_string(out.join(format!("run-{}.md", r.run.id))).unwrap();
+    assert!(md.contains(&w.sentence), "{md}");
+    let json: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join(format!("run-{}.json", r.run.id))).unwrap(),
+    )
+    .unwrap();
+    let waits = &json["totals"][0]["slow"]["waits"];
+    assert!(
+        waits.as_array().is_some_and(|ws| ws
+            .iter()
+            .any(|x| x["kind"] == "throttled" && x["requests"] == in_throttle)),
+        "{json:#}"
     );
     // Every evidence window lies within a throttle window the test made, to its 100 ms grid.
     let mono0 = d.meta.mono_start_ns as u64;

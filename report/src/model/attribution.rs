@@ -135,19 +135,15 @@ fn plural(n: u64, one: &str, many: &str) -> String {
 }
 
 /// Where to look: the containers, the pairs (source, address) and the listeners
-/// (container, port) of the request path, from the report's pair rows; `None` when the path
-/// is unknown.
-#[expect(
-    clippy::type_complexity,
-    reason = "three sets, used once, read where they are built"
-)]
-fn path(
-    pairs: &[PairRow],
-) -> Option<(
-    BTreeSet<String>,
-    BTreeSet<(String, String)>,
-    BTreeSet<(String, u16)>,
-)> {
+/// (container, port) of the request path, from the report's pair rows.
+struct OnPath {
+    containers: BTreeSet<String>,
+    hops: BTreeSet<(String, String)>,
+    listeners: BTreeSet<(String, u16)>,
+}
+
+/// The request path, or `None` when it is unknown (no pair has a churn ratio).
+fn path(pairs: &[PairRow]) -> Option<OnPath> {
     let on: Vec<&PairRow> = pairs
         .iter()
         .filter(|r| match &r.churn_ratio {
@@ -158,31 +154,26 @@ fn path(
     if on.is_empty() {
         return None;
     }
-    let mut containers = BTreeSet::new();
-    let mut hops = BTreeSet::new();
-    let mut listeners = BTreeSet::new();
+    let mut p = OnPath {
+        containers: BTreeSet::new(),
+        hops: BTreeSet::new(),
+        listeners: BTreeSet::new(),
+    };
     for r in on {
-        containers.insert(r.container.clone());
-        hops.insert((r.container.clone(), r.remote.clone()));
+        p.containers.insert(r.container.clone());
+        p.hops.insert((r.container.clone(), r.remote.clone()));
         if r.remote_container != "-" {
-            containers.insert(r.remote_container.clone());
+            p.containers.insert(r.remote_container.clone());
             if let Ok(a) = r.remote.parse::<std::net::SocketAddr>() {
-                listeners.insert((r.remote_container.clone(), a.port()));
+                p.listeners.insert((r.remote_container.clone(), a.port()));
             }
         }
     }
-    Some((containers, hops, listeners))
+    Some(p)
 }
 
 /// Every wait's windows on the path (or everywhere, `path` None).
-fn sources(
-    d: &RunData,
-    path: Option<&(
-        BTreeSet<String>,
-        BTreeSet<(String, String)>,
-        BTreeSet<(String, u16)>,
-    )>,
-) -> Vec<Source> {
+fn sources(d: &RunData, path: Option<&OnPath>) -> Vec<Source> {
     let mut by: BTreeMap<(WaitKind, String), Source> = BTreeMap::new();
     let mut add = |kind: WaitKind, at: &str, w: (u64, u64, String)| {
         by.entry((kind, at.to_owned()))
@@ -193,7 +184,7 @@ fn sources(
     for iv in &d.probe {
         let (iv_start, iv_end) = (iv.at_ns.saturating_sub(iv.interval_ns), iv.at_ns);
         for c in &iv.containers {
-            if path.is_some_and(|p| !p.0.contains(&c.container)) {
+            if path.is_some_and(|p| !p.containers.contains(&c.container)) {
                 continue;
             }
             let name = c.container.as_str();
@@ -230,7 +221,9 @@ fn sources(
             }
             if let ListenerCell::Measured { ports } = &c.waits.listeners {
                 for l in ports.iter().filter(|l| l.drops > 0) {
-                    if path.is_some_and(|p| !p.2.contains(&(c.container.clone(), l.local_port))) {
+                    if path.is_some_and(|p| {
+                        !p.listeners.contains(&(c.container.clone(), l.local_port))
+                    }) {
                         continue;
                     }
                     let at = format!("{name}:{}", l.local_port);
@@ -241,7 +234,7 @@ fn sources(
         }
         for p in &iv.pairs {
             let remote = p.remote.to_string();
-            if path.is_some_and(|x| !x.1.contains(&(p.container.clone(), remote.clone()))) {
+            if path.is_some_and(|x| !x.hops.contains(&(p.container.clone(), remote.clone()))) {
                 continue;
             }
             let at = match &p.remote_container {
