@@ -171,10 +171,26 @@ fn the_share_of_slow_requests_in_flight_while_the_server_was_throttled_is_what_t
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // The windows start from the first request the server sees: the driver is running.
-    line.clear();
-    out.read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), "first", "the server saw no request");
+    // The windows start from the first request the server sees: the driver is running. A
+    // herd that never sends one fails the test with its own words, not a hang.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = out.read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    match rx.recv_timeout(Duration::from_secs(30)) {
+        Ok(line) if line.trim() == "first" => {}
+        got => {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(run.id() as i32, libc::SIGKILL) };
+            let st = run.wait_with_output().unwrap();
+            panic!(
+                "the server saw no request within 30 s ({got:?}); herd run: {}",
+                String::from_utf8_lossy(&st.stderr)
+            );
+        }
+    }
     std::thread::sleep(Duration::from_millis(1_500));
     let mut throttled = vec![quota.throttle_for(Duration::from_secs(2))];
     std::thread::sleep(Duration::from_secs(1));
