@@ -279,6 +279,11 @@ fn the_section_shows_each_sentence_and_its_windows() {
         md.contains("| game.state | throttled | gateway | 0.7–0.8 | throttled 30.0 ms | 2 |"),
         "{md}"
     );
+    let html = crate::sections::html(&r);
+    assert!(
+        html.contains("Slow requests and their waits") && html.contains("throttled 30.0 ms"),
+        "{html}"
+    );
     // Without kept requests the section is left out.
     r.totals[0].slow = None;
     assert!(!crate::sections::markdown(&r).contains("Slow requests"));
