@@ -574,6 +574,7 @@ pub(crate) fn fixture(fixed: bool) -> RunData {
                     let warm = if t == 2 { 3.0 } else { 1.0 };
                     IntervalOp {
                         statuses: Default::default(),
+                        slowest: Vec::new(),
                         op: s.op,
                         count: s.count,
                         rate: s.rate,
@@ -619,6 +620,7 @@ pub(crate) fn fixture(fixed: bool) -> RunData {
                     lag_max_us: 800,
                     saturated: t == 8 && !fixed,
                 },
+                clock_start_ns: None,
             });
         }
         start += p.seconds;

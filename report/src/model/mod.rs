@@ -2,6 +2,7 @@
 //! phase × container, per destination pair, a timeline, objectives and findings. Built from a
 //! [`RunData`] by pure functions, so it is tested without root or timing luck.
 
+pub mod attribution;
 mod cell;
 pub(crate) mod containers;
 mod finding;

@@ -6,6 +6,7 @@
 use crate::units::latency;
 use herd_model::PhaseKind;
 
+mod slow;
 mod timeline;
 mod waits;
 
@@ -121,6 +122,7 @@ pub fn document(r: &Report) -> Document {
     timeline(&mut b, r);
     objectives(&mut b, r);
     ops(&mut b, r);
+    slow::slow(&mut b, r);
     catalog(&mut b, r);
     open_model(&mut b, r);
     streams(&mut b, r);

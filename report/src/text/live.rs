@@ -602,6 +602,7 @@ mod tests {
         }
         IntervalOp {
             statuses,
+            slowest: Vec::new(),
             histogram: None,
             op: name.to_owned(),
             count,
@@ -646,6 +647,7 @@ mod tests {
             late_starts: 0,
             dropped_starts: 0,
             in_flight: 0,
+            clock_start_ns: None,
         };
         let mut second = base.clone();
         second.index = 1;
