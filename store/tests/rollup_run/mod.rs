@@ -110,7 +110,7 @@ fn driver_events() -> Vec<DriverEvent> {
                                 latency_us: *us,
                             })
                             .collect();
-                        v.sort_by(|a, b| b.latency_us.cmp(&a.latency_us));
+                        v.sort_by_key(|r| std::cmp::Reverse(r.latency_us));
                         v
                     },
                 }
