@@ -223,6 +223,20 @@ fn retransmits_per_pair_and_syn_retries_equal_nstat_and_conntrack_its_files() {
             assert!(w.end_ns <= iv.at_ns && w.start_ns + iv.interval_ns >= iv.at_ns - 100_000_000);
         }
     }
+    // The report names the lossy pair, and only it, with the retransmits nstat counted.
+    let found = integration_test::findings::of_probe(vec![iv.clone()]);
+    let loss: Vec<_> = found.iter().filter(|f| f.kind == "packet_loss").collect();
+    assert_eq!(loss.len(), 1, "{found:#?}");
+    assert!(
+        loss[0].title.starts_with("client → ") && loss[0].title.contains(&format!("{ip}:9000")),
+        "{}",
+        loss[0].title
+    );
+    assert_eq!(
+        loss[0].numbers["retrans_segs"],
+        (segs - silent.waits.retrans_segs) as f64
+    );
+    eprintln!("{}", loss[0].title);
     // The SYN retries of the silent port: one second after the first SYN.
     let silent_windows: Vec<u64> = silent.waits.windows.iter().map(|w| w.start_ns).collect();
     assert!(!silent_windows.is_empty());
@@ -392,6 +406,29 @@ fn listen_drops_per_port_equal_the_namespaces_listen_drops_and_connects_wait_a_s
         "connect latency p50 <= {} us, max <= {} us; {slow} connects waited for a SYN retry",
         p.connect_latency_us.p50_le, p.connect_latency_us.max_le
     );
+    // The report names the listener, with the namespace's drops and the 1 s step.
+    let found = integration_test::findings::of_probe(vec![iv.clone()]);
+    let named: Vec<_> = found
+        .iter()
+        .filter(|f| f.kind == "accept_queue_overflow")
+        .collect();
+    assert_eq!(named.len(), 1, "{found:#?}");
+    assert!(
+        named[0]
+            .title
+            .starts_with("server port 9002: the accept queue (backlog 4) overflowed"),
+        "{}",
+        named[0].title
+    );
+    assert_eq!(named[0].numbers["drops"], drops as f64);
+    eprintln!(
+        "{} (client pair toward {:?})",
+        named[0].title, p.remote_container
+    );
+    if p.remote_container.as_deref() == Some("server") {
+        let steps = named[0].numbers["connects_1s"] + named[0].numbers["connects_3s"];
+        assert!(steps >= 1.0 && steps <= slow as f64, "{}", named[0].title);
+    }
     // The listener thread ends after its last accept; it is not joined, so a failure above
     // cannot hang the test.
     drop(server);

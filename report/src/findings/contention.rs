@@ -285,8 +285,8 @@ pub fn cpu_contention(d: &RunData) -> Vec<Finding> {
             format!(
                 "The threads were ready to run but no CPU was free, and the container was not \
                  held by its quota: the cores are shared with {}. Each wait sits inside the \
-                 requests the container is serving. More cores (or fewer neighbours on these cores, or CPU \
-                 pinning) help here; a larger quota alone does not.",
+                 requests the container is serving. More cores (or fewer neighbours on these \
+                 cores, or CPU pinning) help here; a larger quota alone does not.",
                 if others.is_empty() {
                     "other work on the host".to_owned()
                 } else {

@@ -154,8 +154,8 @@ pub fn packet_loss(d: &RunData) -> Vec<Finding> {
         }
         if data > 0 {
             evidence.push(format!(
-                "a data retransmit after a timeout waits at least Linux's minimum RTO, {MIN_RTO_MS} \
-                 ms (TCP_RTO_MIN)"
+                "a data retransmit after a timeout waits at least Linux's minimum RTO, \
+                 {MIN_RTO_MS} ms (TCP_RTO_MIN)"
             ));
             title.push_str(&format!(
                 "; each data retransmit after a timeout stalls its request {MIN_RTO_MS} ms or more"

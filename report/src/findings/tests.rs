@@ -1174,7 +1174,7 @@ fn a_one_step_run_at_its_quota_with_churn_names_the_chain() {
     assert!(
         all[0]
             .detail
-            .contains("Fix the churn (keep connections to the destination open: a larger idle pool) before sizing gateway's CPU"),
+            .contains("a larger idle pool) before sizing gateway's CPU"),
         "{}",
         all[0].detail
     );
