@@ -81,6 +81,23 @@ pub fn accept_queue_overflow(d: &RunData) -> Vec<Finding> {
                 }
             }
         }
+        // None resolved to this container (the probe could not map its address, e.g. a
+        // listener whose cgroup holds no process): the pairs toward its port whose
+        // destination is unresolved, said as such.
+        let mut unresolved = false;
+        if sources.is_empty() {
+            for a in &ats {
+                for p in &a.iv.pairs {
+                    if p.remote.port() == port && p.remote_container.is_none() {
+                        unresolved = true;
+                        h.add(&p.connect_latency_buckets);
+                        if !sources.contains(&p.container) {
+                            sources.push(p.container.clone());
+                        }
+                    }
+                }
+            }
+        }
         let (one_s, three_s, more) = steps(&h);
         let st = Steps {
             connects: h.count(),
@@ -117,9 +134,14 @@ pub fn accept_queue_overflow(d: &RunData) -> Vec<Finding> {
             span(first, e.last_s)
         );
         if st.connects > 0 {
+            let toward = if unresolved {
+                format!("port {port} (a destination not resolved to a container)")
+            } else {
+                format!("{container}:{port}")
+            };
             evidence.push(format!(
-                "connect latency toward {container}:{port} from {}: {} connects, {} took \
-                 512ms–2.1s (one SYN retry: 1 s), {} took 2.1–4.2s (two: 3 s), {} longer",
+                "connect latency toward {toward} from {}: {} connects, {} took 512ms–2.1s (one \
+                 SYN retry: 1 s), {} took 2.1–4.2s (two: 3 s), {} longer",
                 st.sources.join(", "),
                 n(st.connects),
                 n(st.one_s),

@@ -1022,6 +1022,22 @@ fn a_full_accept_queue_is_named_with_its_connect_steps_and_chained_to_a_throttle
          2.1–4.2s (two: 3 s)"
     );
     numbers_stand_in_the_evidence(&f[0]);
+    // A client pair whose destination the probe did not resolve to a container is matched by
+    // the port, and said so.
+    let mut blind = overflowing();
+    for iv in &mut blind.probe {
+        iv.pairs[0].remote_container = None;
+    }
+    let g = accept_queue_overflow(&blind);
+    assert_eq!(g[0].title, f[0].title);
+    assert!(
+        g[0].evidence.iter().any(|e| e.starts_with(
+            "connect latency toward port 9002 (a destination not resolved to a container) from \
+             client: 12 connects"
+        )),
+        "{:#?}",
+        g[0].evidence
+    );
     // The listener's container at its quota: the chain says to give it CPU first.
     let mut r = seeds_run();
     r.pairs.clear();
