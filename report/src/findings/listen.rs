@@ -190,6 +190,6 @@ pub fn accept_queue_overflow(d: &RunData) -> Vec<Finding> {
         .number("connects_3s", st.three_s as f64);
         found.push((e.drops, f));
     }
-    found.sort_by(|a, b| b.0.cmp(&a.0));
+    found.sort_by_key(|x| std::cmp::Reverse(x.0));
     found.into_iter().map(|(_, f)| f).collect()
 }

@@ -21,6 +21,30 @@ fn mib(bytes: u64) -> String {
     format!("{:.0} MiB", bytes as f64 / (1u64 << 20) as f64)
 }
 
+/// A container's OOM kills over the run.
+#[derive(Default)]
+struct Kills {
+    kills: u64,
+    /// One evidence row per interval with kills.
+    rows: Vec<String>,
+    /// Its memory high-water mark.
+    peak: Option<u64>,
+    /// The phase of its first kill.
+    first_phase: Option<String>,
+}
+
+/// A container's memory stalls in one phase.
+struct Stalls {
+    container: String,
+    phase: String,
+    wall_s: f64,
+    some_us: u64,
+    /// `None` once an interval had no `full` line.
+    full_us: Option<u64>,
+    from_s: f64,
+    to_s: f64,
+}
+
 /// The container's memory in an interval: (charged now, high-water mark).
 fn memory(c: &herd_model::ContainerInterval) -> Option<(u64, Option<u64>)> {
     match &c.cpu {
@@ -40,9 +64,7 @@ fn memory(c: &herd_model::ContainerInterval) -> Option<(u64, Option<u64>)> {
 /// plan too: a kill is never warm-up); the host row only for kills outside every container.
 pub fn oom_killed(d: &RunData) -> Vec<Finding> {
     let ats = intervals(d);
-    // (kills, rows of the intervals with kills, high-water mark, phase of the first kill).
-    let mut acc: BTreeMap<String, (u64, Vec<String>, Option<u64>, Option<String>)> =
-        BTreeMap::new();
+    let mut acc: BTreeMap<String, Kills> = BTreeMap::new();
     for a in &ats {
         for c in &a.iv.containers {
             let OomCell::Measured { oom_kills } = &c.waits.oom else {
@@ -51,14 +73,14 @@ pub fn oom_killed(d: &RunData) -> Vec<Finding> {
             let e = acc.entry(c.container.clone()).or_default();
             let mem = memory(c);
             if let Some((_, Some(p))) = mem {
-                e.2 = Some(e.2.unwrap_or(0).max(p));
+                e.peak = Some(e.peak.unwrap_or(0).max(p));
             }
             if *oom_kills == 0 {
                 continue;
             }
-            e.0 += oom_kills;
-            e.3.get_or_insert_with(|| a.phase.clone());
-            e.1.push(format!(
+            e.kills += oom_kills;
+            e.first_phase.get_or_insert_with(|| a.phase.clone());
+            e.rows.push(format!(
                 "{} ({}): {} OOM kills in {}{}",
                 span(a.start_s, a.end_s),
                 a.phase,
@@ -74,10 +96,16 @@ pub fn oom_killed(d: &RunData) -> Vec<Finding> {
     let in_containers: u64 = acc
         .iter()
         .filter(|(k, _)| k.as_str() != HOST)
-        .map(|(_, v)| v.0)
+        .map(|(_, v)| v.kills)
         .sum();
     let mut found = Vec::new();
-    for (name, (kills, mut rows, peak, phase)) in acc {
+    for (name, k) in acc {
+        let Kills {
+            kills,
+            mut rows,
+            peak,
+            first_phase: phase,
+        } = k;
         let (kills, outside) = if name == HOST {
             (kills.saturating_sub(in_containers), true)
         } else {
@@ -135,8 +163,7 @@ pub fn oom_killed(d: &RunData) -> Vec<Finding> {
 /// A container some task of which stalled on memory (PSI `memory` `some`: reclaim, refaults,
 /// swap-in) for at least a tenth of a phase's wall time: named with its worst phase.
 pub fn memory_pressure(d: &RunData) -> Vec<Finding> {
-    // (container, phase) → (wall s, some µs, full µs, first s, last s)
-    let mut acc: Vec<(String, String, f64, u64, Option<u64>, f64, f64)> = Vec::new();
+    let mut acc: Vec<Stalls> = Vec::new();
     for a in load(d) {
         for c in &a.iv.containers {
             if c.container == HOST {
@@ -150,61 +177,61 @@ pub fn memory_pressure(d: &RunData) -> Vec<Finding> {
             };
             let i = match acc
                 .iter()
-                .position(|x| x.0 == c.container && x.1 == a.phase)
+                .position(|x| x.container == c.container && x.phase == a.phase)
             {
                 Some(i) => i,
                 None => {
-                    acc.push((
-                        c.container.clone(),
-                        a.phase.clone(),
-                        0.0,
-                        0,
-                        Some(0),
-                        a.start_s,
-                        a.end_s,
-                    ));
+                    acc.push(Stalls {
+                        container: c.container.clone(),
+                        phase: a.phase.clone(),
+                        wall_s: 0.0,
+                        some_us: 0,
+                        full_us: Some(0),
+                        from_s: a.start_s,
+                        to_s: a.end_s,
+                    });
                     acc.len() - 1
                 }
             };
             let x = &mut acc[i];
-            x.2 += a.secs();
-            x.3 += m.some_us;
-            x.4 = match (x.4, m.full_us) {
+            x.wall_s += a.secs();
+            x.some_us += m.some_us;
+            x.full_us = match (x.full_us, m.full_us) {
                 (Some(s), Some(f)) => Some(s + f),
                 _ => None,
             };
-            x.6 = a.end_s;
+            x.to_s = a.end_s;
         }
     }
     let mut found: Vec<(f64, Finding)> = Vec::new();
-    let mut names: Vec<&str> = acc.iter().map(|x| x.0.as_str()).collect();
+    let mut names: Vec<&str> = acc.iter().map(|x| x.container.as_str()).collect();
     names.sort_unstable();
     names.dedup();
     for name in names {
         let worst = acc
             .iter()
-            .filter(|x| x.0 == name && x.2 >= 1.0)
-            .map(|x| (x.3 as f64 / 1e6 / x.2, x))
+            .filter(|x| x.container == name && x.wall_s >= 1.0)
+            .map(|x| (x.some_us as f64 / 1e6 / x.wall_s, x))
             .filter(|(share, _)| *share >= PRESSURE_SHARE)
             .max_by(|a, b| a.0.total_cmp(&b.0));
         let Some((share, x)) = worst else {
             continue;
         };
         let pct = share * 100.0;
-        let some = secs(x.3 as f64 / 1e6);
-        let full = x.4.map(|f| secs(f as f64 / 1e6));
+        let some = secs(x.some_us as f64 / 1e6);
+        let full = x.full_us.map(|f| secs(f as f64 / 1e6));
         let row = format!(
             "{name} in {}, {} ({} of wall time): memory pressure some {some} ({pct:.0} %), \
              full {}",
-            x.1,
-            span(x.5, x.6),
-            secs(x.2),
+            x.phase,
+            span(x.from_s, x.to_s),
+            secs(x.wall_s),
             full.clone().unwrap_or_else(|| "not measured".into())
         );
         let title = format!(
             "{name} stalled on memory {some} of {} in {} ({pct:.0} % of the time){}",
-            secs(x.2),
-            x.1,
+            secs(x.wall_s),
+            x.phase,
             match &full {
                 Some(f) => format!(", every task at once {f}"),
                 None => String::new(),
@@ -222,9 +249,9 @@ pub fn memory_pressure(d: &RunData) -> Vec<Finding> {
                 vec![row],
             )
             .about(name)
-            .in_phase(&x.1)
+            .in_phase(&x.phase)
             .number("memory_some_share", share)
-            .number("memory_some_s", x.3 as f64 / 1e6),
+            .number("memory_some_s", x.some_us as f64 / 1e6),
         ));
     }
     found.sort_by(|a, b| b.0.total_cmp(&a.0));
