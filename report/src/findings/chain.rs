@@ -16,7 +16,9 @@ pub fn causal_chain(r: &Report, found: &[Finding]) -> Option<Finding> {
     churn_chain(r, found).or_else(|| accept_chain(found))
 }
 
-/// Churn on a pair, its source at its quota, and what users saw in that phase. A source at
+/// Churn on a pair, its source at its quota, and what users saw in that phase (an objective
+/// broken, a collapse, the worst p99 doubled, or SYNs dropped at its own full accept queue).
+/// A source at
 /// its quota for seconds on end (`cpu_saturated`) makes the chain even when nothing in the
 /// run says what users saw change (a one-step run with no objective): its own phase's worst
 /// p99 is then the effect named.
@@ -40,6 +42,22 @@ fn churn_chain(r: &Report, found: &[Finding]) -> Option<Finding> {
             })
             .map(|f| (Some(quote(f)), effect_words(f)))
             .or_else(|| p99_rise(r, &phase).map(|(row, w)| (Some(row), w)))
+            // Its clients' SYNs dropped at its own full accept queue while it was throttled.
+            .or_else(|| {
+                found
+                    .iter()
+                    .find(|f| {
+                        f.kind == "accept_queue_overflow" && f.container.as_deref() == Some(src)
+                    })
+                    .map(|f| {
+                        let port = f.numbers.get("port").copied().unwrap_or(0.0);
+                        let drops = f.numbers.get("drops").copied().unwrap_or(0.0);
+                        (
+                            Some(quote(f)),
+                            format!("its accept queue on port {port:.0} dropped {drops:.0} SYNs"),
+                        )
+                    })
+            })
             .or_else(|| {
                 (cpu.kind == "cpu_saturated").then(|| match worst_p99(r, &phase) {
                     Some((row, w)) => (Some(row), w),

@@ -1057,6 +1057,28 @@ fn a_full_accept_queue_is_named_with_its_connect_steps_and_chained_to_a_throttle
     for f in &all {
         numbers_stand_in_the_evidence(f);
     }
+    // The same listener on the gateway that churns: the churn chain heads them, the
+    // overflow is what its clients saw.
+    let mut d = overflowing();
+    for iv in &mut d.probe {
+        iv.containers[0].container = "gateway".into();
+        iv.pairs[0].remote_container = Some("gateway".into());
+    }
+    let mut r = report(vec![pair(20_520, 0.53)], 38_640);
+    r.timeline = (0..20)
+        .map(|s| point(s as f64, 0, 200, 1_800.0, (0.5, 0.5, 0.9)))
+        .collect();
+    let all = detect(&r, &d);
+    assert!(
+        all[0].title.starts_with("Fix first: gateway → backend")
+            && all[0]
+                .title
+                .ends_with("and its accept queue on port 9002 dropped 2 SYNs"),
+        "{all:#?}"
+    );
+    for f in &all {
+        numbers_stand_in_the_evidence(f);
+    }
 }
 
 /// hog: 2 OOM kills in the second interval, memory pressure 0.3 s a second (full 0.1 s);
