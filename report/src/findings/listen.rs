@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use herd_model::waits::ListenerCell;
 use herd_model::{Log2Hist, RunData};
 
-use super::waits::{WHOLE_RUN, load, span};
+use super::waits::{WHOLE_RUN, count, load, span};
 use super::{Finding, n};
 
 #[derive(Default)]
@@ -127,10 +127,10 @@ pub fn accept_queue_overflow(d: &RunData) -> Vec<Finding> {
             .collect();
         evidence.push(format!("drops per phase: {}", per.join(", ")));
         let mut title = format!(
-            "{container} port {port}: the accept queue (backlog {}) overflowed, {} SYNs dropped \
+            "{container} port {port}: the accept queue (backlog {}) overflowed, {} dropped \
              ({})",
             n(e.backlog),
-            n(e.drops),
+            count(e.drops, "SYN", "SYNs"),
             span(first, e.last_s)
         );
         if st.connects > 0 {

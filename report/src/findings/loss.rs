@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use herd_model::{Log2Hist, RunData};
 
-use super::waits::{WHOLE_RUN, load, secs, span};
+use super::waits::{WHOLE_RUN, count, load, secs, span};
 use super::{Finding, n};
 
 /// Retransmitted segments under which a pair is left alone: a few are normal on any path.
@@ -138,12 +138,11 @@ pub fn packet_loss(d: &RunData) -> Vec<Finding> {
             evidence.push(format!("{src} → {dest}: srtt p50 {s}"));
         }
         let mut title = format!(
-            "{src} → {dest}: {} segments retransmitted ({rate:.2}/s over {} of load) — {} SYN \
-             retries, {} data retransmits",
+            "{src} → {dest}: {} segments retransmitted ({rate:.2}/s over {} of load) — {}, {}",
             n(e.retrans),
             secs(wall),
-            n(e.syn),
-            n(data)
+            count(e.syn, "SYN retry", "SYN retries"),
+            count(data, "data retransmit", "data retransmits")
         );
         if slow > 0 {
             title.push_str(&format!(

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use herd_model::waits::{OomCell, PsiCell};
 use herd_model::{CpuCell, Memory, RunData};
 
-use super::waits::{intervals, load, secs, span};
+use super::waits::{count, intervals, load, secs, span};
 use super::{Finding, n};
 
 /// The root cgroup's row: its count is the host's (`/proc/vmstat`), every container's kills
@@ -120,7 +120,10 @@ pub fn oom_killed(d: &RunData) -> Vec<Finding> {
             name.clone()
         };
         rows.truncate(12);
-        let mut title = format!("{who}: {} processes killed by the OOM killer", n(kills));
+        let mut title = format!(
+            "{who}: {} by the OOM killer",
+            count(kills, "process killed", "processes killed")
+        );
         if outside {
             rows.insert(
                 0,

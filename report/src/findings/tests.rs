@@ -1134,7 +1134,7 @@ fn oom_kills_and_memory_stalls_are_named_for_the_container() {
     assert_eq!(f.len(), 2, "{f:#?}");
     assert!(
         f.iter().any(|f| f.title
-            == "processes outside the named containers: 1 processes killed by the OOM killer \
+            == "processes outside the named containers: 1 process killed by the OOM killer \
                 (first in step 1)"),
         "{f:#?}"
     );

@@ -83,3 +83,8 @@ pub(super) fn secs(s: f64) -> String {
         format!("{s:.0} s")
     }
 }
+
+/// `n` and its noun, singular for one: `1 SYN retry`, `3 SYN retries`.
+pub(super) fn count(v: u64, one: &str, many: &str) -> String {
+    format!("{v} {}", if v == 1 { one } else { many })
+}
