@@ -15,6 +15,7 @@ mod listen;
 mod load;
 mod loss;
 mod memory;
+mod nagle;
 mod sockets;
 mod waits;
 
@@ -36,6 +37,7 @@ pub use load::{
 };
 pub use loss::packet_loss;
 pub use memory::{memory_pressure, oom_killed};
+pub use nagle::nagle_delayed_ack;
 pub use sockets::{churn_cliff, pool_pinned, stream_storm};
 
 /// A count as findings write it: digits, no separators, so the same figure reads the same
@@ -48,7 +50,7 @@ pub(crate) fn n(v: u64) -> String {
 /// comes first; then what lost requests outright (an unreachable target, OOM kills), the
 /// churn cliff, the CPU quota and a collapse, then the kernel-side waits that add latency
 /// (accept-queue overflows, a full conntrack table, packet loss, CPU contention, memory
-/// pressure), then the rest.
+/// pressure, the Nagle × delayed-ACK stall), then the rest.
 pub fn detect(r: &Report, d: &RunData) -> Vec<Finding> {
     let mut out = Vec::new();
     out.extend(target_unreachable(d));
@@ -62,6 +64,7 @@ pub fn detect(r: &Report, d: &RunData) -> Vec<Finding> {
     out.extend(packet_loss(d));
     out.extend(cpu_contention(d));
     out.extend(memory_pressure(d));
+    out.extend(nagle_delayed_ack(r));
     out.extend(driver_saturated(r));
     let warm = warm_up(d);
     out.extend(warm_up_across_phases(r, &warm));

@@ -446,7 +446,7 @@ fn every_finding_of_every_fixture_states_only_numbers_its_evidence_shows() {
             assert!(!f.evidence.is_empty(), "{name}: {} has no evidence", f.kind);
         }
     }
-    for r in [long_poll_bound(), cold_pool(true)] {
+    for r in [long_poll_bound(), cold_pool(true), nagle_run()] {
         for f in detect(&r, &crate::model::tests::data()) {
             kinds.insert(f.kind.clone());
             numbers_stand_in_the_evidence(&f);
@@ -495,6 +495,7 @@ fn every_finding_of_every_fixture_states_only_numbers_its_evidence_shows() {
         "oom_killed",
         "memory_pressure",
         "conntrack_exhaustion",
+        "nagle_delayed_ack",
     ] {
         assert!(kinds.contains(k), "no fixture exercises {k}: {kinds:?}");
     }
@@ -1250,4 +1251,47 @@ fn the_churn_cliff_stays_first_among_the_waits() {
     for f in &all {
         numbers_stand_in_the_evidence(f);
     }
+}
+
+/// game.state at 41 ms p50 (43 ms p90) over 400 requests on a request path whose srtt p50
+/// is 50 µs.
+fn nagle_run() -> Report {
+    let mut r = Report::build(&crate::snapshot_tests::fixture(false));
+    let mut o = r.ops.first().cloned().expect("the fixture has op rows");
+    o.phase = "step 1".into();
+    o.op = "game.state".into();
+    o.count = 400;
+    o.latency.p50_us = 41_000;
+    o.latency.p90_us = 43_000;
+    o.latency.p99_us = 47_000;
+    r.ops = vec![o];
+    let mut p = pair(500, 0.01);
+    p.srtt_p50_us = Cell::Value(50.0);
+    r.pairs = vec![p];
+    r
+}
+
+#[test]
+fn requests_at_the_delayed_ack_timer_on_a_sub_millisecond_path_are_named_as_nagle() {
+    let r = nagle_run();
+    let f = nagle_delayed_ack(&r);
+    assert_eq!(f.len(), 1, "{f:#?}");
+    assert_eq!(
+        f[0].title,
+        "game.state in step 1: p50 41ms, p90 43ms on a path whose srtt p50 is 50µs — the 40ms \
+         of a delayed ACK behind Nagle's algorithm, likely"
+    );
+    numbers_stand_in_the_evidence(&f[0]);
+    // A path whose round trip is itself milliseconds long: nothing is said.
+    let mut far = nagle_run();
+    far.pairs[0].srtt_p50_us = Cell::Value(20_000.0);
+    assert!(nagle_delayed_ack(&far).is_empty());
+    // Latencies spread wide are not one timer.
+    let mut wide = nagle_run();
+    wide.ops[0].latency.p90_us = 90_000;
+    assert!(nagle_delayed_ack(&wide).is_empty());
+    // Without an srtt reading on the request path there is no evidence.
+    let mut blind = nagle_run();
+    blind.pairs[0].srtt_p50_us = Cell::Missing("not sampled".into());
+    assert!(nagle_delayed_ack(&blind).is_empty());
 }

@@ -12,7 +12,7 @@ pub struct Finding {
     /// `throughput_collapse`, `pool_pinned`, `slo_breach_without_errors`, `driver_saturated`,
     /// `warm_up`, `stream_storm`, `target_unreachable`, `integrity_failures`, `latency_not_cpu`,
     /// `oom_killed`, `accept_queue_overflow`, `conntrack_exhaustion`, `packet_loss`,
-    /// `cpu_contention`, `memory_pressure`.
+    /// `cpu_contention`, `memory_pressure`, `nagle_delayed_ack`.
     pub kind: String,
     /// One line, with the numbers.
     pub title: String,
