@@ -10,8 +10,9 @@ use herd_model::{Log2Hist, RunData};
 use super::waits::{WHOLE_RUN, count, load, secs, span};
 use super::{Finding, n};
 
-/// Retransmitted segments under which a pair is left alone: a few are normal on any path.
-const MIN_RETRANS: u64 = 10;
+/// Retransmitted segments under which a pair is left alone: a connect or two retried is
+/// the target's failure (`target_unreachable`), not loss; five stalls of 200 ms or more are.
+const MIN_RETRANS: u64 = 5;
 
 /// Retransmits per second of the load under which a pair is left alone (a long run's
 /// handful is not loss worth a finding).
@@ -44,7 +45,7 @@ pub(super) fn slow_connects(h: &Log2Hist) -> u64 {
     h.0[SLOW_CONNECT_BUCKET..].iter().sum()
 }
 
-/// A pair that retransmitted at least 10 segments, and at least one every 20 s of the load:
+/// A pair that retransmitted at least 5 segments, and at least one every 20 s of the load:
 /// named with its SYN retries (and the connects that took 512 ms or more) apart from its
 /// data retransmits, when they happened, and the path's round-trip time beside them.
 pub fn packet_loss(d: &RunData) -> Vec<Finding> {

@@ -892,7 +892,8 @@ fn threads_waiting_for_a_cpu_without_a_quota_are_contention_and_not_latency_not_
 }
 
 /// client → server: 17 data retransmits a second toward the echo port (srtt 50 µs), and
-/// one SYN retry a second toward a silent port, its connects taking a second.
+/// one SYN retry a second toward a silent port, its connects taking a second (2 in all:
+/// under the 5 a pair needs to be named).
 fn lossy() -> RunData {
     let server: std::net::SocketAddr = "198.18.0.2:9000".parse().unwrap();
     let silent: std::net::SocketAddr = "198.18.0.2:9001".parse().unwrap();
