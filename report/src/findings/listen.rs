@@ -112,10 +112,20 @@ pub fn accept_queue_overflow(d: &RunData) -> Vec<Finding> {
             .max_by_key(|(_, v)| **v)
             .map_or(WHOLE_RUN.to_owned(), |(k, _)| k.clone());
         let mut evidence = vec![format!(
-            "{container} port {port}: {} SYNs or handshake ACKs dropped at the listener in {} \
-             intervals, {}; backlog {}, fullest accept queue seen {}",
+            "{container} port {port}: {} {} dropped at the listener in {} {}, {}; backlog {}, \
+             fullest accept queue seen {}",
             n(e.drops),
+            if e.drops == 1 {
+                "SYN or handshake ACK"
+            } else {
+                "SYNs or handshake ACKs"
+            },
             n(e.intervals),
+            if e.intervals == 1 {
+                "interval"
+            } else {
+                "intervals"
+            },
             span(first, e.last_s),
             n(e.backlog),
             n(e.queue_peak)
