@@ -216,7 +216,20 @@ impl Sampler {
             }
         }
         let own = runq.as_ref().is_some_and(|r| r.contains_key(&OWN_TGID_KEY));
-        for name in names.iter().copied().chain(own.then_some(crate::OWN_ROW)) {
+        // An ended container's windows stop with its end (its row leaves after it).
+        let ended: Vec<&str> = self
+            .set
+            .containers()
+            .iter()
+            .filter(|c| c.ended_ns.is_some_and(|e| e < now))
+            .map(|c| c.name.as_str())
+            .collect();
+        for name in names
+            .iter()
+            .copied()
+            .filter(|n| !ended.contains(n))
+            .chain(own.then_some(crate::OWN_ROW))
+        {
             let throttled = self
                 .cpu
                 .get(name)
@@ -362,7 +375,23 @@ impl Sampler {
         // still counts for it (its sockets closing after it): an hours-long run on a host
         // where containers come and go does not carry every one of them in every row.
         let since = self.prev.at_ns;
-        iv.containers.retain(|c| !crate::sample::gone(c, since));
+        let mut left = Vec::new();
+        iv.containers.retain(|c| {
+            let gone = crate::sample::gone(c, since);
+            if gone {
+                left.push(c.container.clone());
+            }
+            !gone
+        });
+        // What was kept to sample them goes with them (their running totals stay: counters).
+        for name in &left {
+            self.windows.open.remove(name);
+            self.windows.last.remove(name);
+            self.cpu.remove(name);
+            self.cpu_missing.remove(name);
+            self.wait_sources.remove(name);
+            self.wait_prev.remove(name);
+        }
         for c in &iv.containers {
             match self.totals.iter_mut().find(|(n, _)| *n == c.container) {
                 Some((_, t)) => {
