@@ -29,6 +29,10 @@ use herd_model::{
     },
 };
 
+/// Most pairs per container and interval known only from open sockets (no kernel event in
+/// the interval): the busiest by sockets (docs/probes-sockets.md).
+pub const MAX_GAUGE_PAIRS: usize = 64;
+
 /// Samples the kernel maps into intervals.
 pub struct Sampler {
     /// The kernel probe, or a fake in tests; read once per interval, so a virtual call is
@@ -403,7 +407,13 @@ impl Sampler {
             }
         }
         self.attach_sockets(&mut iv);
-        for p in &iv.pairs {
+        // Running totals of the pairs the kernel counted something for (a pair known only
+        // from open sockets adds nothing to a counter).
+        for p in iv
+            .pairs
+            .iter()
+            .filter(|p| p.stats() != PairStats::default())
+        {
             let key = (p.container.clone(), p.remote);
             let slot = self.pair_totals.entry(key).or_default();
             slot.0 = p.remote_container.clone();
@@ -550,14 +560,28 @@ impl Sampler {
             }
         }
         for (container, s) in &samples {
-            for d in &s.gauges.destinations {
-                if iv
-                    .pairs
-                    .iter()
-                    .any(|p| &p.container == container && p.remote == d.remote)
-                {
-                    continue;
-                }
+            // Destinations the kernel saw no event for in the interval (open connections
+            // only): the busiest MAX_GAUGE_PAIRS of them. A host holding connections to
+            // thousands of ports would otherwise put thousands of pairs in every row; the
+            // container's row keeps the totals and the tightest headroom whatever is left out.
+            let mut quiet: Vec<&crate::sockdiag::DestinationGauges> = s
+                .gauges
+                .destinations
+                .iter()
+                .filter(|d| {
+                    !iv.pairs
+                        .iter()
+                        .any(|p| &p.container == container && p.remote == d.remote)
+                })
+                .collect();
+            quiet.sort_by_key(|d| {
+                std::cmp::Reverse((
+                    d.established + d.syn_sent + d.time_wait + d.other,
+                    d.ports_in_use,
+                ))
+            });
+            quiet.truncate(MAX_GAUGE_PAIRS);
+            for d in quiet {
                 iv.pairs.push(herd_model::PairInterval::gauges_only(
                     container.clone(),
                     d.remote,
