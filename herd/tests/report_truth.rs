@@ -1,6 +1,6 @@
 //! Ground truth for the report's latencies, and the exit codes of a crossed limit:
 //! `herd run --no-probe` against a loopback server whose delays are known (rate 1: every
-//! request 50 ms; rate 2: every 33rd request 250 ms, the rest 50 ms); the report's p50 and
+//! request 50 ms; rate 2: every 33rd request 600 ms, the rest 50 ms); the report's p50 and
 //! p99, whole-run and per step, equal the percentiles of the server's own delays within the
 //! histogram's precision plus loopback overhead; the whole-run histogram is the merge of the
 //! interval histograms; a broken objective exits 99 and says which; `herd compare
@@ -33,13 +33,13 @@ const SECOND: u64 = 2 * RATE;
 const OVERHEAD_US: u64 = 25_000;
 /// A p99 of 100 requests is their second slowest, so two requests the host stalled move it:
 /// 119 ms for rate 1's 50 ms once, while two release builds shared the 2 cores. The wrong
-/// answers this test is for are further off than this allowance: rate 2's 250 ms requests
-/// counted into rate 1 (200 ms above), or a whole-run p99 that is a mean of the phases'
-/// (150 ms, below the 250 ms floor).
+/// answers this test is for are further off than this allowance: rate 2's 600 ms requests
+/// counted into rate 1 (550 ms above), or a whole-run p99 that is a mean of the phases'
+/// (325 ms, below the 600 ms floor).
 const P99_OVERHEAD_US: u64 = 90_000;
 
 /// The server: `/q` answers after the delay the test sets for the request's number on the
-/// path (`fast_ms` for the first [`FIRST`], then 250 ms for every 33rd, `fast_ms` for the
+/// path (`fast_ms` for the first [`FIRST`], then 600 ms for every 33rd, `fast_ms` for the
 /// rest), and keeps each delay it applied, in order, as its ground truth.
 fn serve(fast_ms: Arc<AtomicU64>) -> (Server, Arc<Mutex<Vec<u64>>>) {
     let delays = Arc::new(Mutex::new(Vec::new()));
@@ -50,7 +50,7 @@ fn serve(fast_ms: Arc<AtomicU64>) -> (Server, Arc<Mutex<Vec<u64>>>) {
             let i = n.fetch_add(1, SeqCst) + 1;
             let fast = fast_ms.load(SeqCst) * 1000;
             let d = if i > FIRST && (i - FIRST).is_multiple_of(33) {
-                250_000
+                600_000
             } else {
                 fast
             };
@@ -120,7 +120,7 @@ fn the_reports_percentiles_are_the_servers_delays_and_crossed_limits_exit_99() {
         format!(
             "[target]\nurl = \"{}\"\n\
              [[op]]\nname = \"q\"\npath = \"/q\"\n\
-             [slo]\nq = \"p99 < 200ms\"\n\
+             [slo]\nq = \"p99 < 500ms\"\n\
              [[rate]]\nrate = {RATE}\nduration = \"1s\"\n\
              [[rate]]\nrate = {RATE}\nduration = \"2s\"\n",
             server.url()
@@ -145,7 +145,8 @@ fn the_reports_percentiles_are_the_servers_delays_and_crossed_limits_exit_99() {
         )
     };
 
-    // Run 1: rate 2's slow requests break `p99 < 200ms`: exit 99, and the objective named
+    // Run 1: rate 2's slow requests (600 ms) break `p99 < 500ms`, while rate 1's 50 ms ones keep
+    // it with room for a host that stalls a request a few hundred ms: exit 99, and the objective named
     // with its phase, limit and measured value.
     let hdr = dir.join("hdr");
     let first = run(&out, &hdr);
@@ -153,9 +154,9 @@ fn the_reports_percentiles_are_the_servers_delays_and_crossed_limits_exit_99() {
     let stderr = String::from_utf8_lossy(&first.stderr);
     let line = stderr
         .lines()
-        .find(|l| l.contains("q in rate 2: `p99 < 200ms` broken: measured "))
+        .find(|l| l.contains("q in rate 2: `p99 < 500ms` broken: measured "))
         .unwrap_or_else(|| panic!("{}", say(&first)));
-    assert!(line.ends_with("limit 200ms"), "{line}");
+    assert!(line.ends_with("limit 500ms"), "{line}");
     assert!(!stderr.contains("q in rate 1:"), "rate 1 kept it: {stderr}");
     assert!(stderr.contains("broke an SLO"), "{stderr}");
 
@@ -163,7 +164,7 @@ fn the_reports_percentiles_are_the_servers_delays_and_crossed_limits_exit_99() {
     assert_eq!(truth.len() as u64, FIRST + SECOND, "every arrival sent");
     let (t1, t2) = truth.split_at(FIRST as usize);
     assert_eq!(
-        t2.iter().filter(|d| **d == 250_000).count(),
+        t2.iter().filter(|d| **d == 600_000).count(),
         6,
         "3 % of rate 2"
     );
@@ -187,7 +188,7 @@ fn the_reports_percentiles_are_the_servers_delays_and_crossed_limits_exit_99() {
     assert_close("whole-run p50", p50, quantile(&truth, 0.5));
     assert_close_p99("whole-run p99", us(lat, "p99_us"), quantile(&truth, 0.99));
     // The max is the one request the host delayed most: only its floor is known.
-    assert!(us(lat, "max_us") >= 250_000 - 250, "{lat}");
+    assert!(us(lat, "max_us") >= 600_000 - 250, "{lat}");
     for (phase, t) in [("rate 1", t1), ("rate 2", t2)] {
         let row = json["ops"]
             .as_array()
@@ -287,7 +288,7 @@ fn the_reports_percentiles_are_the_servers_delays_and_crossed_limits_exit_99() {
         "{timeline}"
     );
 
-    // Run 2: every fast reply 100 ms instead of 50: p50 doubles, p99 stays at 250 ms. Its
+    // Run 2: every fast reply 100 ms instead of 50: p50 doubles, p99 stays at 600 ms. Its
     // --hdr-log names a path under a file: herd says so and exits 1, and the run is
     // recorded anyway (the comparison below reads it).
     fast_ms.store(100, SeqCst);
@@ -336,7 +337,7 @@ fn the_reports_percentiles_are_the_servers_delays_and_crossed_limits_exit_99() {
     let bad = compare(&["p99 ten"]);
     assert_eq!(bad.status.code(), Some(2), "{}", say(&bad));
     assert!(
-        String::from_utf8_lossy(&bad.stderr).contains("[OP] METRIC CHANGE"),
+        String::from_utf8_lossy(&bad.stderr).contains("METRIC CHANGE"),
         "{}",
         say(&bad)
     );
