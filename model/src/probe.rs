@@ -185,6 +185,24 @@ impl serde::Serialize for CountMap {
     }
 }
 
+// A pair row leaves out what is zero or empty (most pairs of an interval count nothing but
+// their open sockets): the row reads back the same, in a third of the bytes.
+fn zero(n: &u64) -> bool {
+    *n == 0
+}
+
+fn empty_summary(s: &Log2Summary) -> bool {
+    s.count == 0 && *s == Log2Summary::default()
+}
+
+fn empty_hist(h: &Log2Hist) -> bool {
+    h.0.iter().all(|&n| n == 0)
+}
+
+fn no_waits(w: &PairWaits) -> bool {
+    *w == PairWaits::default()
+}
+
 /// Percentiles read off a log2 histogram: each value is the upper bound of the bucket the
 /// percentile falls in (so "p99 ≤ 128 µs"), which is all a log2 histogram can say honestly.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -221,26 +239,34 @@ pub struct PairInterval {
     /// The container that owns the destination address, when known.
     pub remote_container: Option<String>,
     /// New connections (SYNs sent).
+    #[serde(default, skip_serializing_if = "zero")]
     pub connects: u64,
     /// Handshakes completed.
+    #[serde(default, skip_serializing_if = "zero")]
     pub established: u64,
     /// TIME_WAIT entries of these connections.
+    #[serde(default, skip_serializing_if = "zero")]
     pub time_wait_entries: u64,
     /// Connections closed (with a known open time).
+    #[serde(default, skip_serializing_if = "zero")]
     pub closed: u64,
     /// Connect latency (SYN sent → ESTABLISHED), microseconds.
+    #[serde(default, skip_serializing_if = "empty_summary")]
     pub connect_latency_us: Log2Summary,
     /// Lifetime (SYN sent → CLOSE) of connections closed in the interval, milliseconds.
+    #[serde(default, skip_serializing_if = "empty_summary")]
     pub lifetime_ms: Log2Summary,
     /// Connect latency histogram (µs), for merging intervals exactly.
+    #[serde(default, skip_serializing_if = "empty_hist")]
     pub connect_latency_buckets: Log2Hist,
     /// Lifetime histogram (ms), for merging intervals exactly.
+    #[serde(default, skip_serializing_if = "empty_hist")]
     pub lifetime_buckets: Log2Hist,
     /// Gauges toward this destination at the end of the interval (source netns's sockets).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gauges: Option<PairGauges>,
     /// Retransmits toward the destination, SYN retries apart, with their 100 ms windows.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "no_waits")]
     pub waits: PairWaits,
 }
 
@@ -517,6 +543,40 @@ pub struct ProbeTotals {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pair_row_leaves_out_its_zeros_and_reads_back_the_same() {
+        let quiet = PairInterval::gauges_only(
+            "host".into(),
+            "127.0.0.1:8080".parse().unwrap(),
+            None,
+            PairGauges {
+                established: 20,
+                ports_in_use: 20,
+                headroom: 28_212,
+                ..PairGauges::default()
+            },
+        );
+        let json = serde_json::to_string(&quiet).unwrap();
+        for gone in [
+            "connects",
+            "closed",
+            "lifetime_buckets",
+            "connect_latency_us",
+            "waits",
+        ] {
+            assert!(!json.contains(gone), "{gone} in {json}");
+        }
+        assert!(json.len() < 400, "{} bytes: {json}", json.len());
+        assert_eq!(serde_json::from_str::<PairInterval>(&json).unwrap(), quiet);
+        let mut busy = quiet.clone();
+        busy.connects = 3;
+        busy.connect_latency_buckets.record(70);
+        busy.connect_latency_us = Log2Summary::of(&busy.connect_latency_buckets);
+        busy.waits.syn_retrans = 1;
+        let json = serde_json::to_string(&busy).unwrap();
+        assert_eq!(serde_json::from_str::<PairInterval>(&json).unwrap(), busy);
+    }
 
     #[test]
     fn log2_percentiles_are_bucket_upper_bounds() {

@@ -31,7 +31,7 @@ use herd_model::{
 
 /// Most pairs per container and interval known only from open sockets (no kernel event in
 /// the interval): the busiest by sockets (docs/probes-sockets.md).
-pub const MAX_GAUGE_PAIRS: usize = 64;
+pub const MAX_GAUGE_PAIRS: usize = 16;
 
 /// Samples the kernel maps into intervals.
 pub struct Sampler {
