@@ -19,14 +19,14 @@ use aya_ebpf::{
         bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_ktime_get_ns,
         bpf_probe_read_kernel, bpf_probe_read_kernel_str_bytes, bpf_probe_read_user,
     },
-    macros::{map, raw_tracepoint, tracepoint},
+    macros::{btf_tracepoint, map, raw_tracepoint, tracepoint},
     maps::{HashMap, LruHashMap, PerCpuArray, PerCpuHashMap},
-    programs::{RawTracePointContext, TracePointContext},
+    programs::{BtfTracePointContext, RawTracePointContext, TracePointContext},
 };
 use probe_common::{
     CGROUP_PATH_LEN, CgroupCounters, CgroupPath, Counter, Loss, MAX_CGROUPS, MAX_CREATED,
     MAX_PAIRS, MAX_RETRANS_WINDOWS, MAX_RUNQ_TASKS, MAX_SOCKS, OWN_TGID_KEY, PairKey, PairStats,
-    RETRANS_WINDOW_NS, RetransWindow, RetransWindowKey, RunqStats, RunqTask, SockInfo, errno,
+    RETRANS_WINDOW_NS, RetransWindow, RetransWindowKey, RunqBase, RunqStats, SockInfo, errno,
     log2_bucket, tcp_state,
 };
 
@@ -95,23 +95,45 @@ static SKC_FAMILY_OFF: u64 = 0;
 #[unsafe(no_mangle)]
 static SKC_STATE_OFF: u64 = 0;
 #[unsafe(no_mangle)]
-static TASK_STATE_OFF: u64 = 0;
-#[unsafe(no_mangle)]
 static SKB_CB_OFF: u64 = 0;
 #[unsafe(no_mangle)]
 static TCP_SKB_CB_FLAGS_OFF: u64 = 0;
 #[unsafe(no_mangle)]
 static TCP_SKB_CB_GSO_SEGS_OFF: u64 = 0;
+// The scheduler's fields `runq_switch` reads (see `probe_common::globals`).
+#[unsafe(no_mangle)]
+static TASK_LAST_QUEUED_OFF: u64 = 0;
+#[unsafe(no_mangle)]
+static TASK_RUN_DELAY_OFF: u64 = 0;
+#[unsafe(no_mangle)]
+static TASK_START_TIME_OFF: u64 = 0;
+#[unsafe(no_mangle)]
+static TASK_SE_CFS_RQ_OFF: u64 = 0;
+#[unsafe(no_mangle)]
+static CFS_RQ_RQ_OFF: u64 = 0;
+#[unsafe(no_mangle)]
+static RQ_CLOCK_OFF: u64 = 0;
+#[unsafe(no_mangle)]
+static RQ_IDLE_OFF: u64 = 0;
+#[unsafe(no_mangle)]
+static TASK_TGID_OFF: u64 = 0;
+#[unsafe(no_mangle)]
+static TASK_CGROUPS_OFF: u64 = 0;
+#[unsafe(no_mangle)]
+static CSS_SET_DFL_CGRP_OFF: u64 = 0;
 /// The process whose threads' run-queue waits count under `OWN_TGID_KEY` (herd's own
 /// driver), 0 for none.
 #[unsafe(no_mangle)]
 static OWN_TGID: u64 = 0;
 
-/// Each thread's run-queue state, keyed by its `task_struct` address: when it became
-/// runnable, and the wait it ended at its last switch-in until it is recorded. Updated in
-/// place; LRU, so exited threads age out and a full map evicts the least recently used.
+/// Each thread's `sched_info.run_delay` right after its last switch-in, keyed by its
+/// `task_struct` address: what the run delay grew by since then, besides the wait that ends
+/// at the next switch-in, is the part of that wait the kernel accounted when a migration
+/// took the queued thread to another CPU. Written in place at every switch-in that ends a
+/// wait; LRU (preallocated: nothing is allocated under the run-queue lock), so exited
+/// threads age out.
 #[map]
-static RUNQ_TASKS: LruHashMap<u64, RunqTask> = LruHashMap::with_max_entries(MAX_RUNQ_TASKS, 0);
+static RUNQ_BASE: LruHashMap<u64, RunqBase> = LruHashMap::with_max_entries(MAX_RUNQ_TASKS, 0);
 
 /// Run-queue delay per cgroup v2 id (and `OWN_TGID_KEY`): count, total, log2 histogram.
 #[map]
@@ -546,119 +568,103 @@ fn insert_zero_runq(key: u64, zero: *const RunqStats) {
 /// `TCPHDR_SYN` (`include/net/tcp.h`), the wire bit.
 const TCPHDR_SYN: u8 = 0x02;
 
-/// `TASK_RUNNING` (`include/linux/sched.h`).
-const TASK_RUNNING: u32 = 0;
-
-/// Starts timing `task`'s wait for a CPU: it became runnable now. In place when the task is
-/// known (the steady state: no lock, no allocation), inserted the first time it is seen.
+/// A load of a `T` at `base + off`, `base` a kernel pointer the verifier types from BTF (an
+/// argument of a BTF tracepoint, or a pointer field read from one): the verifier checks the
+/// access against the running kernel's BTF (`off` is a known constant, read from the frozen
+/// read-only globals) and the JIT emits one load guarded by an exception-table entry (a bad
+/// pointer reads 0), no helper call.
 #[inline(always)]
-fn runq_enqueue(task: u64, now: u64) {
-    if let Some(t) = RUNQ_TASKS.get_ptr_mut(task) {
-        unsafe { (*t).start_ns = now };
-        return;
+unsafe fn load<T: Copy>(base: *const u8, off: usize) -> T {
+    unsafe { core::ptr::read_volatile(base.add(off) as *const T) }
+}
+
+/// `trace_sched_switch(bool preempt, prev, next, unsigned int prev_state)` as a BTF
+/// tracepoint (5.5): the end of `next`'s wait for a CPU, read from the scheduler's own
+/// accounting rather than timed by hooks of its own.
+///
+/// With CONFIG_SCHED_INFO the kernel stamps `next->sched_info.last_queued` with
+/// `rq_clock(rq)` when the task is enqueued (`sched_info_enqueue`: a wakeup, a new task,
+/// a preemption that leaves it runnable via `sched_info_depart`, a migration), and right
+/// after this tracepoint `context_switch` → `prepare_task_switch` → `sched_info_switch` →
+/// `sched_info_arrive(rq, next)` adds `rq_clock(rq) - last_queued` to
+/// `sched_info.run_delay` (schedstat's field 2) and zeroes the stamp. The run-queue lock is
+/// held from `update_rq_clock` in `__schedule` until then, so `rq->clock` here is the value
+/// `sched_info_arrive` uses: the wait computed here is the kernel's to the nanosecond. A
+/// migration of a queued task (`deactivate_task` → `sched_info_dequeue`) adds the wait so
+/// far to `run_delay` and the destination stamps a new `last_queued`: that part is the
+/// growth of `run_delay` since the thread's previous switch-in, kept in [`RUNQ_BASE`].
+///
+/// One observation per wait, recorded at its end in the cgroup (or `OWN_TGID_KEY`) of
+/// the thread being switched in. No wakeup program, no per-thread timestamp of our own.
+#[btf_tracepoint(function = "sched_switch")]
+pub fn runq_switch(ctx: BtfTracePointContext) -> i32 {
+    let next: *const u8 = ctx.arg(2);
+    // Never NULL here; a verifier that types tracepoint arguments as maybe-NULL wants the
+    // check before any access.
+    if next.is_null() {
+        return 0;
     }
-    let fresh = RunqTask {
-        start_ns: now,
-        ..RunqTask::default()
+    // SAFETY (all loads below): BTF-checked loads from the task being switched in and the
+    // structures it points to, which the run-queue lock and RCU keep alive.
+    let queued: u64 = unsafe { load(next, global(&TASK_LAST_QUEUED_OFF)) };
+    if queued == 0 {
+        // Not queued since it last ran: `sched_info_arrive` does nothing either.
+        return 0;
+    }
+    // `rq_of(next->se.cfs_rq)`: this CPU's run queue, whatever the task's class (the
+    // pointer is kept by `set_task_rq` for every task).
+    let cfs_rq: *const u8 = unsafe { load(next, global(&TASK_SE_CFS_RQ_OFF)) };
+    let rq: *const u8 = unsafe { load(cfs_rq, global(&CFS_RQ_RQ_OFF)) };
+    // `sched_info_switch` skips the idle task.
+    if unsafe { load::<*const u8>(rq, global(&RQ_IDLE_OFF)) } == next {
+        return 0;
+    }
+    let clock: u64 = unsafe { load(rq, global(&RQ_CLOCK_OFF)) };
+    let mut waited = clock.wrapping_sub(queued);
+    let run_delay: u64 = unsafe { load(next, global(&TASK_RUN_DELAY_OFF)) };
+    let started: u64 = unsafe { load(next, global(&TASK_START_TIME_OFF)) };
+    let base = RunqBase {
+        run_delay: run_delay.wrapping_add(waited),
+        start_time: started,
     };
-    if RUNQ_TASKS.insert(task, fresh, 0).is_err() {
-        lose(Loss::RunqStartFull);
-    }
-}
-
-/// `trace_sched_wakeup(struct task_struct *p)`, from `ttwu_do_wakeup` once `p` is on a run
-/// queue and TASK_RUNNING (2.6.x; raw since 4.17): its wait for a CPU starts.
-#[raw_tracepoint(tracepoint = "sched_wakeup")]
-pub fn sched_wakeup(ctx: RawTracePointContext) -> i32 {
-    runq_enqueue(ctx.arg::<u64>(0), unsafe { bpf_ktime_get_ns() });
-    0
-}
-
-/// `trace_sched_wakeup_new(struct task_struct *p)`, from `wake_up_new_task`: a new thread's
-/// first wait for a CPU.
-#[raw_tracepoint(tracepoint = "sched_wakeup_new")]
-pub fn sched_wakeup_new(ctx: RawTracePointContext) -> i32 {
-    runq_enqueue(ctx.arg::<u64>(0), unsafe { bpf_ktime_get_ns() });
-    0
-}
-
-/// `trace_sched_switch(bool preempt, struct task_struct *prev, struct task_struct *next[,
-/// unsigned int prev_state])` (arguments 1 and 2 unchanged since 4.4; `prev_state` only
-/// since 5.18, so the state is read from the task). Runs on every context switch, so it does
-/// the least it can:
-///
-/// - `next` ends its wait: `now - start` is kept in its own entry as pending (no cgroup
-///   lookup here);
-/// - `prev` (still `current`) records the wait it ended at its own switch-in into its
-///   cgroup's row, the cgroup and process read by the cheap `current` helpers
-///   (`bpf_get_current_cgroup_id`, `bpf_get_current_pid_tgid`); and, when it leaves the CPU
-///   still TASK_RUNNING (preempted), starts its next wait.
-///
-/// A wait is therefore recorded when its thread next leaves the CPU (a time slice later at
-/// most), in the cgroup it is in then. What is timed is what schedstat's `run_delay` counts
-/// (`sched_info_enqueue` on enqueue and on a still-running depart, `sched_info_arrive` at
-/// switch-in) and libbpf-tools' runqlat times. Tasks are keyed by their `task_struct`
-/// address, so no field is read to find them; the LRU map forgets exited ones.
-///
-/// This variant takes `prev`'s state from the tracepoint's fourth argument (5.18,
-/// fa2c3254d7cf: `READ_ONCE(prev->__state)` at the top of `__schedule`), saving a probe
-/// read; an older kernel refuses to attach it (the program reads past the tracepoint's
-/// arguments) and gets [`sched_switch_old`].
-#[raw_tracepoint(tracepoint = "sched_switch")]
-pub fn sched_switch(ctx: RawTracePointContext) -> i32 {
-    let state = ctx.arg::<u64>(3) as u32;
-    on_switch(ctx.arg(1), ctx.arg(2), state == TASK_RUNNING);
-    0
-}
-
-/// [`sched_switch`] for kernels before 5.18: `prev`'s state read from the task
-/// (`task_struct.__state`, `state` before 5.14).
-#[raw_tracepoint(tracepoint = "sched_switch")]
-pub fn sched_switch_old(ctx: RawTracePointContext) -> i32 {
-    let prev: u64 = ctx.arg(1);
-    let running = read::<u32>(prev as *const u8, global(&TASK_STATE_OFF)) == Some(TASK_RUNNING);
-    on_switch(prev, ctx.arg(2), running);
-    0
-}
-
-#[inline(always)]
-fn on_switch(prev: u64, next: u64, running: bool) {
-    let now = unsafe { bpf_ktime_get_ns() };
-    match RUNQ_TASKS.get_ptr_mut(prev) {
-        Some(t) => unsafe {
-            if (*t).pending != 0 {
-                record_wait((*t).waited_ns);
-                (*t).pending = 0;
+    match RUNQ_BASE.get_ptr_mut(next as u64) {
+        // SAFETY: a map value of this CPU's lookup; only this task's switch-in writes it,
+        // under its run queue's lock.
+        Some(b) => unsafe {
+            // The same thread (not a new one at a freed task's address) whose run delay
+            // grew while it waited: migrations while queued.
+            if (*b).start_time == started && run_delay > (*b).run_delay {
+                waited += run_delay - (*b).run_delay;
             }
-            if running {
-                (*t).start_ns = now;
-            }
+            *b = base;
         },
-        None if running => runq_enqueue(prev, now),
-        None => {}
-    }
-    if let Some(t) = RUNQ_TASKS.get_ptr_mut(next) {
-        unsafe {
-            let start = (*t).start_ns;
-            if start != 0 {
-                (*t).waited_ns = now.saturating_sub(start);
-                (*t).pending = 1;
-                (*t).start_ns = 0;
+        None => {
+            // First switch-in seen: a migration before it (while the probe was not
+            // looking, or not) cannot be told apart; from now on it can.
+            if RUNQ_BASE.insert(next as u64, base, 0).is_err() {
+                lose(Loss::RunqStartFull);
             }
         }
     }
-}
-
-/// Adds one wait of `current` to its cgroup's row (or to `OWN_TGID_KEY` for the threads of
-/// the named process).
-#[inline(always)]
-fn record_wait(waited_ns: u64) {
     let own = global(&OWN_TGID) as u64;
-    let key = if own != 0 && bpf_get_current_pid_tgid() >> 32 == own {
+    let key = if own != 0 && u64::from(unsafe { load::<u32>(next, global(&TASK_TGID_OFF)) }) == own
+    {
         OWN_TGID_KEY
     } else {
-        unsafe { bpf_get_current_cgroup_id() }
+        // `cgroup_id(task_dfl_cgroup(next))`: what `bpf_get_current_cgroup_id()` returns
+        // once `next` runs.
+        let cset: *const u8 = unsafe { load(next, global(&TASK_CGROUPS_OFF)) };
+        let cgrp: *const u8 = unsafe { load(cset, global(&CSS_SET_DFL_CGRP_OFF)) };
+        let kn: *const u8 = unsafe { load(cgrp, global(&CGROUP_KN_OFF)) };
+        unsafe { load(kn, global(&KERNFS_NODE_ID_OFF)) }
     };
+    record_wait(key, waited);
+    0
+}
+
+/// Adds one wait to `key`'s row (a cgroup v2 id or `OWN_TGID_KEY`).
+#[inline(always)]
+fn record_wait(key: u64, waited_ns: u64) {
     let slot = match RUNQ.get_ptr_mut(key) {
         Some(s) => s,
         None => {

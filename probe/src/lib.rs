@@ -31,7 +31,7 @@ use std::collections::HashMap;
 use aya::{
     Ebpf, EbpfLoader, VerifierLogLevel,
     maps::{HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap},
-    programs::{ProgramError, RawTracePoint, TracePoint},
+    programs::{BtfTracePoint, ProgramError, RawTracePoint, TracePoint},
 };
 pub use error::ProbeError;
 use probe_common::{
@@ -50,6 +50,9 @@ enum Hook {
     Raw(&'static str),
     /// A classic tracepoint (category, name); its id is read from tracefs.
     Classic(&'static str, &'static str),
+    /// A BTF-typed tracepoint (`tp_btf`), by tracepoint name: loaded against the running
+    /// kernel's BTF (its `btf_trace_<name>` type), attached like a raw one (no tracefs).
+    Btf(&'static str),
 }
 
 /// Each program, its hook, and what it needs from the kernel. One row per program.
@@ -91,32 +94,13 @@ const PROGRAMS: &[(&str, Hook, &str)] = &[
     ),
 ];
 
-/// The run-queue programs: optional. A kernel that refuses one (no such tracepoint, a BTF
-/// without the task fields) loses the run-queue delay, with the reason in every interval, and
-/// keeps everything else.
-const RUNQ_PROGRAMS: &[(&str, Hook, &str)] = &[
-    (
-        "sched_wakeup",
-        Hook::Raw("sched_wakeup"),
-        "raw tracepoints (4.17) and the sched_wakeup tracepoint",
-    ),
-    (
-        "sched_wakeup_new",
-        Hook::Raw("sched_wakeup_new"),
-        "raw tracepoints (4.17) and the sched_wakeup_new tracepoint",
-    ),
-    (
-        "sched_switch",
-        Hook::Raw("sched_switch"),
-        "raw tracepoints (4.17) and the sched_switch tracepoint (prev, next as arguments 1, 2: 4.4; prev_state as argument 3: 5.18)",
-    ),
-];
-
-/// What a kernel before 5.18 attaches instead of `sched_switch` (no `prev_state` argument).
-const SCHED_SWITCH_OLD: (&str, Hook, &str) = (
-    "sched_switch_old",
-    Hook::Raw("sched_switch"),
-    "raw tracepoints (4.17) and the sched_switch tracepoint (prev, next as arguments 1, 2: 4.4)",
+/// The run-queue program: optional. A kernel that refuses it (no BTF tracepoints, a BTF
+/// without the scheduler fields it reads) loses the run-queue delay, with the reason in every
+/// interval, and keeps everything else.
+const RUNQ_PROGRAM: (&str, Hook, &str) = (
+    "runq_switch",
+    Hook::Btf("sched_switch"),
+    "BTF tracepoints (5.5) and the sched_switch tracepoint",
 );
 
 /// Options for loading the probe.
@@ -126,14 +110,14 @@ pub struct ProbeOptions {
     pub verifier_log: bool,
 }
 
-/// Options of the run-queue programs ([`KernelProbe::load_with`]).
+/// Options of the run-queue program ([`KernelProbe::load_with`]).
 #[derive(Clone, Debug, Default)]
 pub struct WaitOptions {
     /// A process (tgid) whose threads' run-queue delay is counted in a row of their own,
     /// [`OWN_ROW`], instead of in their cgroup's: herd's own pid when herd drives the load, so
     /// a driver starved of CPU shows in kernel truth.
     pub own_tgid: Option<u32>,
-    /// Leave the run-queue programs out (they run on every context switch): the run-queue
+    /// Leave the run-queue program out (it runs on every context switch): the run-queue
     /// delay is then unavailable with this reason.
     pub no_runq: bool,
 }
@@ -207,7 +191,7 @@ impl Snapshot {
 /// The loaded and attached kernel programs. Dropping it detaches everything.
 pub struct KernelProbe {
     ebpf: Ebpf,
-    /// Why the run-queue programs are not attached, when they are not.
+    /// Why the run-queue program is not attached, when it is not.
     runq_unavailable: Option<String>,
     /// `RETRANS_WINDOWS`, taken out of `ebpf`: reading it also removes what was read.
     retrans_windows: std::sync::Mutex<RetransWindows>,
@@ -217,12 +201,12 @@ type RetransWindows = PerCpuHashMap<MapData, RetransWindowKey, RetransWindow>;
 
 impl KernelProbe {
     /// Checks privileges and kernel support, then loads and attaches every program, the
-    /// run-queue ones with default [`WaitOptions`] (no process counted apart).
+    /// run-queue one with default [`WaitOptions`] (no process counted apart).
     pub fn load(opts: &ProbeOptions) -> Result<Self, ProbeError> {
         Self::load_with(opts, &WaitOptions::default())
     }
 
-    /// [`Self::load`], with the run-queue programs' options: herd passes its own pid as
+    /// [`Self::load`], with the run-queue program's options: herd passes its own pid as
     /// [`WaitOptions::own_tgid`] when it drives the load.
     pub fn load_with(opts: &ProbeOptions, waits: &WaitOptions) -> Result<Self, ProbeError> {
         caps::require_bpf()?;
@@ -272,25 +256,14 @@ impl KernelProbe {
                 btf.member_offset("tcp_skb_cb", &["tcp_gso_segs"])?,
             ),
         ];
-        // The run-queue programs' offsets: a kernel without one loses only the run-queue
-        // delay. `__state` replaced `state` in 5.14 (2f064a59a11f); both are read as their
-        // low 32 bits.
-        let task = || -> Result<[(&str, u64); 1], btf::BtfError> {
-            Ok([(
-                globals::TASK_STATE,
-                btf.member_offset("task_struct", &["__state"])
-                    .or_else(|_| btf.member_offset("task_struct", &["state"]))?,
-            )])
-        };
+        // The run-queue program's offsets: a kernel without one loses only the run-queue
+        // delay.
         let (task_offsets, mut runq_unavailable) = if waits.no_runq {
-            (
-                None,
-                Some("the run-queue programs were left out".to_owned()),
-            )
+            (None, Some("the run-queue program was left out".to_owned()))
         } else {
-            match task() {
+            match runq_offsets(&btf) {
                 Ok(t) => (Some(t), None),
-                Err(e) => (None, Some(format!("this kernel's BTF lacks a field: {e}"))),
+                Err(e) => (None, Some(e)),
             }
         };
         let own_tgid = u64::from(waits.own_tgid.unwrap_or(0));
@@ -310,25 +283,9 @@ impl KernelProbe {
             attach(&mut ebpf, program, hook, needs)?;
         }
         if runq_unavailable.is_none() {
-            for &(program, hook, needs) in RUNQ_PROGRAMS {
-                let mut attached = attach(&mut ebpf, program, hook, needs);
-                if attached.is_err() && program == "sched_switch" {
-                    let (old, hook, needs) = SCHED_SWITCH_OLD;
-                    attached = attach(&mut ebpf, old, hook, needs);
-                }
-                if let Err(e) = attached {
-                    runq_unavailable = Some(format!("this kernel refused {program}: {e}"));
-                    // Half the programs would time waits that never end: none run.
-                    for &(p, ..) in RUNQ_PROGRAMS.iter().chain([&SCHED_SWITCH_OLD]) {
-                        if let Some(prog) = ebpf.program_mut(p) {
-                            let raw: Result<&mut RawTracePoint, _> = prog.try_into();
-                            if let Ok(raw) = raw {
-                                let _ = raw.unload();
-                            }
-                        }
-                    }
-                    break;
-                }
+            let (program, hook, needs) = RUNQ_PROGRAM;
+            if let Err(e) = attach(&mut ebpf, program, hook, needs) {
+                runq_unavailable = Some(format!("this kernel refused {program}: {e}"));
             }
         }
         let map = ebpf
@@ -342,6 +299,62 @@ impl KernelProbe {
             retrans_windows: std::sync::Mutex::new(retrans_windows),
         })
     }
+}
+
+/// The offsets `runq_switch` reads, or why this kernel's BTF cannot give them (with the
+/// kernel option that provides the field).
+fn runq_offsets(btf: &btf::Btf) -> Result<[(&'static str, u64); 10], String> {
+    let field = |st: &str, path: &[&str], config: Option<&str>| {
+        btf.member_offset(st, path).map_err(|e| {
+            let needs = config.map_or(String::new(), |c| format!(", which needs {c}"));
+            format!("this kernel's BTF lacks a field the run-queue program reads ({e}{needs})")
+        })
+    };
+    Ok([
+        (
+            globals::TASK_LAST_QUEUED,
+            field(
+                "task_struct",
+                &["sched_info", "last_queued"],
+                Some("CONFIG_SCHED_INFO"),
+            )?,
+        ),
+        (
+            globals::TASK_RUN_DELAY,
+            field(
+                "task_struct",
+                &["sched_info", "run_delay"],
+                Some("CONFIG_SCHED_INFO"),
+            )?,
+        ),
+        (
+            globals::TASK_START_TIME,
+            field("task_struct", &["start_time"], None)?,
+        ),
+        (
+            globals::TASK_SE_CFS_RQ,
+            field(
+                "task_struct",
+                &["se", "cfs_rq"],
+                Some("CONFIG_FAIR_GROUP_SCHED"),
+            )?,
+        ),
+        (
+            globals::CFS_RQ_RQ,
+            field("cfs_rq", &["rq"], Some("CONFIG_FAIR_GROUP_SCHED"))?,
+        ),
+        (globals::RQ_CLOCK, field("rq", &["clock"], None)?),
+        (globals::RQ_IDLE, field("rq", &["idle"], None)?),
+        (globals::TASK_TGID, field("task_struct", &["tgid"], None)?),
+        (
+            globals::TASK_CGROUPS,
+            field("task_struct", &["cgroups"], Some("CONFIG_CGROUPS"))?,
+        ),
+        (
+            globals::CSS_SET_DFL_CGRP,
+            field("css_set", &["dfl_cgrp"], Some("CONFIG_CGROUPS"))?,
+        ),
+    ])
 }
 
 /// Loads and attaches one program.
@@ -373,6 +386,16 @@ fn attach(
                         .map_err(|source| ProbeError::load(program, needs, source))?;
                     tracefs::with_tracefs(|| prog.attach(category, name).map(drop))
                         .map_err(ProbeError::Tracefs)?
+                }
+                Hook::Btf(tp) => {
+                    let prog: &mut BtfTracePoint = prog
+                        .try_into()
+                        .map_err(|source| ProbeError::load(program, needs, source))?;
+                    let btf = aya::Btf::from_sys_fs()
+                        .map_err(|e| ProbeError::load(program, needs, ProgramError::Btf(e)))?;
+                    prog.load(tp, &btf)
+                        .map_err(|source| ProbeError::load(program, needs, source))?;
+                    prog.attach().map(drop)
                 }
             };
             attached.map_err(|source: ProgramError| ProbeError::Attach {
@@ -542,8 +565,7 @@ impl KernelProbe {
         use std::os::fd::{AsFd as _, AsRawFd as _};
         PROGRAMS
             .iter()
-            .chain(RUNQ_PROGRAMS)
-            .chain([&SCHED_SWITCH_OLD])
+            .chain([&RUNQ_PROGRAM])
             .filter_map(|(name, ..)| self.ebpf.program(name)?.fd().ok())
             .map(|fd| {
                 let info = std::fs::read_to_string(format!(
