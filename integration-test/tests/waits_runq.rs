@@ -20,7 +20,8 @@ use std::{
 
 use herd_model::{ProbeInterval, waits::RunqCell};
 use herd_probe::{
-    KernelProbe, OWN_ROW, ProbeOptions, WaitOptions, containers::ContainerSet, sampler::Sampler,
+    KernelProbe, OWN_ROW, ProbeOptions, RunqPrograms, WaitOptions, containers::ContainerSet,
+    sampler::Sampler,
 };
 use herd_testbed::{Container, Sandbox};
 use integration_test::{kernel_release, privileged};
@@ -94,9 +95,27 @@ fn runq_delay_per_container_matches_schedstat_and_herds_own_threads_have_their_r
     if !privileged("runq_delay_per_container_matches_schedstat") {
         return;
     }
+    check(RunqPrograms::Auto, "tp_btf");
+}
+
+/// The fallback raw tracepoints, which kernels without BTF tracepoints or CONFIG_SCHED_INFO
+/// get, against the same truth.
+#[test]
+fn runq_delay_of_the_raw_tracepoint_fallback_matches_schedstat() {
+    if !privileged("runq_delay_of_the_raw_tracepoint_fallback_matches_schedstat") {
+        return;
+    }
+    check(RunqPrograms::Raw, "raw_tp");
+}
+
+/// One test at a time: both pin busy loops to the same CPUs.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn check(programs: RunqPrograms, hook: &str) {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     // Declared before the sandbox so that it is dropped after it (see the end).
     let mut slot: Option<Sampler> = None;
-    let mut sb = Sandbox::new("runq").unwrap();
+    let mut sb = Sandbox::new(&format!("runq-{hook}")).unwrap();
     let victim = sb.container("victim", None).unwrap();
     let noisy = sb.container("noisy", None).unwrap();
     let mover = sb.container("mover", None).unwrap();
@@ -110,11 +129,18 @@ fn runq_delay_per_container_matches_schedstat_and_herds_own_threads_have_their_r
         &ProbeOptions::default(),
         &WaitOptions {
             own_tgid: Some(std::process::id()),
+            programs,
             ..WaitOptions::default()
         },
     )
     .unwrap_or_else(|e| panic!("loading the probe on Linux {}: {e}", kernel_release()));
     assert_eq!(probe.runq_unavailable(), None);
+    assert_eq!(
+        probe.runq_hook(),
+        Some(hook),
+        "run-queue programs on Linux {}",
+        kernel_release()
+    );
     let sampler = slot.insert(
         Sampler::new(
             probe,
@@ -149,7 +175,7 @@ fn runq_delay_per_container_matches_schedstat_and_herds_own_threads_have_their_r
         let switch_ins = after[name].1 - before[name].1;
         let (probe_ns, count) = runq_of(&iv, name);
         eprintln!(
-            "{name}: probe {:.1} ms in {count} waits, schedstat run_delay {:.1} ms in {switch_ins}",
+            "{hook} {name}: probe {:.1} ms in {count} waits, schedstat run_delay {:.1} ms in {switch_ins}",
             probe_ns as f64 / 1e6,
             truth as f64 / 1e6
         );

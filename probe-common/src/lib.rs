@@ -155,7 +155,8 @@ pub enum Loss {
     RecursionMiss = 4,
     /// `RUNQ_BASE` refused a thread's first entry: the part of its next run-queue waits
     /// that a migration accounted (the thread moved to another CPU while it waited) may be
-    /// missing from the run-queue delay.
+    /// missing from the run-queue delay. With the fallback programs, `RUNQ_TASKS` refused
+    /// it: that wakeup or preemption was not timed.
     RunqStartFull = 5,
     /// `RUNQ` was full: a cgroup's run-queue wait was measured but not recorded.
     RunqMapFull = 6,
@@ -418,6 +419,18 @@ pub const OWN_TGID_KEY: u64 = u64::MAX;
 /// are kept).
 pub const MAX_RUNQ_TASKS: u32 = 32_768;
 
+/// One thread's state in `RUNQ_TASKS`, the fallback run-queue programs' map.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunqTask {
+    /// When it became runnable (`bpf_ktime_get_ns`), 0 when it is not waiting.
+    pub start_ns: u64,
+    /// The wait it ended at its last switch-in, ns.
+    pub waited_ns: u64,
+    /// 1 while `waited_ns` is not yet recorded (it is, at the thread's next switch-out).
+    pub pending: u64,
+}
+
 /// One thread's entry in `RUNQ_BASE`: its `sched_info.run_delay` right after its last
 /// switch-in, and which thread that was.
 #[repr(C)]
@@ -516,6 +529,9 @@ pub mod globals {
     pub const SKC_FAMILY: &str = "SKC_FAMILY_OFF";
     /// `offsetof(struct sock_common, skc_state)`: valid in full, request and timewait sockets.
     pub const SKC_STATE: &str = "SKC_STATE_OFF";
+    /// `offsetof(struct task_struct, __state)` (5.14+; `state` before, a `long` whose low
+    /// 32 bits are read the same way on little-endian): the fallback `sched_switch_old`.
+    pub const TASK_STATE: &str = "TASK_STATE_OFF";
     /// `offsetof(struct task_struct, sched_info.last_queued)`: when the task was last
     /// enqueued (`rq_clock()`), 0 when it has not waited since it last ran
     /// (CONFIG_SCHED_INFO).
@@ -629,6 +645,7 @@ mod pod {
     unsafe impl aya::Pod for super::CgroupPath {}
     unsafe impl aya::Pod for super::RunqStats {}
     unsafe impl aya::Pod for super::RunqBase {}
+    unsafe impl aya::Pod for super::RunqTask {}
     unsafe impl aya::Pod for super::RetransWindowKey {}
     unsafe impl aya::Pod for super::RetransWindow {}
 }

@@ -26,8 +26,8 @@ use aya_ebpf::{
 use probe_common::{
     CGROUP_PATH_LEN, CgroupCounters, CgroupPath, Counter, Loss, MAX_CGROUPS, MAX_CREATED,
     MAX_PAIRS, MAX_RETRANS_WINDOWS, MAX_RUNQ_TASKS, MAX_SOCKS, OWN_TGID_KEY, PairKey, PairStats,
-    RETRANS_WINDOW_NS, RetransWindow, RetransWindowKey, RunqBase, RunqStats, SockInfo, errno,
-    log2_bucket, tcp_state,
+    RETRANS_WINDOW_NS, RetransWindow, RetransWindowKey, RunqBase, RunqStats, RunqTask, SockInfo,
+    errno, log2_bucket, tcp_state,
 };
 
 /// Per-cgroup TCP counters, keyed by cgroup v2 id. Per-CPU so increments need no atomics
@@ -97,6 +97,8 @@ static SKC_STATE_OFF: u64 = 0;
 #[unsafe(no_mangle)]
 static SKB_CB_OFF: u64 = 0;
 #[unsafe(no_mangle)]
+static TASK_STATE_OFF: u64 = 0;
+#[unsafe(no_mangle)]
 static TCP_SKB_CB_FLAGS_OFF: u64 = 0;
 #[unsafe(no_mangle)]
 static TCP_SKB_CB_GSO_SEGS_OFF: u64 = 0;
@@ -134,6 +136,13 @@ static OWN_TGID: u64 = 0;
 /// threads age out.
 #[map]
 static RUNQ_BASE: LruHashMap<u64, RunqBase> = LruHashMap::with_max_entries(MAX_RUNQ_TASKS, 0);
+
+/// The fallback programs' per-thread state (`sched_wakeup`, `sched_switch`), keyed by its
+/// `task_struct` address: when it became runnable, and the wait it ended at its last
+/// switch-in until it is recorded. Updated in place; LRU, so exited threads age out. Sized
+/// to 1 entry by the loader when [`runq_switch`] runs instead.
+#[map]
+static RUNQ_TASKS: LruHashMap<u64, RunqTask> = LruHashMap::with_max_entries(MAX_RUNQ_TASKS, 0);
 
 /// Run-queue delay per cgroup v2 id (and `OWN_TGID_KEY`): count, total, log2 histogram.
 #[map]
@@ -660,6 +669,124 @@ pub fn runq_switch(ctx: BtfTracePointContext) -> i32 {
     };
     record_wait(key, waited);
     0
+}
+
+/// `TASK_RUNNING` (`include/linux/sched.h`).
+const TASK_RUNNING: u32 = 0;
+
+/// Starts timing `task`'s wait for a CPU: it became runnable now. In place when the task is
+/// known (the steady state: no lock, no allocation), inserted the first time it is seen.
+#[inline(always)]
+fn runq_enqueue(task: u64, now: u64) {
+    if let Some(t) = RUNQ_TASKS.get_ptr_mut(task) {
+        unsafe { (*t).start_ns = now };
+        return;
+    }
+    let fresh = RunqTask {
+        start_ns: now,
+        ..RunqTask::default()
+    };
+    if RUNQ_TASKS.insert(task, fresh, 0).is_err() {
+        lose(Loss::RunqStartFull);
+    }
+}
+
+/// `trace_sched_wakeup(struct task_struct *p)`, from `ttwu_do_wakeup` once `p` is on a run
+/// queue and TASK_RUNNING (2.6.x; raw since 4.17): its wait for a CPU starts.
+#[raw_tracepoint(tracepoint = "sched_wakeup")]
+pub fn sched_wakeup(ctx: RawTracePointContext) -> i32 {
+    runq_enqueue(ctx.arg::<u64>(0), unsafe { bpf_ktime_get_ns() });
+    0
+}
+
+/// `trace_sched_wakeup_new(struct task_struct *p)`, from `wake_up_new_task`: a new thread's
+/// first wait for a CPU.
+#[raw_tracepoint(tracepoint = "sched_wakeup_new")]
+pub fn sched_wakeup_new(ctx: RawTracePointContext) -> i32 {
+    runq_enqueue(ctx.arg::<u64>(0), unsafe { bpf_ktime_get_ns() });
+    0
+}
+
+/// `trace_sched_switch(bool preempt, struct task_struct *prev, struct task_struct *next[,
+/// unsigned int prev_state])` (arguments 1 and 2 unchanged since 4.4; `prev_state` only
+/// since 5.18, so the state is read from the task). Runs on every context switch, so it does
+/// the least it can:
+///
+/// - `next` ends its wait: `now - start` is kept in its own entry as pending (no cgroup
+///   lookup here);
+/// - `prev` (still `current`) records the wait it ended at its own switch-in into its
+///   cgroup's row, the cgroup and process read by the cheap `current` helpers
+///   (`bpf_get_current_cgroup_id`, `bpf_get_current_pid_tgid`); and, when it leaves the CPU
+///   still TASK_RUNNING (preempted), starts its next wait.
+///
+/// A wait is therefore recorded when its thread next leaves the CPU (a time slice later at
+/// most), in the cgroup it is in then. What is timed is what schedstat's `run_delay` counts
+/// (`sched_info_enqueue` on enqueue and on a still-running depart, `sched_info_arrive` at
+/// switch-in) and libbpf-tools' runqlat times. Tasks are keyed by their `task_struct`
+/// address, so no field is read to find them; the LRU map forgets exited ones.
+///
+/// This variant takes `prev`'s state from the tracepoint's fourth argument (5.18,
+/// fa2c3254d7cf: `READ_ONCE(prev->__state)` at the top of `__schedule`), saving a probe
+/// read; an older kernel refuses to attach it (the program reads past the tracepoint's
+/// arguments) and gets [`sched_switch_old`].
+///
+/// These three programs are the fallback for kernels where [`runq_switch`] cannot run (no
+/// BTF tracepoints, no CONFIG_SCHED_INFO), at about twice its cost per context switch.
+#[raw_tracepoint(tracepoint = "sched_switch")]
+pub fn sched_switch(ctx: RawTracePointContext) -> i32 {
+    let state = ctx.arg::<u64>(3) as u32;
+    on_switch(ctx.arg(1), ctx.arg(2), state == TASK_RUNNING);
+    0
+}
+
+/// [`sched_switch`] for kernels before 5.18: `prev`'s state read from the task
+/// (`task_struct.__state`, `state` before 5.14).
+#[raw_tracepoint(tracepoint = "sched_switch")]
+pub fn sched_switch_old(ctx: RawTracePointContext) -> i32 {
+    let prev: u64 = ctx.arg(1);
+    let running = read::<u32>(prev as *const u8, global(&TASK_STATE_OFF)) == Some(TASK_RUNNING);
+    on_switch(prev, ctx.arg(2), running);
+    0
+}
+
+#[inline(always)]
+fn on_switch(prev: u64, next: u64, running: bool) {
+    let now = unsafe { bpf_ktime_get_ns() };
+    match RUNQ_TASKS.get_ptr_mut(prev) {
+        Some(t) => unsafe {
+            if (*t).pending != 0 {
+                record_wait(current_key(), (*t).waited_ns);
+                (*t).pending = 0;
+            }
+            if running {
+                (*t).start_ns = now;
+            }
+        },
+        None if running => runq_enqueue(prev, now),
+        None => {}
+    }
+    if let Some(t) = RUNQ_TASKS.get_ptr_mut(next) {
+        unsafe {
+            let start = (*t).start_ns;
+            if start != 0 {
+                (*t).waited_ns = now.saturating_sub(start);
+                (*t).pending = 1;
+                (*t).start_ns = 0;
+            }
+        }
+    }
+}
+
+/// The row of `current`: its cgroup v2 id, or `OWN_TGID_KEY` for the threads of the named
+/// process.
+#[inline(always)]
+fn current_key() -> u64 {
+    let own = global(&OWN_TGID) as u64;
+    if own != 0 && bpf_get_current_pid_tgid() >> 32 == own {
+        OWN_TGID_KEY
+    } else {
+        unsafe { bpf_get_current_cgroup_id() }
+    }
 }
 
 /// Adds one wait to `key`'s row (a cgroup v2 id or `OWN_TGID_KEY`).

@@ -95,13 +95,57 @@ const PROGRAMS: &[(&str, Hook, &str)] = &[
 ];
 
 /// The run-queue program: optional. A kernel that refuses it (no BTF tracepoints, a BTF
-/// without the scheduler fields it reads) loses the run-queue delay, with the reason in every
-/// interval, and keeps everything else.
+/// without the scheduler fields it reads) gets [`RUNQ_RAW_PROGRAMS`] instead; one that
+/// refuses those too loses the run-queue delay, with the reason in every interval, and keeps
+/// everything else.
 const RUNQ_PROGRAM: (&str, Hook, &str) = (
     "runq_switch",
     Hook::Btf("sched_switch"),
     "BTF tracepoints (5.5) and the sched_switch tracepoint",
 );
+
+/// The fallback run-queue programs: raw tracepoints that time each wait themselves.
+const RUNQ_RAW_PROGRAMS: &[(&str, Hook, &str)] = &[
+    (
+        "sched_wakeup",
+        Hook::Raw("sched_wakeup"),
+        "raw tracepoints (4.17) and the sched_wakeup tracepoint",
+    ),
+    (
+        "sched_wakeup_new",
+        Hook::Raw("sched_wakeup_new"),
+        "raw tracepoints (4.17) and the sched_wakeup_new tracepoint",
+    ),
+    (
+        "sched_switch",
+        Hook::Raw("sched_switch"),
+        "raw tracepoints (4.17) and the sched_switch tracepoint (prev, next as arguments 1, 2: 4.4; prev_state as argument 3: 5.18)",
+    ),
+];
+
+/// What a kernel before 5.18 attaches instead of the fallback `sched_switch` (no
+/// `prev_state` argument).
+const SCHED_SWITCH_OLD: (&str, Hook, &str) = (
+    "sched_switch_old",
+    Hook::Raw("sched_switch"),
+    "raw tracepoints (4.17) and the sched_switch tracepoint (prev, next as arguments 1, 2: 4.4)",
+);
+
+/// The environment variable that forces the fallback run-queue programs (`raw`), as
+/// [`RunqPrograms::Raw`] does: for measuring one design against the other with one binary.
+pub const RUNQ_PROGRAMS_ENV: &str = "HERD_PROBE_RUNQ";
+
+/// Which kernel programs measure the run-queue delay.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RunqPrograms {
+    /// `tp_btf/sched_switch` reading the scheduler's own `sched_info` (5.5, BTF,
+    /// CONFIG_SCHED_INFO), or the raw tracepoints where the kernel refuses it.
+    #[default]
+    Auto,
+    /// The raw tracepoints `sched_wakeup`, `sched_wakeup_new` and `sched_switch` (4.17),
+    /// which time each wait themselves: about twice the cost per context switch.
+    Raw,
+}
 
 /// Options for loading the probe.
 #[derive(Clone, Debug, Default)]
@@ -120,6 +164,9 @@ pub struct WaitOptions {
     /// Leave the run-queue program out (it runs on every context switch): the run-queue
     /// delay is then unavailable with this reason.
     pub no_runq: bool,
+    /// Which programs measure it (`HERD_PROBE_RUNQ=raw` in the environment forces
+    /// [`RunqPrograms::Raw`] too).
+    pub programs: RunqPrograms,
 }
 
 /// The name of the row that holds the threads of [`WaitOptions::own_tgid`].
@@ -193,6 +240,8 @@ pub struct KernelProbe {
     ebpf: Ebpf,
     /// Why the run-queue program is not attached, when it is not.
     runq_unavailable: Option<String>,
+    /// The run-queue programs attached (`tp_btf` or `raw_tp`), when they are.
+    runq_hook: Option<&'static str>,
     /// `RETRANS_WINDOWS`, taken out of `ebpf`: reading it also removes what was read.
     retrans_windows: std::sync::Mutex<RetransWindows>,
 }
@@ -256,38 +305,96 @@ impl KernelProbe {
                 btf.member_offset("tcp_skb_cb", &["tcp_gso_segs"])?,
             ),
         ];
-        // The run-queue program's offsets: a kernel without one loses only the run-queue
-        // delay.
-        let (task_offsets, mut runq_unavailable) = if waits.no_runq {
-            (None, Some("the run-queue program was left out".to_owned()))
-        } else {
-            match runq_offsets(&btf) {
-                Ok(t) => (Some(t), None),
-                Err(e) => (None, Some(e)),
-            }
-        };
+        // The run-queue programs: `runq_switch` where the kernel has what it reads, else the
+        // raw ones; a kernel refusing both loses only the run-queue delay.
+        let raw_forced = waits.programs == RunqPrograms::Raw
+            || std::env::var_os(RUNQ_PROGRAMS_ENV).is_some_and(|v| v == "raw");
         let own_tgid = u64::from(waits.own_tgid.unwrap_or(0));
         raise_memlock();
+        if waits.no_runq {
+            let why = "the run-queue program was left out".to_owned();
+            return Self::load_once(opts, &offsets, own_tgid, Runq::Off(why));
+        }
+        let btf_refused = if raw_forced {
+            format!("{RUNQ_PROGRAMS_ENV}=raw or RunqPrograms::Raw asked for the raw tracepoints")
+        } else {
+            match runq_offsets(&btf) {
+                Ok(fields) => {
+                    let probe = Self::load_once(opts, &offsets, own_tgid, Runq::Btf(fields))?;
+                    match &probe.runq_unavailable {
+                        None => return Ok(probe),
+                        Some(why) => why.clone(),
+                    }
+                }
+                Err(why) => why,
+            }
+        };
+        // `__state` replaced `state` in 5.14 (2f064a59a11f); both are read as their low 32
+        // bits.
+        let state = btf
+            .member_offset("task_struct", &["__state"])
+            .or_else(|_| btf.member_offset("task_struct", &["state"]));
+        let runq = match state {
+            Ok(off) => Runq::Raw(off, btf_refused),
+            Err(e) => Runq::Off(format!(
+                "{btf_refused}; and this kernel's BTF lacks a field the raw tracepoints read: {e}"
+            )),
+        };
+        Self::load_once(opts, &offsets, own_tgid, runq)
+    }
+
+    /// Loads the object with `offsets` and the run-queue programs `runq`, and attaches.
+    fn load_once(
+        opts: &ProbeOptions,
+        offsets: &[(&str, u64)],
+        own_tgid: u64,
+        runq: Runq,
+    ) -> Result<Self, ProbeError> {
         let mut loader = EbpfLoader::new();
         loader.verifier_log_level(if opts.verifier_log {
             VerifierLogLevel::VERBOSE | VerifierLogLevel::STATS
         } else {
             VerifierLogLevel::default()
         });
-        for (name, value) in offsets.iter().chain(task_offsets.iter().flatten()) {
+        for (name, value) in offsets {
             loader.override_global(name, value, true);
+        }
+        // The per-thread map of the programs that do not run holds one entry.
+        match &runq {
+            Runq::Btf(fields) => {
+                for (name, value) in fields {
+                    loader.override_global(name, value, true);
+                }
+                loader.map_max_entries("RUNQ_TASKS", 1);
+            }
+            Runq::Raw(state, _) => {
+                loader.override_global(globals::TASK_STATE, state, true);
+                loader.map_max_entries("RUNQ_BASE", 1);
+            }
+            Runq::Off(_) => {
+                loader.map_max_entries("RUNQ_TASKS", 1);
+                loader.map_max_entries("RUNQ_BASE", 1);
+            }
         }
         loader.override_global(globals::OWN_TGID, &own_tgid, true);
         let mut ebpf = loader.load(EBPF_OBJECT).map_err(ProbeError::Object)?;
         for &(program, hook, needs) in PROGRAMS {
             attach(&mut ebpf, program, hook, needs)?;
         }
-        if runq_unavailable.is_none() {
-            let (program, hook, needs) = RUNQ_PROGRAM;
-            if let Err(e) = attach(&mut ebpf, program, hook, needs) {
-                runq_unavailable = Some(format!("this kernel refused {program}: {e}"));
+        let (runq_hook, runq_unavailable) = match runq {
+            Runq::Off(why) => (None, Some(why)),
+            Runq::Btf(_) => {
+                let (program, hook, needs) = RUNQ_PROGRAM;
+                match attach(&mut ebpf, program, hook, needs) {
+                    Ok(()) => (Some("tp_btf"), None),
+                    Err(e) => (None, Some(format!("this kernel refused {program}: {e}"))),
+                }
             }
-        }
+            Runq::Raw(_, btf_refused) => match attach_raw_runq(&mut ebpf) {
+                Ok(()) => (Some("raw_tp"), None),
+                Err(e) => (None, Some(format!("{btf_refused}; and {e}"))),
+            },
+        };
         let map = ebpf
             .take_map("RETRANS_WINDOWS")
             .ok_or(ProbeError::MissingMap("RETRANS_WINDOWS"))?;
@@ -296,9 +403,46 @@ impl KernelProbe {
         Ok(Self {
             ebpf,
             runq_unavailable,
+            runq_hook,
             retrans_windows: std::sync::Mutex::new(retrans_windows),
         })
     }
+}
+
+/// The run-queue programs one load of the object attaches.
+enum Runq {
+    /// `runq_switch`, with the offsets it reads.
+    Btf([(&'static str, u64); 10]),
+    /// The raw tracepoints, with `task_struct.__state`'s offset and why `runq_switch` is not
+    /// used.
+    Raw(u64, String),
+    /// None, and why.
+    Off(String),
+}
+
+/// Attaches the fallback run-queue programs, `sched_switch_old` where the kernel refuses
+/// `sched_switch` (before 5.18); on a refusal, unloads all of them (half of them would time
+/// waits that never end) and says which.
+fn attach_raw_runq(ebpf: &mut Ebpf) -> Result<(), String> {
+    for &(program, hook, needs) in RUNQ_RAW_PROGRAMS {
+        let mut attached = attach(ebpf, program, hook, needs);
+        if attached.is_err() && program == "sched_switch" {
+            let (old, hook, needs) = SCHED_SWITCH_OLD;
+            attached = attach(ebpf, old, hook, needs);
+        }
+        if let Err(e) = attached {
+            for &(p, ..) in RUNQ_RAW_PROGRAMS.iter().chain([&SCHED_SWITCH_OLD]) {
+                if let Some(prog) = ebpf.program_mut(p) {
+                    let raw: Result<&mut RawTracePoint, _> = prog.try_into();
+                    if let Ok(raw) = raw {
+                        let _ = raw.unload();
+                    }
+                }
+            }
+            return Err(format!("this kernel refused {program}: {e}"));
+        }
+    }
+    Ok(())
 }
 
 /// The offsets `runq_switch` reads, or why this kernel's BTF cannot give them (with the
@@ -412,6 +556,13 @@ impl KernelProbe {
     /// Why the run-queue delay is not measured, or `None` when it is.
     pub fn runq_unavailable(&self) -> Option<&str> {
         self.runq_unavailable.as_deref()
+    }
+
+    /// How the run-queue delay is measured: `tp_btf` (one program on `sched_switch` reading
+    /// the scheduler's own accounting) or `raw_tp` (the fallback raw tracepoints), `None`
+    /// when it is not.
+    pub fn runq_hook(&self) -> Option<&'static str> {
+        self.runq_hook
     }
 
     /// Run-queue delay totals by cgroup v2 id: one walk of the per-CPU `RUNQ` map, cheap
@@ -566,6 +717,8 @@ impl KernelProbe {
         PROGRAMS
             .iter()
             .chain([&RUNQ_PROGRAM])
+            .chain(RUNQ_RAW_PROGRAMS)
+            .chain([&SCHED_SWITCH_OLD])
             .filter_map(|(name, ..)| self.ebpf.program(name)?.fd().ok())
             .map(|fd| {
                 let info = std::fs::read_to_string(format!(
