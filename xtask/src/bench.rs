@@ -7,10 +7,13 @@
 //! - keep-alive requests: 50 workers over 50 pooled connections, one byte each way;
 //! - context switches: two threads of this process pinned to CPU 0 pass one byte back and
 //!   forth over two pipes, so every message is a wakeup and a context switch, the scheduler
-//!   programs' (`sched_wakeup`, `sched_switch`) worst case.
+//!   program's (`tp_btf/sched_switch`) worst case.
 //!
-//! Reported: throughput with/without the probe and their ratio, the probe process's CPU (share
-//! of one core) and peak RSS, and events it lost (must be 0).
+//! With `--raw`, a third configuration runs the probe with its fallback run-queue programs
+//! (`HERD_PROBE_RUNQ=raw`). Reported per configuration: throughput, its ratio to probe off
+//! (of the means, and the min–max of each repetition's ratio to the probe-off measurement next
+//! to it), the load's CPU per operation, the probe process's CPU (share of one core) and peak
+//! RSS, and events it lost (must be 0); then every repetition's numbers.
 
 use std::{
     io::{BufRead as _, BufReader},
