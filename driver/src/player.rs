@@ -479,6 +479,7 @@ impl Session {
             outcome: outcome.clone(),
             status,
             latency_us: latency.as_micros() as u64,
+            ended: Instant::now(),
         });
         Reply {
             outcome,

@@ -211,6 +211,7 @@ impl Task {
                 outcome,
                 status: None,
                 latency_us: latency.as_micros() as u64,
+                ended: Instant::now(),
             });
         }
     }

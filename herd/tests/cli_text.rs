@@ -129,6 +129,7 @@ fn store_urls_come_from_a_file_everywhere_and_the_examples_say_so() {
         herd_store::Rows {
             meta,
             rows: Vec::new(),
+            continues: None,
         }
         .save(&saved)
         .unwrap();

@@ -114,6 +114,7 @@ fn every_subcommand_that_prints_survives_a_closed_stdout() {
         herd_store::Rows {
             meta,
             rows: Vec::new(),
+            continues: None,
         }
         .save(&saved)
         .unwrap();

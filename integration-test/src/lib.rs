@@ -16,6 +16,7 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 use herd_probe::{KernelProbe, ProbeOptions};
 
+pub mod findings;
 pub mod nodes;
 use herd_testbed::{Container, Sandbox};
 

@@ -88,6 +88,15 @@ fn the_buggy_pool_churns_and_is_named_while_the_fixed_one_is_not() {
     };
     assert!(named(bug), "{:#?}", bug.findings);
     assert!(!named(fix), "{:#?}", fix.findings);
+    // The churn comes first (findings in order of impact): the churn cliff itself, or the
+    // causal chain that starts from it — no kernel-side wait ahead of it.
+    let first = &bug.findings[0];
+    assert!(
+        first.kind == "churn_cliff"
+            || (first.kind == "causal_chain" && first.title.contains("its churn")),
+        "{:#?}",
+        bug.findings
+    );
     // Every table cell is filled, in the files as written.
     for id in [bug.run.id, fix.run.id] {
         let md = std::fs::read_to_string(out.join(format!("run-{id}.md"))).unwrap();

@@ -266,12 +266,17 @@ fn syns_dropped_by_a_full_accept_queue_time_out_as_etimedout() {
     }
     let mut pair = Pair::new("test").unwrap();
     let client = pair.client.clone();
-    // One SYN retry: ETIMEDOUT after ~3 s instead of ~2 min.
+    // One SYN retry: ETIMEDOUT after ~3 s instead of ~2 min (3.06 s measured on 6.18).
     pair.sysctl(&client, "net.ipv4.tcp_syn_retries", "1")
         .unwrap();
     let probe = load_probe();
     let before = probe.snapshot().unwrap();
-    pair.start_server(9003, &["--max-conns", "0", "--deadline", "20s"])
+    // The server must outlive the client's SYN retries: a listener that closes while a
+    // connect retries answers the next SYN with a reset, and that connect fails as
+    // ECONNREFUSED, not ETIMEDOUT — the cause of this test's old flake (about 1 run in 20,
+    // one of the two timed-out connects counted), when a slow host (a TCG guest) took the
+    // client past the server's 20 s deadline. The sandbox stops the server at the end.
+    pair.start_server(9003, &["--max-conns", "0", "--deadline", "120s"])
         .unwrap();
     // The first connection fills the one-slot accept queue; the next two time out.
     let said = pair
@@ -281,6 +286,17 @@ fn syns_dropped_by_a_full_accept_queue_time_out_as_etimedout() {
     let after = settle(&probe);
     let expect = Expect::new(&before, &after);
     let cli = pair.client.cgroup_id;
+    let counted: Vec<_> = Counter::ALL
+        .iter()
+        .map(|c| (c.name(), delta(&before, &after, cli, *c)))
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    eprintln!("etimedout: the client's counts {counted:?}");
+    assert_eq!(
+        delta(&before, &after, cli, Counter::ConnectRefused),
+        0,
+        "a connect was refused: the server stopped listening during the SYN retries"
+    );
     expect.count(cli, Counter::ConnectTimedOut, 2);
     expect.count(cli, Counter::Connects, 3);
     // Each timed-out connect retransmitted its SYN once.

@@ -164,6 +164,14 @@ fn oom_kills_equal_the_memory_cgroups_count_and_psi_deltas_match_the_pressure_fi
         other => panic!("OOM kills unavailable: {other:?}"),
     }
     eprintln!("OOM kills {} (from {})", kills1 - kills0, file.display());
+    // The report names the container with the kernel's count.
+    let found = integration_test::findings::of_probe(vec![iv.clone()]);
+    let named = found
+        .iter()
+        .find(|f| f.kind == "oom_killed" && f.container.as_deref() == Some("hog"))
+        .unwrap_or_else(|| panic!("no oom_killed for hog: {found:#?}"));
+    assert_eq!(named.numbers["oom_kills"], (kills1 - kills0) as f64);
+    eprintln!("{}", named.title);
     // The host row reads /proc/vmstat (and /proc/pressure).
     match row(&iv, "host").waits.oom {
         OomCell::Measured { oom_kills } => assert!(oom_kills >= kills1 - kills0),

@@ -223,6 +223,20 @@ fn retransmits_per_pair_and_syn_retries_equal_nstat_and_conntrack_its_files() {
             assert!(w.end_ns <= iv.at_ns && w.start_ns + iv.interval_ns >= iv.at_ns - 100_000_000);
         }
     }
+    // The report names the lossy pair, and only it, with the retransmits nstat counted.
+    let found = integration_test::findings::of_probe(vec![iv.clone()]);
+    let loss: Vec<_> = found.iter().filter(|f| f.kind == "packet_loss").collect();
+    assert_eq!(loss.len(), 1, "{found:#?}");
+    assert!(
+        loss[0].title.starts_with("client → ") && loss[0].title.contains(&format!("{ip}:9000")),
+        "{}",
+        loss[0].title
+    );
+    assert_eq!(
+        loss[0].numbers["retrans_segs"],
+        (segs - silent.waits.retrans_segs) as f64
+    );
+    eprintln!("{}", loss[0].title);
     // The SYN retries of the silent port: one second after the first SYN.
     let silent_windows: Vec<u64> = silent.waits.windows.iter().map(|w| w.start_ns).collect();
     assert!(!silent_windows.is_empty());
@@ -268,16 +282,18 @@ fn retransmits_per_pair_and_syn_retries_equal_nstat_and_conntrack_its_files() {
 
 /// A listener with a backlog of 4 in the server's namespace, accepting one connection every
 /// `every`, for at most `accepts` connections: made by a thread of this test that enters the
-/// namespace (the socket stays in it).
+/// namespace (the socket stays in it). The socket stays open until the returned sender is
+/// dropped (30 s at most), so a sample taken after the last accept still sees it.
 fn slow_listener(
     netns: &str,
     addr: SocketAddr,
     every: Duration,
     accepts: usize,
-) -> std::thread::JoinHandle<()> {
+) -> std::sync::mpsc::Sender<()> {
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
     let ns = std::fs::File::open(format!("/run/netns/{netns}")).unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
-    let h = std::thread::spawn(move || {
+    std::thread::spawn(move || {
         use std::os::fd::{AsRawFd as _, FromRawFd as _};
         // SAFETY: setns on a valid fd changes only this thread's network namespace.
         assert_eq!(
@@ -316,9 +332,11 @@ fn slow_listener(
                 break;
             }
         }
+        let _ = done_rx.recv_timeout(Duration::from_secs(30));
+        drop(listener);
     });
     rx.recv().unwrap();
-    h
+    done_tx
 }
 
 #[test]
@@ -392,7 +410,30 @@ fn listen_drops_per_port_equal_the_namespaces_listen_drops_and_connects_wait_a_s
         "connect latency p50 <= {} us, max <= {} us; {slow} connects waited for a SYN retry",
         p.connect_latency_us.p50_le, p.connect_latency_us.max_le
     );
-    // The listener thread ends after its last accept; it is not joined, so a failure above
+    // The report names the listener, with the namespace's drops and the 1 s step.
+    let found = integration_test::findings::of_probe(vec![iv.clone()]);
+    let named: Vec<_> = found
+        .iter()
+        .filter(|f| f.kind == "accept_queue_overflow")
+        .collect();
+    assert_eq!(named.len(), 1, "{found:#?}");
+    assert!(
+        named[0]
+            .title
+            .starts_with("server port 9002: the accept queue (backlog 4) overflowed"),
+        "{}",
+        named[0].title
+    );
+    assert_eq!(named[0].numbers["drops"], drops as f64);
+    eprintln!("{}", named[0].title);
+    // The client's connects that waited for a SYN retry are the finding's 1 s (and 3 s) steps.
+    let steps = named[0].numbers["connects_1s"] + named[0].numbers["connects_3s"];
+    assert!(
+        steps >= 1.0 && steps <= slow as f64,
+        "{} ({slow} connects of 512 ms or more)",
+        named[0].title
+    );
+    // The listener thread ends when this is dropped; it is not joined, so a failure above
     // cannot hang the test.
     drop(server);
 }

@@ -215,6 +215,25 @@ fn check(programs: RunqPrograms, hook: &str) {
         let last = c.waits.windows.last().unwrap();
         assert!(last.end_ns >= iv.at_ns, "{last:?} ends before the interval");
     }
+    // The report over the interval: victim waited for a CPU with no quota anywhere —
+    // cpu_contention names it, with the delay schedstat saw; nothing says "not the CPU" or
+    // blames a quota.
+    let found = integration_test::findings::of_probe(vec![iv.clone()]);
+    let kinds = integration_test::findings::kinds(&found);
+    let named = found
+        .iter()
+        .find(|f| f.kind == "cpu_contention" && f.container.as_deref() == Some("victim"))
+        .unwrap_or_else(|| panic!("no cpu_contention for victim: {found:#?}"));
+    eprintln!("{}", named.title);
+    let truth = (after["victim"] - before["victim"]) as f64;
+    let said = named.numbers["runq_total_s"] * 1e9;
+    assert!(
+        (said - truth).abs() <= 0.10 * truth,
+        "cpu_contention says {said} ns, schedstat {truth} ns"
+    );
+    for k in ["latency_not_cpu", "cpu_saturated", "throttling_bursts"] {
+        assert!(!kinds.contains(&k), "{k} named: {found:#?}");
+    }
     // This test's own threads (sleeping and waking every 100 ms) are herd's row, not host's.
     let (_, own_waits) = runq_of(&iv, OWN_ROW);
     assert!(own_waits > 0, "no wait of this process was counted apart");

@@ -122,6 +122,52 @@ pub struct IntervalOp {
         with = "status_keys"
     )]
     pub statuses: BTreeMap<u16, u64>,
+    /// The interval's slowest requests of the op, slowest first: at most
+    /// [`SLOWEST_PER_INTERVAL`], each with its start and latency, so the report can tie them
+    /// to the waits the probe saw at the same time (absent in rows recorded before herd kept
+    /// them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub slowest: Vec<SlowRequest>,
+}
+
+/// Most requests of one op one interval keeps in [`IntervalOp::slowest`]: the driver's memory
+/// for them is bounded by ops × 2 (players' and hammer's) × this × 16 bytes, and a stored
+/// interval grows by at most about this × 24 bytes of JSON per op.
+pub const SLOWEST_PER_INTERVAL: usize = 32;
+
+/// One of the slowest requests of an op in an interval, on the driver's clock. Written as
+/// `[start_us, latency_us]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct SlowRequest {
+    /// When it started (in an open-model phase: its intended start), µs since the driver's
+    /// start: the origin of [`DriverInterval::end_ms`], at
+    /// [`DriverInterval::clock_start_ns`] on CLOCK_MONOTONIC.
+    pub start_us: u64,
+    /// How long it took, µs (what its op's histograms hold).
+    pub latency_us: u64,
+}
+
+impl SlowRequest {
+    /// When it ended, µs since the driver's start.
+    pub fn end_us(&self) -> u64 {
+        self.start_us + self.latency_us
+    }
+}
+
+impl Serialize for SlowRequest {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        [self.start_us, self.latency_us].serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for SlowRequest {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let [start_us, latency_us] = <[u64; 2]>::deserialize(d)?;
+        Ok(Self {
+            start_us,
+            latency_us,
+        })
+    }
 }
 
 /// Status codes as the string keys JSON has: an interval is read back through serde's
@@ -229,6 +275,12 @@ pub struct DriverInterval {
     /// older part, `herd_model::rollup`): how many, and how many were saturated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rolled_up: Option<crate::rollup::RolledUp>,
+    /// CLOCK_MONOTONIC (ns) at the driver's start, the origin of `end_ms` and of the slow
+    /// requests' starts: what lines the driver's timeline up with the probe's windows
+    /// (absent in rows recorded before herd kept it, and in a merge of shards whose clocks
+    /// differ).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock_start_ns: Option<u64>,
 }
 
 /// A share of failed connects (of those tried) at or above which a run that did reach its

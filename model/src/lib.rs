@@ -33,8 +33,8 @@ pub mod waits;
 pub use driver::{
     CPU_SATURATED_SHARE, CheckFailure, DriverEvent, DriverHealth, DriverInterval,
     FAILED_CONNECTS_MIN, FAILED_CONNECTS_SHARE, GroupStats, IntervalOp, LAG_SATURATED_US, OpStats,
-    OpenStats, OutcomeStats, PhaseKind, PhaseResult, PlayStats, RunResult, Slo, SloMetric,
-    StreamStats, saturated,
+    OpenStats, OutcomeStats, PhaseKind, PhaseResult, PlayStats, RunResult, SLOWEST_PER_INTERVAL,
+    Slo, SloMetric, SlowRequest, StreamStats, saturated,
 };
 pub use histogram::{HistogramError, Latency, LatencyHistogram};
 pub use outcome::{Outcome, TlsProblem, TransportErrorKind};

@@ -10,7 +10,8 @@ use std::collections::BTreeMap;
 use crate::{
     driver::{
         CheckFailure, DriverHealth, DriverInterval, GroupStats, IntervalOp, OpStats, OpenStats,
-        OutcomeStats, PhaseResult, PlayStats, RunResult, StreamStats,
+        OutcomeStats, PhaseResult, PlayStats, RunResult, SLOWEST_PER_INTERVAL, SlowRequest,
+        StreamStats,
     },
     histogram::{HistogramError, Latency, LatencyHistogram, latency},
 };
@@ -270,6 +271,7 @@ fn interval(ivs: &[&DriverInterval]) -> Result<DriverInterval, HistogramError> {
                 histogram,
                 outcomes,
                 statuses,
+                slowest: slowest(g.iter().map(|o| o.slowest.as_slice())),
             })
         })
         .collect::<Result<_, HistogramError>>()?;
@@ -303,7 +305,25 @@ fn interval(ivs: &[&DriverInterval]) -> Result<DriverInterval, HistogramError> {
             .iter()
             .filter_map(|i| i.rolled_up)
             .max_by_key(|r| r.intervals),
+        // Shards on several hosts have clocks of their own: one origin only when they agree.
+        clock_start_ns: first
+            .clock_start_ns
+            .filter(|c| ivs.iter().all(|i| i.clock_start_ns == Some(*c))),
     })
+}
+
+/// The slowest requests of several parts: the [`SLOWEST_PER_INTERVAL`] slowest of their
+/// union, which are exactly the slowest of all their requests (each part kept its own
+/// slowest), slowest first.
+pub fn slowest<'a>(parts: impl IntoIterator<Item = &'a [SlowRequest]>) -> Vec<SlowRequest> {
+    let mut all: Vec<SlowRequest> = parts.into_iter().flatten().copied().collect();
+    all.sort_by(|a, b| {
+        b.latency_us
+            .cmp(&a.latency_us)
+            .then(a.start_us.cmp(&b.start_us))
+    });
+    all.truncate(SLOWEST_PER_INTERVAL);
+    all
 }
 
 /// Why results do not merge.
@@ -391,4 +411,39 @@ pub fn runs(parts: &[RunResult]) -> Result<RunResult, MergeError> {
         };
         r
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slow(start_us: u64, latency_us: u64) -> SlowRequest {
+        SlowRequest {
+            start_us,
+            latency_us,
+        }
+    }
+
+    #[test]
+    fn the_slowest_of_several_shards_are_the_slowest_of_all_their_requests() {
+        // Two shards, each with its own bounded set: the merge is bounded too and keeps the
+        // slowest of the union, slowest first.
+        let a: Vec<SlowRequest> = (0..SLOWEST_PER_INTERVAL as u64)
+            .map(|i| slow(i, 1_000 + 2 * i))
+            .collect();
+        let b: Vec<SlowRequest> = (0..SLOWEST_PER_INTERVAL as u64)
+            .map(|i| slow(100 + i, 1_001 + 2 * i))
+            .collect();
+        let m = slowest([a.as_slice(), b.as_slice()]);
+        assert_eq!(m.len(), SLOWEST_PER_INTERVAL);
+        let mut all: Vec<u64> = a.iter().chain(&b).map(|r| r.latency_us).collect();
+        all.sort_unstable_by(|x, y| y.cmp(x));
+        all.truncate(SLOWEST_PER_INTERVAL);
+        assert_eq!(m.iter().map(|r| r.latency_us).collect::<Vec<_>>(), all);
+        assert_eq!(m[0], slow(100 + 31, 1_001 + 62));
+        // Written as [start_us, latency_us]; an interval without them reads as none.
+        assert_eq!(serde_json::to_string(&m[0]).unwrap(), "[131,1063]");
+        let back: SlowRequest = serde_json::from_str("[131,1063]").unwrap();
+        assert_eq!(back, m[0]);
+    }
 }

@@ -125,29 +125,34 @@ pub fn driver(group: &[DriverInterval]) -> Result<DriverInterval, RollupError> {
         play: crate::merge::play(group.iter().map(|i| &i.play)),
         driver: DriverHealth::default(),
         rolled_up: Some(RolledUp::default()),
+        // One driver, one clock: every row of a run has the same origin.
+        clock_start_ns: first
+            .clock_start_ns
+            .filter(|c| group.iter().all(|i| i.clock_start_ns == Some(*c))),
     };
     let mut cpu_ms = 0.0;
     for iv in group {
         // Every field, one rule each: a field added to DriverInterval stops here until it
         // has one.
         let DriverInterval {
-            index: _,         // the first's
-            end_ms: _,        // the last's
-            duration_ms: dur, // the span, first start to last end
-            phase_index: _,   // one phase per group
-            phase: _,         // the last's name of it
-            late_starts,      // counter
-            dropped_starts,   // counter
-            in_flight,        // gauge: max
-            players,          // gauge: max
-            hammer_workers,   // gauge: max
-            ops: _,           // merged per op above
-            connects,         // counter
-            reconnects,       // counter
-            connect_errors,   // counter
-            play: _,          // merged above (counters summed)
-            driver: health,   // below
-            rolled_up: _,     // below
+            index: _,          // the first's
+            end_ms: _,         // the last's
+            duration_ms: dur,  // the span, first start to last end
+            phase_index: _,    // one phase per group
+            phase: _,          // the last's name of it
+            late_starts,       // counter
+            dropped_starts,    // counter
+            in_flight,         // gauge: max
+            players,           // gauge: max
+            hammer_workers,    // gauge: max
+            ops: _,            // merged per op above
+            connects,          // counter
+            reconnects,        // counter
+            connect_errors,    // counter
+            play: _,           // merged above (counters summed)
+            driver: health,    // below
+            rolled_up: _,      // below
+            clock_start_ns: _, // the group's, when every row agrees (above)
         } = iv;
         acc.late_starts += late_starts;
         acc.dropped_starts += dropped_starts;
@@ -210,6 +215,8 @@ fn driver_ops(group: &[DriverInterval], duration_ms: u64) -> Result<Vec<Interval
                 histogram: None,
                 outcomes: BTreeMap::new(),
                 statuses: BTreeMap::new(),
+                // The slowest of the group's kept requests: the slowest of all of them.
+                slowest: crate::merge::slowest(parts.iter().map(|o| o.slowest.as_slice())),
             };
             for o in parts {
                 let IntervalOp {
@@ -220,6 +227,7 @@ fn driver_ops(group: &[DriverInterval], duration_ms: u64) -> Result<Vec<Interval
                     histogram,  // merged
                     outcomes,   // counters
                     statuses,   // counters
+                    slowest: _, // the slowest of their union (above)
                 } = o;
                 acc.count += count;
                 let part = histogram

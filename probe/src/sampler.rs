@@ -29,6 +29,10 @@ use herd_model::{
     },
 };
 
+/// Most pairs per container and interval known only from open sockets (no kernel event in
+/// the interval): the busiest by sockets (docs/probes-sockets.md).
+pub const MAX_GAUGE_PAIRS: usize = 64;
+
 /// Samples the kernel maps into intervals.
 pub struct Sampler {
     /// The kernel probe, or a fake in tests; read once per interval, so a virtual call is
@@ -216,7 +220,20 @@ impl Sampler {
             }
         }
         let own = runq.as_ref().is_some_and(|r| r.contains_key(&OWN_TGID_KEY));
-        for name in names.iter().copied().chain(own.then_some(crate::OWN_ROW)) {
+        // An ended container's windows stop with its end (its row leaves after it).
+        let ended: Vec<&str> = self
+            .set
+            .containers()
+            .iter()
+            .filter(|c| c.ended_ns.is_some_and(|e| e < now))
+            .map(|c| c.name.as_str())
+            .collect();
+        for name in names
+            .iter()
+            .copied()
+            .filter(|n| !ended.contains(n))
+            .chain(own.then_some(crate::OWN_ROW))
+        {
             let throttled = self
                 .cpu
                 .get(name)
@@ -362,7 +379,23 @@ impl Sampler {
         // still counts for it (its sockets closing after it): an hours-long run on a host
         // where containers come and go does not carry every one of them in every row.
         let since = self.prev.at_ns;
-        iv.containers.retain(|c| !crate::sample::gone(c, since));
+        let mut left = Vec::new();
+        iv.containers.retain(|c| {
+            let gone = crate::sample::gone(c, since);
+            if gone {
+                left.push(c.container.clone());
+            }
+            !gone
+        });
+        // What was kept to sample them goes with them (their running totals stay: counters).
+        for name in &left {
+            self.windows.open.remove(name);
+            self.windows.last.remove(name);
+            self.cpu.remove(name);
+            self.cpu_missing.remove(name);
+            self.wait_sources.remove(name);
+            self.wait_prev.remove(name);
+        }
         for c in &iv.containers {
             match self.totals.iter_mut().find(|(n, _)| *n == c.container) {
                 Some((_, t)) => {
@@ -374,7 +407,13 @@ impl Sampler {
             }
         }
         self.attach_sockets(&mut iv);
-        for p in &iv.pairs {
+        // Running totals of the pairs the kernel counted something for (a pair known only
+        // from open sockets adds nothing to a counter).
+        for p in iv
+            .pairs
+            .iter()
+            .filter(|p| p.stats() != PairStats::default())
+        {
             let key = (p.container.clone(), p.remote);
             let slot = self.pair_totals.entry(key).or_default();
             slot.0 = p.remote_container.clone();
@@ -521,14 +560,28 @@ impl Sampler {
             }
         }
         for (container, s) in &samples {
-            for d in &s.gauges.destinations {
-                if iv
-                    .pairs
-                    .iter()
-                    .any(|p| &p.container == container && p.remote == d.remote)
-                {
-                    continue;
-                }
+            // Destinations the kernel saw no event for in the interval (open connections
+            // only): the busiest MAX_GAUGE_PAIRS of them. A host holding connections to
+            // thousands of ports would otherwise put thousands of pairs in every row; the
+            // container's row keeps the totals and the tightest headroom whatever is left out.
+            let mut quiet: Vec<&crate::sockdiag::DestinationGauges> = s
+                .gauges
+                .destinations
+                .iter()
+                .filter(|d| {
+                    !iv.pairs
+                        .iter()
+                        .any(|p| &p.container == container && p.remote == d.remote)
+                })
+                .collect();
+            quiet.sort_by_key(|d| {
+                std::cmp::Reverse((
+                    d.established + d.syn_sent + d.time_wait + d.other,
+                    d.ports_in_use,
+                ))
+            });
+            quiet.truncate(MAX_GAUGE_PAIRS);
+            for d in quiet {
                 iv.pairs.push(herd_model::PairInterval::gauges_only(
                     container.clone(),
                     d.remote,

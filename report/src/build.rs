@@ -6,8 +6,8 @@ use herd_model::{PhaseResult, RunData};
 use crate::{
     findings,
     model::{
-        Cell, NO_HISTOGRAM, Report, RunSummary, SCHEMA_VERSION, Split, containers, ops, pairs,
-        play, secs, slo, timeline,
+        Cell, NO_HISTOGRAM, Report, RunSummary, SCHEMA_VERSION, Split, attribution, containers,
+        ops, pairs, play, secs, slo, timeline,
     },
 };
 
@@ -32,7 +32,7 @@ impl Report {
         let missing = |what: &str| Cell::Missing(format!("{what}: {probe_note}"));
 
         let ops = ops::rows(d);
-        let totals = ops::totals(&ops);
+        let mut totals = ops::totals(&ops);
         let containers = containers::rows(d, &load_phases, &missing);
         let duration_s: f64 = d
             .driver
@@ -52,6 +52,8 @@ impl Report {
             pair_rows,
             duration_s,
         );
+
+        attribution::attribute(d, &mut totals, &pairs);
 
         let mut notes = Vec::new();
         if !probe_note.is_empty() {

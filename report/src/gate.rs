@@ -1,16 +1,25 @@
 //! Regression gates for `herd compare --fail-on`: each gate names an op (or every op), a
 //! whole-run figure and the change that fails the comparison, in the words of a pull request
-//! review: `p99 +10%`, `game.state p99 +20ms`, `req/s -5%`, `errors +0.5pp`.
+//! review: `p99 +10%`, `game.state p99 +20ms`, `req/s -5%`, `errors +0.5pp`; or a container
+//! (or every container) and one of its kernel-side waits: `runq_p99 +20%`, `gateway
+//! retransmits +0`, `listen_drops +10`.
 //!
 //! ```text
-//! GATE   := [OP] METRIC CHANGE
-//! OP     := an op's name; omitted: every op the two runs share
+//! GATE   := [SUBJECT] METRIC CHANGE
+//! SUBJECT:= an op's name (op metrics) or a container's (wait metrics); omitted or `*`: every
+//!           op, or every container, the two runs have
 //! METRIC := p50 | p90 | p99 | p999 | max | mean    (latency, from the merged histogram)
 //!         | req/s                                   (throughput over the run)
 //!         | errors                                  (share of requests that are errors)
+//!         | runq_p99                                (a container's run-queue wait p99, the log2
+//!                                                    bound of its worst step)
+//!         | runq                                    (its run-queue delay, ms/s, worst step)
+//!         | retransmits | syn_retransmits           (segments it retransmitted, all / SYNs)
+//!         | listen_drops | oom_kills                (over the load steps)
 //! CHANGE := +N% | -N%        relative to the run before
-//!         | +N<unit>         an absolute latency increase (us, ms, s)
+//!         | +N<unit>         an absolute latency increase (us, ms, s): latencies, runq_p99
 //!         | +Npp | -Npp      a change of the error share, in percentage points
+//!         | +N               a rise of a count by more than N: retransmits, listen_drops, …
 //! ```
 //!
 //! A `+` change fails when the figure grew by more than N, a `-` change when it fell by more
@@ -20,9 +29,11 @@
 use std::{fmt, str::FromStr};
 
 /// The syntax, for error messages and `--help`.
-pub const SYNTAX: &str = "[OP] METRIC CHANGE, e.g. `p99 +10%`, `game.state p99 +20ms`, \
-     `req/s -5%`, `errors +0.5pp`; METRIC is p50, p90, p99, p999, max, mean, req/s or errors; \
-     CHANGE is +N% or -N%, +N with a latency unit (us, ms, s), or ±Npp for errors";
+pub const SYNTAX: &str = "[OP|CONTAINER] METRIC CHANGE, e.g. `p99 +10%`, `game.state p99 +20ms`, \
+     `req/s -5%`, `errors +0.5pp`, `gateway runq_p99 +20%`, `retransmits +0`; METRIC is p50, \
+     p90, p99, p999, max, mean, req/s or errors of an op, or runq_p99, runq, retransmits, \
+     syn_retransmits, listen_drops or oom_kills of a container; CHANGE is +N% or -N%, +N with a \
+     latency unit (us, ms, s), ±Npp for errors, or +N for a count";
 
 /// A whole-run figure a gate can watch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,6 +46,18 @@ pub enum Metric {
     Rate,
     /// Share of requests that ended as errors (expected outcomes excluded).
     Errors,
+    /// A container's run-queue wait p99 (log2 bucket bound, µs), its worst step.
+    RunqP99,
+    /// A container's run-queue delay, ms per second, its worst step.
+    Runq,
+    /// Segments a container retransmitted (SYNs included), over the load steps.
+    Retransmits,
+    /// SYNs a container retransmitted, over the load steps.
+    SynRetransmits,
+    /// SYNs and handshake ACKs a container's listeners dropped, over the load steps.
+    ListenDrops,
+    /// A container's processes killed by the OOM killer, over the load steps.
+    OomKills,
 }
 
 impl Metric {
@@ -48,11 +71,29 @@ impl Metric {
             Metric::Mean => "mean",
             Metric::Rate => "req/s",
             Metric::Errors => "errors",
+            Metric::RunqP99 => "runq_p99",
+            Metric::Runq => "runq",
+            Metric::Retransmits => "retransmits",
+            Metric::SynRetransmits => "syn_retransmits",
+            Metric::ListenDrops => "listen_drops",
+            Metric::OomKills => "oom_kills",
         }
     }
 
     fn is_latency(self) -> bool {
-        matches!(self, Metric::Latency(_) | Metric::Mean)
+        matches!(self, Metric::Latency(_) | Metric::Mean | Metric::RunqP99)
+    }
+
+    fn is_count(self) -> bool {
+        matches!(
+            self,
+            Metric::Retransmits | Metric::SynRetransmits | Metric::ListenDrops | Metric::OomKills
+        )
+    }
+
+    /// Whether the metric is a container's (its subject is a container, not an op).
+    pub fn is_container(self) -> bool {
+        self.is_count() || matches!(self, Metric::RunqP99 | Metric::Runq)
     }
 }
 
@@ -65,6 +106,8 @@ pub enum Change {
     LatencyUs(f64),
     /// A change of the error share, percentage points (signed like `Relative`).
     Points(f64),
+    /// A rise of a count by more than this many.
+    Count(f64),
 }
 
 /// One `--fail-on` gate.
@@ -100,6 +143,12 @@ fn metric(s: &str) -> Option<Metric> {
         "mean" => Metric::Mean,
         "req/s" | "rps" => Metric::Rate,
         "errors" => Metric::Errors,
+        "runq_p99" => Metric::RunqP99,
+        "runq" => Metric::Runq,
+        "retransmits" => Metric::Retransmits,
+        "syn_retransmits" => Metric::SynRetransmits,
+        "listen_drops" => Metric::ListenDrops,
+        "oom_kills" => Metric::OomKills,
         _ => return None,
     })
 }
@@ -118,6 +167,14 @@ fn change(s: &str, m: Metric) -> Result<Change, String> {
     };
     if let Some(n) = body.strip_suffix('%') {
         return Ok(Change::Relative(sign * number(n)? / 100.0));
+    }
+    if m.is_count() && body.parse::<f64>().is_ok() {
+        if sign < 0.0 {
+            return Err(format!(
+                "`{s}`: a count gate fails on a rise; write +N or -N%"
+            ));
+        }
+        return Ok(Change::Count(number(body)?));
     }
     if let Some(n) = body.strip_suffix("pp") {
         if m != Metric::Errors {
@@ -144,6 +201,9 @@ fn change(s: &str, m: Metric) -> Result<Change, String> {
             }
             return Ok(Change::LatencyUs(number(n)? * us));
         }
+    }
+    if m.is_count() {
+        return Err(format!("`{s}`: `{}` changes by % or +N", m.name()));
     }
     Err(format!("`{s}` has no unit: write %, pp, us, ms or s"))
 }
@@ -199,6 +259,38 @@ impl OpFigures {
             Metric::Mean => self.mean_us,
             Metric::Rate => self.rate,
             Metric::Errors => self.error_share,
+            _ => None,
+        }
+    }
+}
+
+/// One container's figures in one run, for [`check_containers`]: `None` when not measured.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ContainerFigures {
+    /// Run-queue wait p99 of its worst step, µs (a log2 bucket's upper bound).
+    pub runq_p99_us: Option<f64>,
+    /// Run-queue delay of its worst step, ms per second.
+    pub runq_ms_per_s: Option<f64>,
+    /// Segments it retransmitted, SYNs included.
+    pub retransmits: Option<f64>,
+    /// SYNs it retransmitted.
+    pub syn_retransmits: Option<f64>,
+    /// SYNs and handshake ACKs its listeners dropped.
+    pub listen_drops: Option<f64>,
+    /// Processes the OOM killer killed.
+    pub oom_kills: Option<f64>,
+}
+
+impl ContainerFigures {
+    fn get(&self, m: Metric) -> Option<f64> {
+        match m {
+            Metric::RunqP99 => self.runq_p99_us,
+            Metric::Runq => self.runq_ms_per_s,
+            Metric::Retransmits => self.retransmits,
+            Metric::SynRetransmits => self.syn_retransmits,
+            Metric::ListenDrops => self.listen_drops,
+            Metric::OomKills => self.oom_kills,
+            _ => None,
         }
     }
 }
@@ -208,7 +300,7 @@ impl OpFigures {
 pub struct Verdict {
     /// The gate as written.
     pub gate: String,
-    /// The op it was checked on.
+    /// The op (or, for a wait metric, the container) it was checked on.
     pub op: String,
     /// Whether the comparison passes it.
     pub pass: bool,
@@ -234,40 +326,83 @@ fn show(m: Metric, v: f64) -> String {
         Metric::Latency(_) | Metric::Mean => crate::units::latency(v.round() as u64),
         Metric::Rate => format!("{v:.1} req/s"),
         Metric::Errors => format!("{:.2} %", v * 100.0),
+        Metric::RunqP99 => crate::units::bound(v.round() as u64, 1),
+        Metric::Runq => format!("{v:.1} ms/s"),
+        _ => format!("{v:.0}"),
     }
 }
 
-/// Checks every gate against the ops of two runs: `ops` holds each op's figures before and
-/// after (None when the op is missing from that run).
+/// Checks every op gate against the ops of two runs: `ops` holds each op's figures before
+/// and after (None when the op is missing from that run). Container gates are left to
+/// [`check_containers`].
 pub fn check(
     gates: &[Gate],
     ops: &[(String, Option<OpFigures>, Option<OpFigures>)],
 ) -> Vec<Verdict> {
+    let gates: Vec<&Gate> = gates.iter().filter(|g| !g.metric.is_container()).collect();
+    verdicts(&gates, ops, OpFigures::get, "op")
+}
+
+/// Checks every container gate (`runq_p99`, `retransmits`, …) against the containers of two
+/// runs: `containers` holds each one's figures before and after (None when the container is
+/// missing from that run).
+pub fn check_containers(
+    gates: &[Gate],
+    containers: &[(String, Option<ContainerFigures>, Option<ContainerFigures>)],
+) -> Vec<Verdict> {
+    let gates: Vec<&Gate> = gates.iter().filter(|g| g.metric.is_container()).collect();
+    verdicts(&gates, containers, ContainerFigures::get, "container")
+}
+
+fn verdicts<F>(
+    gates: &[&Gate],
+    subjects: &[(String, Option<F>, Option<F>)],
+    get: fn(&F, Metric) -> Option<f64>,
+    kind: &str,
+) -> Vec<Verdict> {
     let mut out = Vec::new();
     for g in gates {
-        let matching: Vec<_> = ops
+        let named = |op: &String| g.op.as_ref().is_none_or(|want| want == op);
+        // A gate over every container skips the containers neither run measured it for (a
+        // cgroup without PSI, the host's row): they cannot regress. Named, one still fails.
+        let measured = |(_, b, a): &&(String, Option<F>, Option<F>)| {
+            g.op.is_some()
+                || kind != "container"
+                || [b, a]
+                    .iter()
+                    .any(|f| f.as_ref().and_then(|f| get(f, g.metric)).is_some())
+        };
+        let matching: Vec<_> = subjects
             .iter()
-            .filter(|(op, _, _)| g.op.as_ref().is_none_or(|want| want == op))
+            .filter(|(op, _, _)| named(op))
+            .filter(measured)
             .collect();
-        if matching.is_empty() {
+        if matching.is_empty() && g.op.is_none() && kind == "container" {
             out.push(Verdict {
                 gate: g.text.clone(),
-                op: g.op.clone().unwrap_or_else(|| "every op".into()),
+                op: "every container".into(),
                 pass: false,
-                detail: "no such op in either run".into(),
+                detail: format!("no container has {} in either run", g.metric.name()),
+            });
+        } else if matching.is_empty() {
+            out.push(Verdict {
+                gate: g.text.clone(),
+                op: g.op.clone().unwrap_or_else(|| format!("every {kind}")),
+                pass: false,
+                detail: format!("no such {kind} in either run"),
             });
         }
         for (op, before, after) in matching {
             let m = g.metric;
             let (b, a) = (
-                before.as_ref().and_then(|f| f.get(m)),
-                after.as_ref().and_then(|f| f.get(m)),
+                before.as_ref().and_then(|f| get(f, m)),
+                after.as_ref().and_then(|f| get(f, m)),
             );
             let (Some(b), Some(a)) = (b, a) else {
                 let which = match (before.is_some(), after.is_some()) {
-                    (false, _) => "the run before has no such op",
-                    (_, false) => "the run after has no such op",
-                    _ => "a run has no value for it",
+                    (false, _) => format!("the run before has no such {kind}"),
+                    (_, false) => format!("the run after has no such {kind}"),
+                    _ => "a run has no value for it".into(),
                 };
                 out.push(Verdict {
                     gate: g.text.clone(),
@@ -296,9 +431,10 @@ pub fn check(
                     format!(
                         "{}{}",
                         if a >= b { "+" } else { "-" },
-                        show(m, (a - b).abs())
+                        crate::units::latency((a - b).abs().round() as u64)
                     ),
                 ),
+                Change::Count(limit) => (a - b <= limit, format!("{:+.0}", a - b)),
                 Change::Points(limit) => {
                     let pp = (a - b) * 100.0;
                     let pass = if limit >= 0.0 {
@@ -428,5 +564,112 @@ mod tests {
             p99.to_string(),
             "FAIL `game.state p99 +10%` on game.state: p99 100ms → 115ms (+15.0 %)"
         );
+    }
+
+    #[test]
+    fn wait_gates_parse_with_a_container_or_for_every_container() {
+        let g: Gate = "runq_p99 +20%".parse().unwrap();
+        assert_eq!(
+            (g.op, g.metric, g.change),
+            (None, Metric::RunqP99, Change::Relative(0.2))
+        );
+        let g: Gate = "gateway runq_p99 +1ms".parse().unwrap();
+        assert_eq!(
+            (g.op.as_deref(), g.change),
+            (Some("gateway"), Change::LatencyUs(1_000.0))
+        );
+        assert_eq!(
+            "gateway retransmits +0".parse::<Gate>().unwrap().change,
+            Change::Count(0.0)
+        );
+        assert_eq!(
+            "listen_drops +10".parse::<Gate>().unwrap().metric,
+            Metric::ListenDrops
+        );
+        assert_eq!(
+            "syn_retransmits +50%".parse::<Gate>().unwrap().change,
+            Change::Relative(0.5)
+        );
+        assert_eq!(
+            "* oom_kills +0".parse::<Gate>().unwrap().metric,
+            Metric::OomKills
+        );
+        assert_eq!(
+            "runq -10%".parse::<Gate>().unwrap().change,
+            Change::Relative(-0.1)
+        );
+        for (text, why) in [
+            ("retransmits -3", "a count gate fails on a rise"),
+            (
+                "retransmits +3ms",
+                "`+3ms` is a latency; `retransmits` changes by %",
+            ),
+            ("runq +5", "has no unit"),
+            ("oom_kills +1pp", "pp (percentage points) is for errors"),
+            ("listen_drops +many", "`listen_drops` changes by % or +N"),
+            ("runq_p98 +10%", "`runq_p98` is not a metric"),
+        ] {
+            let e = text.parse::<Gate>().unwrap_err().to_string();
+            assert!(e.contains(why), "{text}: {e}");
+            assert!(e.contains("`gateway runq_p99 +20%`"), "{e}");
+        }
+    }
+
+    #[test]
+    fn wait_gates_are_checked_on_containers_and_op_gates_on_ops_only() {
+        let fig = |p99: f64, retrans: f64| ContainerFigures {
+            runq_p99_us: Some(p99),
+            runq_ms_per_s: Some(10.0),
+            retransmits: Some(retrans),
+            syn_retransmits: Some(0.0),
+            listen_drops: Some(0.0),
+            oom_kills: None,
+        };
+        let containers = vec![
+            (
+                "gateway".to_owned(),
+                Some(fig(512.0, 0.0)),
+                Some(fig(1024.0, 3.0)),
+            ),
+            (
+                "backend".to_owned(),
+                Some(fig(64.0, 2.0)),
+                Some(fig(64.0, 2.0)),
+            ),
+        ];
+        let gates: Vec<Gate> = [
+            "runq_p99 +20%",
+            "gateway retransmits +0",
+            "backend retransmits +0",
+            "oom_kills +0",
+            "p99 +10%",
+            "db listen_drops +0",
+        ]
+        .iter()
+        .map(|g| g.parse().unwrap())
+        .collect();
+        let v = check_containers(&gates, &containers);
+        let verdict = |gate: &str, on: &str| {
+            v.iter()
+                .find(|x| x.gate == gate && x.op == on)
+                .unwrap_or_else(|| panic!("no verdict for {gate} on {on}: {v:?}"))
+        };
+        let p99 = verdict("runq_p99 +20%", "gateway");
+        assert!(!p99.pass, "{p99}");
+        assert_eq!(p99.detail, "runq_p99 ≤ 512µs → ≤ 1.0ms (+100.0 %)");
+        assert!(verdict("runq_p99 +20%", "backend").pass);
+        let r = verdict("gateway retransmits +0", "gateway");
+        assert!(!r.pass && r.detail == "retransmits 0 → 3 (+3)", "{r}");
+        assert!(verdict("backend retransmits +0", "backend").pass);
+        // No container has it: one failing verdict for the gate, not a pass by skipping.
+        let oom = verdict("oom_kills +0", "every container");
+        assert!(!oom.pass && oom.detail == "no container has oom_kills in either run");
+        let db = verdict("db listen_drops +0", "db");
+        assert!(!db.pass && db.detail == "no such container in either run");
+        assert!(
+            !v.iter().any(|x| x.gate == "p99 +10%"),
+            "an op gate is not checked on containers"
+        );
+        assert!(check(&gates, &[]).iter().all(|x| x.gate == "p99 +10%"));
     }
 }

@@ -100,8 +100,12 @@ pub fn write_report(report: &Report, dir: &Path) -> Result<Written> {
     write_file(&ops, export::csv::ops(report))?;
     let timeline = dir.join(format!("run-{}-timeline.csv", report.run.id));
     write_file(&timeline, export::csv::timeline(report))?;
+    let waits = dir.join(format!("run-{}-waits.csv", report.run.id));
+    write_file(&waits, export::waits_csv::waits(report))?;
+    let retransmits = dir.join(format!("run-{}-retransmits.csv", report.run.id));
+    write_file(&retransmits, export::waits_csv::retransmits(report))?;
     Ok(Written {
-        files: vec![md, html, json, ops, timeline],
+        files: vec![md, html, json, ops, timeline, waits, retransmits],
         slo_failed: report.slo.iter().any(|s| !s.pass),
         broken: broken_objectives(report),
     })

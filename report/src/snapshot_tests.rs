@@ -6,7 +6,11 @@
 
 use std::collections::BTreeMap;
 
-use herd_model::{Counter, Log2Hist, N_COUNTERS};
+use herd_model::waits::{
+    ConntrackCell, ContainerWaits, ListenerCell, ListenerWaits, OomCell, Pressure, PsiCell,
+    RunqCell,
+};
+use herd_model::{Counter, Log2Hist, N_COUNTERS, RunqStats};
 
 use crate::{Report, compare};
 use herd_model::{CleanupRecord, RunData, RunMeta, SeedRecord, TableCount};
@@ -377,7 +381,7 @@ fn probe(t: u64, phase: Option<usize>, fixed: bool) -> ProbeInterval {
         },
         started_ns: None,
         ended_ns: None,
-        waits: Default::default(),
+        waits: gateway_waits(load, t, fixed),
     };
     let backend_row = ContainerInterval {
         container: "backend".into(),
@@ -388,7 +392,7 @@ fn probe(t: u64, phase: Option<usize>, fixed: bool) -> ProbeInterval {
         },
         started_ns: None,
         ended_ns: None,
-        waits: Default::default(),
+        waits: backend_waits(load),
     };
     let host = ContainerInterval {
         container: "host".into(),
@@ -436,6 +440,11 @@ fn probe(t: u64, phase: Option<usize>, fixed: bool) -> ProbeInterval {
             gauges(25, 0),
         ),
     ];
+    // Loss toward the backend until the fix: a SYN retried in step 2, data retransmits.
+    if !fixed && phase.is_some() {
+        pairs[1].waits.retrans_segs = 2 + u64::from(t == 7);
+        pairs[1].waits.syn_retrans = u64::from(t == 7);
+    }
     if t == 3 {
         // Another local process's socket: gauges only, not on the request path.
         pairs.push(hop("host", "127.0.0.1:38495", None, 0, gauges(1, 0)));
@@ -448,6 +457,89 @@ fn probe(t: u64, phase: Option<usize>, fixed: bool) -> ProbeInterval {
         pairs,
         lost: u64::from(t == 5),
         services: Vec::new(),
+    }
+}
+
+/// The gateway's waits: run-queue delay growing with the load (less after the fix), PSI,
+/// no OOM kill, its listener dropping a SYN at t = 7 until the fix, conntrack.
+fn gateway_waits(load: f64, t: u64, fixed: bool) -> ContainerWaits {
+    let mut h = Log2Hist::default();
+    let waits = (200.0 * load) as u64;
+    for k in 0..waits {
+        // Mostly short waits; one in 50 of 2–4 ms (4 ms without the fix).
+        h.record(if k % 50 == 0 {
+            if fixed { 2_500 } else { 3_500 }
+        } else {
+            60
+        });
+    }
+    let long = waits.div_ceil(50);
+    let total_us: u64 = (waits - long) * 60 + long * if fixed { 2_500 } else { 3_500 };
+    ContainerWaits {
+        runq: RunqCell::of(&RunqStats {
+            count: h.count(),
+            total_ns: total_us * 1_000,
+            delay_us: h,
+        }),
+        windows: Vec::new(),
+        psi: PsiCell::Measured {
+            cpu: Some(Pressure {
+                some_us: (4_000.0 * load) as u64,
+                full_us: None,
+            }),
+            memory: Some(Pressure {
+                some_us: 0,
+                full_us: Some(0),
+            }),
+            io: Some(Pressure {
+                some_us: 120,
+                full_us: Some(40),
+            }),
+        },
+        oom: OomCell::Measured { oom_kills: 0 },
+        listeners: ListenerCell::Measured {
+            ports: vec![ListenerWaits {
+                local_port: 8080,
+                sockets: 1,
+                drops: u64::from(t == 7 && !fixed),
+                accept_queue: if t == 7 && !fixed { 4 } else { 0 },
+                backlog: 4,
+            }],
+        },
+        conntrack: ConntrackCell::Measured {
+            entries: 180 + (40.0 * load) as u64,
+            max: 262_144,
+            drop: Some(0),
+            early_drop: Some(0),
+            insert_failed: Some(0),
+        },
+    }
+}
+
+/// The backend's waits: run-queue delay only; the rest unreadable, each for its reason.
+fn backend_waits(load: f64) -> ContainerWaits {
+    let mut h = Log2Hist::default();
+    let waits = (100.0 * load) as u64;
+    for _ in 0..waits {
+        h.record(30);
+    }
+    ContainerWaits {
+        runq: RunqCell::of(&RunqStats {
+            count: waits,
+            total_ns: waits * 30_000,
+            delay_us: h,
+        }),
+        windows: Vec::new(),
+        psi: PsiCell::Unavailable {
+            reason: "the kernel was booted with psi=0".into(),
+        },
+        oom: OomCell::Measured { oom_kills: 0 },
+        listeners: ListenerCell::Unavailable {
+            reason: "no process in the container to reach its network namespace".into(),
+        },
+        conntrack: ConntrackCell::Unavailable {
+            reason: "no process in the container to reach its network namespace".into(),
+        },
     }
 }
 
@@ -482,6 +574,7 @@ pub(crate) fn fixture(fixed: bool) -> RunData {
                     let warm = if t == 2 { 3.0 } else { 1.0 };
                     IntervalOp {
                         statuses: Default::default(),
+                        slowest: Vec::new(),
                         op: s.op,
                         count: s.count,
                         rate: s.rate,
@@ -527,6 +620,7 @@ pub(crate) fn fixture(fixed: bool) -> RunData {
                     lag_max_us: 800,
                     saturated: t == 8 && !fixed,
                 },
+                clock_start_ns: None,
             });
         }
         start += p.seconds;

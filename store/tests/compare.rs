@@ -68,6 +68,7 @@ async fn write_compare_reads_two_stored_runs_and_writes_both_pages() {
                 hammer_workers: 0,
                 ops: vec![IntervalOp {
                     statuses: Default::default(),
+                    slowest: Vec::new(),
                     histogram: None,
                     op: "game.state".into(),
                     count: 100,
@@ -80,6 +81,7 @@ async fn write_compare_reads_two_stored_runs_and_writes_both_pages() {
                 connect_errors: 0,
                 play: Default::default(),
                 driver: DriverHealth::default(),
+                clock_start_ns: None,
             };
             store.put(run.id, Source::Driver, i, i, &iv).await.unwrap();
             intervals.push(iv);

@@ -2,6 +2,8 @@
 //! step × outcome histograms and per-interval ones, and emits the result stream.
 
 use std::{
+    cmp::Reverse,
+    collections::BinaryHeap,
     sync::{
         Arc,
         atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst},
@@ -14,7 +16,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, error::TryRecvError}
 
 use herd_model::{
     DriverEvent, DriverHealth, DriverInterval, IntervalOp, OpStats, OpenStats, Outcome,
-    OutcomeStats, PhaseResult, RunResult,
+    OutcomeStats, PhaseResult, RunResult, SLOWEST_PER_INTERVAL, SlowRequest,
     histogram::{LatencyHistogram, latency, new_histogram, record},
 };
 
@@ -23,12 +25,14 @@ use super::{gate::Gate, health};
 /// A message to the aggregator.
 #[derive(Debug)]
 pub(crate) enum Msg {
-    /// One op ended. `row` is `phase * ops + op`; `status` is the response's, if one came.
+    /// One op ended at `ended`. `row` is `phase * ops + op`; `status` is the response's, if
+    /// one came.
     Sample {
         row: u32,
         outcome: Outcome,
         status: Option<u16>,
         latency_us: u64,
+        ended: Instant,
     },
     /// A phase (step or hammer) began with this many players.
     PhaseOpened { phase: usize, players: usize },
@@ -125,6 +129,45 @@ struct IntervalRow {
     outcomes: Vec<(Outcome, u64)>,
     /// Responses by exact status code (outcomes fold them into classes).
     statuses: Vec<(u16, u64)>,
+    /// The interval's slowest requests.
+    slowest: Slowest,
+}
+
+/// The [`SLOWEST_PER_INTERVAL`] slowest requests seen since the last take: a min-heap on
+/// latency, so a request faster than every kept one costs one comparison.
+#[derive(Default)]
+pub(crate) struct Slowest(BinaryHeap<Reverse<(u64, u64)>>);
+
+impl Slowest {
+    /// Offers a request that started `start_us` after the driver's start and took
+    /// `latency_us`.
+    pub(crate) fn offer(&mut self, start_us: u64, latency_us: u64) {
+        if self.0.len() < SLOWEST_PER_INTERVAL {
+            self.0.push(Reverse((latency_us, start_us)));
+        } else if let Some(mut least) = self.0.peek_mut()
+            && latency_us > least.0.0
+        {
+            *least = Reverse((latency_us, start_us));
+        }
+    }
+
+    /// The kept requests, slowest first; empties the set.
+    pub(crate) fn take(&mut self) -> Vec<SlowRequest> {
+        let mut v: Vec<SlowRequest> = self
+            .0
+            .drain()
+            .map(|Reverse((latency_us, start_us))| SlowRequest {
+                start_us,
+                latency_us,
+            })
+            .collect();
+        v.sort_by(|a, b| {
+            b.latency_us
+                .cmp(&a.latency_us)
+                .then(a.start_us.cmp(&b.start_us))
+        });
+        v
+    }
 }
 
 /// What the aggregator needs to know about the run.
@@ -167,6 +210,20 @@ pub(crate) struct Aggregator {
     last_cpu: Option<Duration>,
     last_counters: [u64; 3],
     last_starts: [u64; 2],
+    /// CLOCK_MONOTONIC (ns) at `t0`: the driver's clock start, which the intervals carry.
+    clock_start_ns: u64,
+}
+
+/// CLOCK_MONOTONIC now, ns: the clock the probe's windows are on (`bpf_ktime_get_ns`), and
+/// the one `Instant` reads on Linux.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out-pointer; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 impl Aggregator {
@@ -191,9 +248,12 @@ impl Aggregator {
                 all: new_histogram(),
                 outcomes: Vec::new(),
                 statuses: Vec::new(),
+                slowest: Slowest::default(),
             })
             .collect();
         let last_tick = s.t0;
+        // Both clocks read back to back: t0 on CLOCK_MONOTONIC, to the µs.
+        let clock_start_ns = monotonic_ns().saturating_sub(s.t0.elapsed().as_nanos() as u64);
         health::prepare();
         Self {
             s,
@@ -207,6 +267,7 @@ impl Aggregator {
             last_cpu: health::process_cpu(),
             last_counters: [0; 3],
             last_starts: [0; 2],
+            clock_start_ns,
         }
     }
 
@@ -291,6 +352,7 @@ impl Aggregator {
                 outcome,
                 status,
                 latency_us,
+                ended,
             } => {
                 let (phase, op) = (row as usize / n_ops, row as usize % n_ops);
                 let acc = &mut self.phases[phase];
@@ -304,6 +366,9 @@ impl Aggregator {
                     op
                 }];
                 record(&mut irow.all, latency_us);
+                let end_us = ended.saturating_duration_since(self.s.t0).as_micros() as u64;
+                irow.slowest
+                    .offer(end_us.saturating_sub(latency_us), latency_us);
                 match irow.outcomes.iter_mut().find(|(o, _)| o == outcome) {
                     Some((_, c)) => *c += 1,
                     None => irow.outcomes.push((outcome.clone(), 1)),
@@ -450,6 +515,7 @@ impl Aggregator {
                 histogram: Some(LatencyHistogram::encode(&row.all)),
                 outcomes: row.outcomes.drain(..).collect(),
                 statuses: row.statuses.drain(..).collect(),
+                slowest: row.slowest.take(),
             });
             row.all.reset();
         }
@@ -500,6 +566,7 @@ impl Aggregator {
                 lag_max_us: lag.max_us,
                 saturated: herd_model::saturated(cpu_percent, self.s.cores, lag.p99_us),
             },
+            clock_start_ns: Some(self.clock_start_ns),
         };
         self.last_counters = counters;
         self.last_starts = starts;
@@ -586,6 +653,26 @@ mod tests {
         );
     }
 
+    #[test]
+    fn the_slowest_requests_are_kept_up_to_the_bound_slowest_first() {
+        let mut s = Slowest::default();
+        // 1000 requests, latency k µs for k in a scrambled order.
+        for i in 0..1000u64 {
+            let k = (i * 7919) % 1000;
+            s.offer(i, k);
+        }
+        let kept = s.take();
+        assert_eq!(kept.len(), SLOWEST_PER_INTERVAL);
+        let want: Vec<u64> = (1000 - SLOWEST_PER_INTERVAL as u64..1000).rev().collect();
+        assert_eq!(kept.iter().map(|r| r.latency_us).collect::<Vec<_>>(), want);
+        // Each keeps its own start.
+        assert!(
+            kept.iter()
+                .all(|r| (r.start_us * 7919) % 1000 == r.latency_us)
+        );
+        assert!(s.take().is_empty(), "taking empties it");
+    }
+
     fn setup(events: UnboundedSender<DriverEvent>) -> (Setup, Arc<[AtomicU64]>) {
         let started: Arc<[AtomicU64]> = (0..2).map(|_| AtomicU64::new(0)).collect();
         let s = Setup {
@@ -646,6 +733,7 @@ mod tests {
                 outcome,
                 status: Some(200),
                 latency_us: us,
+                ended: Instant::now(),
             })
             .unwrap();
         }
@@ -668,6 +756,11 @@ mod tests {
         assert_eq!(names, vec!["a", "b", "hammer:b"]);
         assert_eq!(first.ops[0].outcomes.get(&Outcome::Ok), Some(&2));
         assert_eq!(first.ops[0].statuses.get(&200), Some(&2));
+        // Each request with its start and latency, slowest first, on the interval's clock.
+        let slow: Vec<u64> = first.ops[0].slowest.iter().map(|r| r.latency_us).collect();
+        assert_eq!(slow, vec![3_000, 1_000]);
+        assert!(first.ops[0].slowest[0].end_us() <= first.end_ms * 1000);
+        assert!(first.clock_start_ns.is_some());
         let h = first.ops[0].histogram.as_ref().unwrap().decode().unwrap();
         assert!(
             h.len() == 2 && h.equivalent(h.max(), 3_000),
@@ -680,6 +773,7 @@ mod tests {
             outcome: Outcome::Timeout,
             status: None,
             latency_us: 9_000,
+            ended: Instant::now(),
         })
         .unwrap();
         tokio::time::sleep(Duration::from_millis(20)).await;

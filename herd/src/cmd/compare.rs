@@ -19,6 +19,7 @@ Examples:
   herd compare 1 2                          # before: run 1, after: run 2 → herd-out/compare-1-2.*
   herd compare 1 2 --fail-on 'p99 +10%'     # exit 99 when any op's p99 grew by more than 10 %
   herd compare 4 5 --fail-on 'game.state p99 +20ms' --fail-on 'errors +0.5pp'
+  herd compare 4 5 --fail-on 'gateway runq_p99 +20%' --fail-on 'retransmits +0'
   herd compare 1 2 --out results            # runs of results/runs.db")]
 pub struct CompareArgs {
     /// The run before the change: its id in the store (`herd report --list` shows them).
@@ -39,9 +40,10 @@ pub struct CompareArgs {
     #[arg(long, value_name = "FILE", conflicts_with = "store")]
     pub store_file: Option<PathBuf>,
     /// Fail (exit code 99) when the run after regressed past this gate, checked on each op's
-    /// whole-run figures: `p99 +10%`, `game.state p99 +20ms`, `req/s -5%`, `errors +0.5pp`.
-    /// Repeatable; every gate is checked and printed. A gate that cannot be checked (its op
-    /// or figure missing from a run) fails.
+    /// whole-run figures: `p99 +10%`, `game.state p99 +20ms`, `req/s -5%`, `errors +0.5pp`;
+    /// or on each container's kernel-side waits: `runq_p99 +20%`, `gateway retransmits +0`,
+    /// `listen_drops +0` (docs/report.md). Repeatable; every gate is checked and printed. A
+    /// gate that cannot be checked (its op, container or figure missing from a run) fails.
     #[arg(long = "fail-on", value_name = "GATE", value_parser = parse_gate)]
     pub fail_on: Vec<Gate>,
 }

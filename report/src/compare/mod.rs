@@ -27,6 +27,7 @@ mod render;
 mod rows;
 #[cfg(test)]
 mod tests;
+mod waits;
 
 pub use render::{before_after, document, gate_lines, html, markdown, table, write_comparison};
 use rows::*;
@@ -165,7 +166,18 @@ pub struct Comparison {
     /// Both runs' whole-run totals per op, what the gates are checked on.
     #[serde(skip)]
     pub totals: [Vec<OpTotal>; 2],
+    /// Both runs' per-container wait figures, what the container gates are checked on.
+    #[serde(skip)]
+    pub containers: [Vec<(String, crate::gate::ContainerFigures)>; 2],
+    /// Both runs' run-queue delay per container and probe interval (seconds, ms/s), for the
+    /// overlaid chart (each run's own JSON report has them).
+    #[serde(skip)]
+    pub runq: [RunqSeries; 2],
 }
+
+/// Per container, its run-queue delay per probe interval: (seconds since the run's start,
+/// ms per second).
+pub type RunqSeries = Vec<(String, Vec<(f64, f64)>)>;
 
 /// The comparison JSON's schema version: bumped whenever a field changes meaning or goes.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -175,7 +187,7 @@ pub const SCHEMA_VERSION: u32 = 1;
 pub struct GateVerdict {
     /// The gate as written (`p99 +10%`).
     pub gate: String,
-    /// The op it was checked on.
+    /// The op (or, for a wait metric, the container) it was checked on.
     pub op: String,
     /// Whether the comparison passes it.
     pub pass: bool,
@@ -215,8 +227,8 @@ fn figures(t: &OpTotal) -> OpFigures {
     }
 }
 
-/// Checks `gates` on both runs' whole-run totals per op and keeps the verdicts in `c`;
-/// returns whether every gate passed.
+/// Checks `gates` on both runs' whole-run totals per op (and, for the wait metrics, per
+/// container) and keeps the verdicts in `c`; returns whether every gate passed.
 pub fn apply_gates(c: &mut Comparison, gates: &[Gate]) -> bool {
     let [a, b] = &c.totals;
     let names = union_in_order(
@@ -230,8 +242,22 @@ pub fn apply_gates(c: &mut Comparison, gates: &[Gate]) -> bool {
             (op.clone(), f(a), f(b))
         })
         .collect();
+    let [ca, cb] = &c.containers;
+    let containers: Vec<_> = union_in_order(
+        ca.iter().map(|(n, _)| n.as_str()),
+        cb.iter().map(|(n, _)| n.as_str()),
+    )
+    .into_iter()
+    .map(|name| {
+        let f = |cs: &[(String, crate::gate::ContainerFigures)]| {
+            cs.iter().find(|(n, _)| *n == name).map(|(_, f)| f.clone())
+        };
+        (name.clone(), f(ca), f(cb))
+    })
+    .collect();
     c.gates = crate::gate::check(gates, &ops)
         .into_iter()
+        .chain(crate::gate::check_containers(gates, &containers))
         .map(GateVerdict::from)
         .collect();
     c.gates.iter().all(|g| g.pass)
@@ -367,7 +393,9 @@ pub fn compare(a: &Report, b: &Report) -> Comparison {
     let mut rows = Vec::new();
     let mut notes = Vec::new();
     pair_rows(a, b, &mut rows, &mut notes);
+    waits::retransmit_rows(a, b, &mut rows);
     container_rows(a, b, &mut rows);
+    waits::container_wait_rows(a, b, &mut rows);
     op_rows(a, b, &mut rows);
     step_rows(a, b, &mut rows);
 
@@ -469,5 +497,7 @@ pub fn compare(a: &Report, b: &Report) -> Comparison {
         notes,
         timelines: [a.timeline.clone(), b.timeline.clone()],
         totals: [a.totals.clone(), b.totals.clone()],
+        containers: [waits::container_figures(a), waits::container_figures(b)],
+        runq: [waits::runq_series(a), waits::runq_series(b)],
     }
 }

@@ -177,13 +177,24 @@ pub(super) fn overlay(
     unit: &str,
     series: &dyn Fn(&[TimelinePoint]) -> Vec<Series>,
 ) -> Chart {
+    overlay_runs(c, title, unit, &|i| series(&c.timelines[i]))
+}
+
+/// [`overlay`] of series that are not the timeline's: `series(0)` the run before's,
+/// `series(1)` the run after's.
+pub(super) fn overlay_runs(
+    c: &Comparison,
+    title: &str,
+    unit: &str,
+    series: &dyn Fn(usize) -> Vec<Series>,
+) -> Chart {
     let [ta, tb] = &c.timelines;
     let mut lines = Vec::new();
-    for (t, id, stroke) in [
-        (ta, c.before.id, Stroke::Before),
-        (tb, c.after.id, Stroke::Solid),
+    for (i, id, stroke) in [
+        (0, c.before.id, Stroke::Before),
+        (1, c.after.id, Stroke::Solid),
     ] {
-        for mut s in series(t) {
+        for mut s in series(i) {
             s.name = format!("{} (run {id})", s.name);
             if s.stroke == Stroke::Solid {
                 s.stroke = stroke;
@@ -300,6 +311,7 @@ pub(super) fn charts(c: &Comparison) -> Vec<Block> {
             "sockets",
             &by(sections::TIME_WAIT),
         )));
+        out.push(Block::Chart(super::waits::runq_overlay(c, &containers)));
     }
     out
 }

@@ -101,6 +101,7 @@ fn container(step: &str, name: &str, burst: f64, share: f64, mem: Cell) -> Conta
         established_peak: unused(),
         headroom_min: unused(),
         listen_overflows: unused(),
+        waits: Default::default(),
     }
 }
 

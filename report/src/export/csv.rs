@@ -16,13 +16,13 @@ pub fn field(s: &str) -> String {
     }
 }
 
-fn line(out: &mut String, fields: impl IntoIterator<Item = String>) {
+pub(crate) fn line(out: &mut String, fields: impl IntoIterator<Item = String>) {
     let fields: Vec<String> = fields.into_iter().collect();
     out.push_str(&fields.join(","));
     out.push_str("\r\n");
 }
 
-fn num(v: f64) -> String {
+pub(crate) fn num(v: f64) -> String {
     if v.is_finite() {
         // Shortest form that reads back as the same number.
         format!("{v}")
@@ -215,7 +215,7 @@ pub fn timeline(r: &Report) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// A minimal RFC 4180 reader: fields of each record, quotes undone.

@@ -4,8 +4,9 @@
 
 use crate::units::latency;
 
-use super::Finding;
+use super::{Finding, contention};
 use crate::model::Report;
+use herd_model::RunData;
 
 /// A container's busiest 30 s under this share of its cap is "well under" it.
 const WELL_UNDER: f64 = 0.5;
@@ -14,13 +15,16 @@ const WELL_UNDER: f64 = 0.5;
 /// with a CPU cap used at most half of it (its busiest 30 s): adding cores will not help.
 /// Needs containers with caps in that phase; without the probe it says nothing. Uncapped
 /// rows (`host`, the root cgroup the probe always reads) have no cap to be under, so they
-/// neither count for it nor against it.
-pub fn latency_not_cpu(r: &Report) -> Option<Finding> {
+/// neither count for it nor against it. A phase in which some container's threads waited
+/// for a CPU (`cpu_contention`'s thresholds: the run-queue delay, not the quota) is left
+/// out: there the latency may well be the wait for a core, and more cores do help.
+pub fn latency_not_cpu(r: &Report, d: &RunData) -> Option<Finding> {
     let capped = |c: &&crate::model::ContainerRow| c.cpu_cap.value().is_some_and(|cap| cap > 0.0);
     let broken = r
         .slo
         .iter()
         .filter(|s| !s.pass && !s.objective.starts_with("errors") && !super::load::warmed(r, s))
+        .filter(|s| contention::in_phase(d, &s.phase).is_none())
         .find(|s| {
             let rows: Vec<_> = r
                 .containers

@@ -14,6 +14,10 @@ use crate::model::{PairRow, Report, phase_at};
 /// Linux keeps a socket in TIME_WAIT for 60 s (`TCP_TIMEWAIT_LEN`).
 const TIME_WAIT_S: f64 = 60.0;
 
+/// Ports of Linux's default `ip_local_port_range` (32768–60999), for a source whose range
+/// was not read.
+const DEFAULT_PORTS: u64 = 60_999 - 32_768 + 1;
+
 /// A container's usable ephemeral ports, as its network namespace reported them (the
 /// largest seen), or None when its namespace was never sampled.
 pub(super) fn port_range(r: &Report, container: &str) -> Option<u64> {
@@ -102,7 +106,8 @@ pub fn churn_cliff(r: &Report, d: &RunData) -> Vec<Finding> {
                     if steady >= ports as f64 {
                         let secs = ports as f64 / rate;
                         title.push_str(&format!(
-                            "; at this rate its {} ephemeral ports toward it run out after {secs:.0} s",
+                            "; at this rate its {} ephemeral ports toward it run out after \
+                             {secs:.0} s",
                             n(ports)
                         ));
                         evidence.push(format!(
@@ -128,10 +133,37 @@ pub fn churn_cliff(r: &Report, d: &RunData) -> Vec<Finding> {
                     f = f.number("port_range", ports as f64);
                 }
                 None => {
-                    title.push_str(&format!(
-                        "; {}'s port range was not sampled, so when its ports run out is unknown",
-                        p.container
+                    // Not read: the kernel's default range is stated as an assumption, and
+                    // projected only when even that would run out.
+                    let steady = rate * TIME_WAIT_S;
+                    let ports = DEFAULT_PORTS;
+                    evidence.push(format!(
+                        "{}'s port range was not sampled; Linux's default ip_local_port_range \
+                         32768–60999 is {} ports",
+                        p.container,
+                        n(ports)
                     ));
+                    if steady >= ports as f64 {
+                        let secs = ports as f64 / rate;
+                        title.push_str(&format!(
+                            "; {}'s port range was not sampled: with Linux's default {} ports \
+                             toward it they would run out after {secs:.0} s",
+                            p.container,
+                            n(ports)
+                        ));
+                        evidence.push(format!(
+                            "projection with the default: {} ports ÷ {rate:.0} new connections/s \
+                             = {secs:.0} s",
+                            n(ports)
+                        ));
+                        f = f.number("seconds_to_exhaustion_default_range", secs);
+                    } else {
+                        title.push_str(&format!(
+                            "; {}'s port range was not sampled, so when its ports run out is \
+                             unknown",
+                            p.container
+                        ));
+                    }
                 }
             }
             evidence.push(format!(

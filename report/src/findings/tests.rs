@@ -273,10 +273,22 @@ fn the_seeds_churn_is_named_with_its_numbers_and_a_pooled_pair_is_not() {
         f[0].title
     );
     numbers_stand_in_the_evidence(&f[0]);
-    // Without the source's port range the finding says so rather than assume one.
+    // Without the source's port range the finding says so, and projects only against
+    // Linux's default range, named as such.
     let f = churn_cliff(&report(vec![pair(60_000, 0.9)], 66_000), &d);
     assert!(
-        f[0].title.contains("port range was not sampled"),
+        f[0].title.contains(
+            "gateway's port range was not sampled: with Linux's default 28232 ports toward it \
+             they would run out after 28 s"
+        ),
+        "{}",
+        f[0].title
+    );
+    numbers_stand_in_the_evidence(&f[0]);
+    let f = churn_cliff(&report(vec![pair(6_000, 0.9)], 6_600), &d);
+    assert!(
+        f[0].title
+            .contains("port range was not sampled, so when its ports run out is unknown"),
         "{}",
         f[0].title
     );
@@ -435,7 +447,7 @@ fn every_finding_of_every_fixture_states_only_numbers_its_evidence_shows() {
             assert!(!f.evidence.is_empty(), "{name}: {} has no evidence", f.kind);
         }
     }
-    for r in [long_poll_bound(), cold_pool(true)] {
+    for r in [long_poll_bound(), cold_pool(true), nagle_run()] {
         for f in detect(&r, &crate::model::tests::data()) {
             kinds.insert(f.kind.clone());
             numbers_stand_in_the_evidence(&f);
@@ -455,6 +467,11 @@ fn every_finding_of_every_fixture_states_only_numbers_its_evidence_shows() {
         connecting(0, 23, 21, 14_350),
         connecting(160, 40, 0, 0),
         corrupted(),
+        contended(0.0),
+        lossy(),
+        overflowing(),
+        memory_starved(3),
+        conntrack_filling(),
     ] {
         for f in Report::build(&d).findings {
             kinds.insert(f.kind.clone());
@@ -473,6 +490,13 @@ fn every_finding_of_every_fixture_states_only_numbers_its_evidence_shows() {
         "target_unreachable",
         "integrity_failures",
         "latency_not_cpu",
+        "cpu_contention",
+        "packet_loss",
+        "accept_queue_overflow",
+        "oom_killed",
+        "memory_pressure",
+        "conntrack_exhaustion",
+        "nagle_delayed_ack",
     ] {
         assert!(kinds.contains(k), "no fixture exercises {k}: {kinds:?}");
     }
@@ -629,7 +653,7 @@ fn long_poll_bound() -> Report {
 #[test]
 fn a_latency_objective_broken_with_cpu_to_spare_says_cores_will_not_help() {
     let r = long_poll_bound();
-    let f = latency_not_cpu(&r).expect("named");
+    let f = latency_not_cpu(&r, &crate::model::tests::data()).expect("named");
     assert_eq!(
         f.title,
         "read broke `p99 < 500ms` in soak 3 (measured 1.67s) while every container's CPU \
@@ -640,7 +664,7 @@ fn a_latency_objective_broken_with_cpu_to_spare_says_cores_will_not_help() {
     // At its cap, the CPU may well be why: nothing is said.
     let mut hot = r.clone();
     hot.containers[0].cpu_sustained = Cell::Value(1.9);
-    assert!(latency_not_cpu(&hot).is_none());
+    assert!(latency_not_cpu(&hot, &crate::model::tests::data()).is_none());
     // The host (the root cgroup, uncapped) is read in every probed run: it has no cap to be
     // under, so it does not keep the finding from a capped container well under its own.
     let mut with_host = r.clone();
@@ -649,11 +673,14 @@ fn a_latency_objective_broken_with_cpu_to_spare_says_cores_will_not_help() {
     host.cpu_sustained = Cell::Value(1.5);
     host.cpu_cap = Cell::Missing("unlimited: no CPU quota".into());
     with_host.containers.push(host);
-    assert_eq!(latency_not_cpu(&with_host).map(|f| f.title), Some(f.title));
+    assert_eq!(
+        latency_not_cpu(&with_host, &crate::model::tests::data()).map(|f| f.title),
+        Some(f.title)
+    );
     // Without container readings (no probe) nothing is claimed.
     let mut blind = r.clone();
     blind.containers.clear();
-    assert!(latency_not_cpu(&blind).is_none());
+    assert!(latency_not_cpu(&blind, &crate::model::tests::data()).is_none());
 }
 
 /// Seed 003's ladder on /healthz: p99 376 ms at 50 req/s, then about 125 ms at 100 and 200
@@ -720,4 +747,553 @@ fn a_cold_pool_is_warm_up_and_not_an_objective_broken_by_load() {
     let b = slo_breach_without_errors(&r);
     assert_eq!(b.len(), 1);
     assert_eq!(b[0].phase.as_deref(), Some("rate 3"));
+}
+
+// ---- Findings on the probe's waits: run-queue delay, retransmits, listen drops, OOM, PSI,
+// conntrack. Each fixture is `data()`'s one step (t = 0–2 s) with two probe intervals.
+
+use herd_model::waits::{
+    ConntrackCell, ContainerWaits, ListenerCell, ListenerWaits, OomCell, PairWaits, Pressure,
+    PsiCell, RetransWindowCell, RunqCell,
+};
+use herd_model::{
+    ContainerInterval, CountMap, CpuCell, CpuInterval, Log2Hist, Memory, RunqStats, SocketCell,
+    Throttling,
+};
+
+/// A CPU cell: `cores` used, a quota or none, `share` of periods throttled.
+fn cpu_cell(cores: f64, quota: Option<f64>, share: f64) -> CpuCell {
+    CpuCell::Measured(Box::new(CpuInterval {
+        at_ns: 0,
+        interval_ns: 1_000_000_000,
+        polls: 10,
+        usage_ns: (cores * 1e9) as u64,
+        cpu_cores: cores,
+        user_cores: cores,
+        system_cores: 0.0,
+        burst_cores: cores,
+        burst_window_ns: 100_000_000,
+        burst_at_ns: 0,
+        sustained_cores: cores,
+        sustained_window_ns: 30_000_000_000,
+        throttle: Throttling::Measured {
+            nr_periods: 10,
+            nr_throttled: (share * 10.0) as u64,
+            throttled_ns: (share * 1e9) as u64,
+            throttled_share: share,
+            quota_cores: quota,
+            quota_us: quota.map(|q| (q * 100_000.0) as u64),
+            period_us: 100_000,
+        },
+        memory: Memory::Measured {
+            current_bytes: 30 << 20,
+            peak_bytes: Some(36 << 20),
+            working_set_bytes: None,
+        },
+    }))
+}
+
+/// `waits` run-queue waits summing `total_ms`, every one in log2 bucket `bucket` (µs).
+fn runq(total_ms: u64, waits: u64, bucket: usize) -> RunqCell {
+    let mut h = Log2Hist::default();
+    h.0[bucket] = waits;
+    RunqCell::of(&RunqStats {
+        count: waits,
+        total_ns: total_ms * 1_000_000,
+        delay_us: h,
+    })
+}
+
+fn row(name: &str, cpu: CpuCell, waits: ContainerWaits) -> ContainerInterval {
+    ContainerInterval {
+        container: name.into(),
+        counts: CountMap::default(),
+        cpu,
+        sockets: SocketCell::Unavailable {
+            reason: "no netns".into(),
+        },
+        started_ns: None,
+        ended_ns: None,
+        waits,
+    }
+}
+
+/// `data()` with its two probe intervals (i = 1, 2) made by `f`.
+fn waits_run(f: impl Fn(u64) -> (Vec<ContainerInterval>, Vec<PairInterval>)) -> RunData {
+    let mut d = crate::model::tests::data();
+    for (k, iv) in d.probe.iter_mut().enumerate() {
+        let (containers, pairs) = f(k as u64 + 1);
+        iv.containers = containers;
+        iv.pairs = pairs;
+    }
+    d
+}
+
+/// victim (no quota) waits 1.3 s per second for a CPU in waits of 4–8 ms while noisy spins
+/// at 0.98 cores; noisy's own waits are short; host waits a lot but is not a container.
+fn contended(victim_share: f64) -> RunData {
+    waits_run(|_| {
+        let w = |r| ContainerWaits {
+            runq: r,
+            ..ContainerWaits::default()
+        };
+        let quota = (victim_share > 0.0).then_some(0.5);
+        (
+            vec![
+                row(
+                    "victim",
+                    cpu_cell(0.3, quota, victim_share),
+                    w(runq(1300, 275, 12)),
+                ),
+                row("noisy", cpu_cell(0.98, None, 0.0), w(runq(100, 100, 9))),
+                row("host", cpu_cell(0.1, None, 0.0), w(runq(5000, 900, 14))),
+            ],
+            vec![],
+        )
+    })
+}
+
+#[test]
+fn threads_waiting_for_a_cpu_without_a_quota_are_contention_and_not_latency_not_cpu() {
+    let d = contended(0.0);
+    let f = cpu_contention(&d);
+    assert_eq!(f.len(), 1, "{f:#?}");
+    assert_eq!(f[0].container.as_deref(), Some("victim"));
+    assert_eq!(
+        f[0].title,
+        "victim's threads waited 2.6 s for a CPU over 2.0 s of step 1 (t = 0.0–2.0 s) with no \
+         CPU quota: one wait's p99 ≤ 8.2ms; meanwhile noisy 0.98 cores, host 0.10 cores"
+    );
+    assert_eq!(f[0].numbers["runq_p99_le_us"], 8192.0);
+    numbers_stand_in_the_evidence(&f[0]);
+    // Under a quota it never reaches, the same waits are contention, said so.
+    let d = contended(0.02);
+    let f = cpu_contention(&d);
+    assert!(
+        f[0].title
+            .contains("while under its 0.50-core quota (throttled in under 5 % of periods)"),
+        "{}",
+        f[0].title
+    );
+    numbers_stand_in_the_evidence(&f[0]);
+    // Throttled, its waits are the quota's: the throttling findings name those.
+    assert!(cpu_contention(&contended(0.6)).is_empty());
+
+    // An objective broken while every capped container is far under its cap: without
+    // run-queue delay that is latency_not_cpu; with victim waiting for a CPU in that phase,
+    // adding cores would help, so it is not said.
+    let r = long_poll_bound();
+    let soak = |mut d: RunData| {
+        d.phases[0].phase = "soak 3".into();
+        d
+    };
+    assert!(latency_not_cpu(&r, &soak(crate::model::tests::data())).is_some());
+    assert!(latency_not_cpu(&r, &soak(contended(0.0))).is_none());
+    assert!(latency_not_cpu(&r, &soak(contended(0.02))).is_none());
+}
+
+/// client → server: 17 data retransmits a second toward the echo port (srtt 50 µs), and
+/// one SYN retry a second toward a silent port, its connects taking a second (2 in all:
+/// under the 5 a pair needs to be named).
+fn lossy() -> RunData {
+    let server: std::net::SocketAddr = "198.18.0.2:9000".parse().unwrap();
+    let silent: std::net::SocketAddr = "198.18.0.2:9001".parse().unwrap();
+    let mono0 = crate::model::tests::data().meta.mono_start_ns as u64;
+    waits_run(|i| {
+        let window = |retrans, syn| RetransWindowCell {
+            start_ns: mono0 + (i - 1) * 1_000_000_000 + 300_000_000,
+            end_ns: mono0 + (i - 1) * 1_000_000_000 + 400_000_000,
+            retrans_segs: retrans,
+            syn_retrans: syn,
+        };
+        let mut echo = PairInterval::gauges_only(
+            "client".into(),
+            server,
+            Some("server".into()),
+            PairGauges {
+                established: 4,
+                srtt_p50_us: Some(50),
+                ..PairGauges::default()
+            },
+        );
+        echo.waits = PairWaits {
+            retrans_segs: 17,
+            syn_retrans: 0,
+            windows: vec![window(17, 0)],
+        };
+        let mut quiet = PairInterval::gauges_only(
+            "client".into(),
+            silent,
+            Some("server".into()),
+            PairGauges::default(),
+        );
+        quiet.connects = 1;
+        quiet.connect_latency_buckets.0[19] = 1;
+        quiet.waits = PairWaits {
+            retrans_segs: 1,
+            syn_retrans: 1,
+            windows: vec![window(1, 1)],
+        };
+        (vec![], vec![echo, quiet])
+    })
+}
+
+#[test]
+fn retransmits_name_the_lossy_pair_only_with_syn_retries_apart() {
+    let f = packet_loss(&lossy());
+    assert_eq!(f.len(), 1, "{f:#?}");
+    assert_eq!(
+        f[0].title,
+        "client → server (198.18.0.2:9000): 34 segments retransmitted (17.00/s over 2.0 s of \
+         load) — 0 SYN retries, 34 data retransmits; each data retransmit after a timeout \
+         stalls its request 200 ms or more on a path whose srtt p50 is 50µs"
+    );
+    assert_eq!(f[0].numbers["data_retrans"], 34.0);
+    numbers_stand_in_the_evidence(&f[0]);
+    // The same loss as SYN retries: the connects that took a second are counted.
+    let mut d = lossy();
+    for iv in &mut d.probe {
+        let p = &mut iv.pairs[1];
+        p.connects = 6;
+        p.connect_latency_buckets.0[19] = 5;
+        p.connect_latency_buckets.0[6] = 1;
+        p.waits.retrans_segs = 5;
+        p.waits.syn_retrans = 5;
+    }
+    let f = packet_loss(&d);
+    assert_eq!(f.len(), 2, "{f:#?}");
+    let silent = f.iter().find(|f| f.title.contains(":9001")).unwrap();
+    assert!(
+        silent.title.ends_with(
+            "10 segments retransmitted (5.00/s over 2.0 s of load) — 10 SYN retries, 0 data \
+             retransmits; 10 of 12 connects took 512ms or more"
+        ),
+        "{}",
+        silent.title
+    );
+    numbers_stand_in_the_evidence(silent);
+}
+
+/// server's listener on 9002 (backlog 4) drops 2 SYNs in the first second; the client's 12
+/// connects to it: 10 in µs, 2 after the 1 s SYN retry.
+fn overflowing() -> RunData {
+    let addr: std::net::SocketAddr = "198.18.0.2:9002".parse().unwrap();
+    waits_run(|i| {
+        let listeners = ListenerCell::Measured {
+            ports: vec![ListenerWaits {
+                local_port: 9002,
+                sockets: 1,
+                drops: if i == 1 { 2 } else { 0 },
+                accept_queue: if i == 1 { 5 } else { 0 },
+                backlog: 4,
+            }],
+        };
+        let mut p = PairInterval::gauges_only(
+            "client".into(),
+            addr,
+            Some("server".into()),
+            PairGauges::default(),
+        );
+        if i == 1 {
+            p.connects = 12;
+            p.connect_latency_buckets.0[6] = 10;
+            p.connect_latency_buckets.0[19] = 2;
+        }
+        (
+            vec![row(
+                "server",
+                cpu_cell(0.2, None, 0.0),
+                ContainerWaits {
+                    listeners,
+                    ..ContainerWaits::default()
+                },
+            )],
+            vec![p],
+        )
+    })
+}
+
+#[test]
+fn a_full_accept_queue_is_named_with_its_connect_steps_and_chained_to_a_throttled_server() {
+    let d = overflowing();
+    let f = accept_queue_overflow(&d);
+    assert_eq!(f.len(), 1, "{f:#?}");
+    assert_eq!(
+        f[0].title,
+        "server port 9002: the accept queue (backlog 4) overflowed, 2 SYNs dropped (t = \
+         0.0–1.0 s); of 12 connects toward it, 2 took 512ms–2.1s (one SYN retry: 1 s), 0 \
+         2.1–4.2s (two: 3 s)"
+    );
+    numbers_stand_in_the_evidence(&f[0]);
+    // A client pair whose destination the probe did not resolve to a container is matched by
+    // the port, and said so.
+    let mut blind = overflowing();
+    for iv in &mut blind.probe {
+        iv.pairs[0].remote_container = None;
+    }
+    let g = accept_queue_overflow(&blind);
+    assert_eq!(g[0].title, f[0].title);
+    assert!(
+        g[0].evidence.iter().any(|e| e.starts_with(
+            "connect latency toward port 9002 (a destination not resolved to a container) from \
+             client: 12 connects"
+        )),
+        "{:#?}",
+        g[0].evidence
+    );
+    // The listener's container at its quota: the chain says to give it CPU first.
+    let mut r = seeds_run();
+    r.pairs.clear();
+    for p in &mut r.timeline {
+        p.containers[0].container = "server".into();
+    }
+    let all = detect(&r, &d);
+    assert_eq!(all[0].kind, "causal_chain", "{all:#?}");
+    assert!(
+        all[0].title.starts_with(
+            "Fix first: server's CPU — at its 0.50-core CPU quota for 8 s in step 2, it accepts \
+             too slowly: its accept queue on port 9002 overflowed and dropped 2 SYNs"
+        ),
+        "{}",
+        all[0].title
+    );
+    for f in &all {
+        numbers_stand_in_the_evidence(f);
+    }
+    // The same listener on the gateway that churns: the churn chain heads them, the
+    // overflow is what its clients saw.
+    let mut d = overflowing();
+    for iv in &mut d.probe {
+        iv.containers[0].container = "gateway".into();
+        iv.pairs[0].remote_container = Some("gateway".into());
+    }
+    let mut r = report(vec![pair(20_520, 0.53)], 38_640);
+    r.timeline = (0..20)
+        .map(|s| point(s as f64, 0, 200, 1_800.0, (0.5, 0.5, 0.9)))
+        .collect();
+    let all = detect(&r, &d);
+    assert!(
+        all[0].title.starts_with("Fix first: gateway → backend")
+            && all[0]
+                .title
+                .ends_with("and its accept queue on port 9002 dropped 2 SYNs"),
+        "{all:#?}"
+    );
+    for f in &all {
+        numbers_stand_in_the_evidence(f);
+    }
+}
+
+/// hog: 2 OOM kills in the second interval, memory pressure 0.3 s a second (full 0.1 s);
+/// the host counts `host_kills` (the hog's among them).
+fn memory_starved(host_kills: u64) -> RunData {
+    waits_run(|i| {
+        let psi = |some, full| PsiCell::Measured {
+            cpu: None,
+            memory: Some(Pressure {
+                some_us: some,
+                full_us: Some(full),
+            }),
+            io: None,
+        };
+        let kills = |k| OomCell::Measured { oom_kills: k };
+        (
+            vec![
+                row(
+                    "hog",
+                    cpu_cell(0.4, None, 0.0),
+                    ContainerWaits {
+                        oom: kills(if i == 2 { 2 } else { 0 }),
+                        psi: psi(300_000, 100_000),
+                        ..ContainerWaits::default()
+                    },
+                ),
+                row(
+                    "host",
+                    cpu_cell(0.1, None, 0.0),
+                    ContainerWaits {
+                        oom: kills(if i == 2 { host_kills } else { 0 }),
+                        psi: psi(900_000, 0),
+                        ..ContainerWaits::default()
+                    },
+                ),
+            ],
+            vec![],
+        )
+    })
+}
+
+#[test]
+fn oom_kills_and_memory_stalls_are_named_for_the_container() {
+    let f = oom_killed(&memory_starved(2));
+    assert_eq!(f.len(), 1, "the host's count holds the hog's: {f:#?}");
+    assert_eq!(
+        f[0].title,
+        "hog: 2 processes killed by the OOM killer; its memory peaked at 36 MiB (first in step \
+         1)"
+    );
+    numbers_stand_in_the_evidence(&f[0]);
+    let f = oom_killed(&memory_starved(3));
+    assert_eq!(f.len(), 2, "{f:#?}");
+    assert!(
+        f.iter().any(|f| f.title
+            == "processes outside the named containers: 1 process killed by the OOM killer \
+                (first in step 1)"),
+        "{f:#?}"
+    );
+    for x in &f {
+        numbers_stand_in_the_evidence(x);
+    }
+    let f = memory_pressure(&memory_starved(2));
+    assert_eq!(f.len(), 1, "{f:#?}");
+    assert_eq!(
+        f[0].title,
+        "hog stalled on memory 0.6 s of 2.0 s in step 1 (30 % of the time), every task at once \
+         0.2 s"
+    );
+    numbers_stand_in_the_evidence(&f[0]);
+}
+
+/// The host's table (gateway in the same namespace) grows from 50 000 to 60 000 entries of
+/// 65 536 in a second, 3 connections dropped; client's namespace holds 6.
+fn conntrack_filling() -> RunData {
+    waits_run(|i| {
+        let ct = |entries, drop| ContainerWaits {
+            conntrack: ConntrackCell::Measured {
+                entries,
+                max: 65_536,
+                drop: Some(drop),
+                early_drop: Some(0),
+                insert_failed: Some(0),
+            },
+            ..ContainerWaits::default()
+        };
+        let host = ct(40_000 + 10_000 * i, if i == 2 { 3 } else { 0 });
+        (
+            vec![
+                row("host", cpu_cell(0.1, None, 0.0), host.clone()),
+                row("gateway", cpu_cell(0.1, None, 0.0), host),
+                row("client", cpu_cell(0.1, None, 0.0), ct(6, 0)),
+            ],
+            vec![],
+        )
+    })
+}
+
+#[test]
+fn a_conntrack_table_near_its_limit_is_named_once_with_its_time_to_full() {
+    let f = conntrack_exhaustion(&conntrack_filling());
+    assert_eq!(f.len(), 1, "{f:#?}");
+    assert_eq!(
+        f[0].title,
+        "conntrack table of gateway, host: 60000 entries of 65536 (92 %), 3 new connections \
+         dropped because it was full; growing 10000.0 entries/s, full in 0.6 s at this rate"
+    );
+    numbers_stand_in_the_evidence(&f[0]);
+}
+
+/// A one-step run: the gateway churns and sits at its quota the whole step, with no
+/// objective and no earlier phase to compare with.
+#[test]
+fn a_one_step_run_at_its_quota_with_churn_names_the_chain() {
+    let mut r = report(vec![pair(20_520, 0.53)], 38_640);
+    r.timeline = (0..20)
+        .map(|s| point(s as f64, 0, 200, 1_800.0, (0.5, 0.5, 0.9)))
+        .collect();
+    let d = crate::model::tests::data();
+    let all = detect(&r, &d);
+    assert_eq!(all[0].kind, "causal_chain", "{all:#?}");
+    assert!(
+        all[0].title.starts_with(
+            "Fix first: gateway → backend (198.18.0.6:8082) — its churn (342 new \
+             connections/s, 53 % of requests) keeps gateway at its 0.50-core CPU quota for 20 \
+             s in step 1"
+        ),
+        "{}",
+        all[0].title
+    );
+    assert!(
+        all[0]
+            .detail
+            .contains("a larger idle pool) before sizing gateway's CPU"),
+        "{}",
+        all[0].detail
+    );
+    for f in &all {
+        numbers_stand_in_the_evidence(f);
+    }
+}
+
+/// Every wait at once beside the seeds' churn: the churn stays first, the waits follow the
+/// quota and the collapse.
+#[test]
+fn the_churn_cliff_stays_first_among_the_waits() {
+    let mut d = contended(0.0);
+    for (a, b) in d.probe.iter_mut().zip(overflowing().probe) {
+        a.containers.extend(b.containers);
+        a.pairs.extend(b.pairs);
+    }
+    for (a, b) in d.probe.iter_mut().zip(lossy().probe) {
+        a.pairs.extend(b.pairs);
+    }
+    let mut r = report(vec![pair(26_400, 0.5)], 52_800);
+    r.timeline = vec![point(0.0, 0, 10, 800.0, (0.3, 1.0, 0.0))];
+    let all = detect(&r, &d);
+    let kinds: Vec<&str> = all.iter().map(|f| f.kind.as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "churn_cliff",
+            "accept_queue_overflow",
+            "packet_loss",
+            "cpu_contention"
+        ],
+        "{all:#?}"
+    );
+    for f in &all {
+        numbers_stand_in_the_evidence(f);
+    }
+}
+
+/// game.state at 41 ms p50 (43 ms p90) over 400 requests on a request path whose srtt p50
+/// is 50 µs.
+fn nagle_run() -> Report {
+    let mut r = Report::build(&crate::snapshot_tests::fixture(false));
+    let mut o = r.ops.first().cloned().expect("the fixture has op rows");
+    o.phase = "step 1".into();
+    o.op = "game.state".into();
+    o.count = 400;
+    o.latency.p50_us = 41_000;
+    o.latency.p90_us = 43_000;
+    o.latency.p99_us = 47_000;
+    r.ops = vec![o];
+    let mut p = pair(500, 0.01);
+    p.srtt_p50_us = Cell::Value(50.0);
+    r.pairs = vec![p];
+    r
+}
+
+#[test]
+fn requests_at_the_delayed_ack_timer_on_a_sub_millisecond_path_are_named_as_nagle() {
+    let r = nagle_run();
+    let f = nagle_delayed_ack(&r);
+    assert_eq!(f.len(), 1, "{f:#?}");
+    assert_eq!(
+        f[0].title,
+        "game.state in step 1: p50 41ms, p90 43ms on a path whose srtt p50 is 50µs — the 40ms \
+         of a delayed ACK behind Nagle's algorithm, likely"
+    );
+    numbers_stand_in_the_evidence(&f[0]);
+    // A path whose round trip is itself milliseconds long: nothing is said.
+    let mut far = nagle_run();
+    far.pairs[0].srtt_p50_us = Cell::Value(20_000.0);
+    assert!(nagle_delayed_ack(&far).is_empty());
+    // Latencies spread wide are not one timer.
+    let mut wide = nagle_run();
+    wide.ops[0].latency.p90_us = 90_000;
+    assert!(nagle_delayed_ack(&wide).is_empty());
+    // Without an srtt reading on the request path there is no evidence.
+    let mut blind = nagle_run();
+    blind.pairs[0].srtt_p50_us = Cell::Missing("not sampled".into());
+    assert!(nagle_delayed_ack(&blind).is_empty());
 }

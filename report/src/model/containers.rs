@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use herd_model::Counter;
 use serde::{Deserialize, Serialize};
 
+use super::waits::{self, WaitsRow};
 use super::{Cell, phase_at, secs};
 use herd_model::RunData;
 use herd_model::{CpuCell, Memory, PhaseResult, ProbeInterval, SocketCell, Throttling};
@@ -56,6 +57,10 @@ pub struct ContainerRow {
     pub headroom_min: Cell,
     /// Listen-queue overflows in the step.
     pub listen_overflows: Cell,
+    /// Kernel-side waits in the step: run-queue delay, PSI, OOM kills, listen drops per
+    /// port, conntrack, retransmits per destination.
+    #[serde(default)]
+    pub waits: WaitsRow,
 }
 
 fn no_reading() -> Cell {
@@ -84,9 +89,12 @@ pub(crate) fn rows(
         }
     }
     let mut containers = Vec::new();
+    let lossy = waits::lossy_pairs(&d.probe);
     for key in order {
         let rows = &groups[&key];
-        containers.push(container_row(&key.0, &key.1, rows, mono0));
+        let mut row = container_row(&key.0, &key.1, rows, mono0);
+        row.waits = waits::row(rows, mono0, &lossy);
+        containers.push(row);
     }
     let sums = node_sums(&containers);
     containers.extend(sums);
@@ -112,6 +120,10 @@ pub(crate) fn rows(
                 established_peak: missing("no ESTABLISHED gauge"),
                 headroom_min: missing("no port headroom"),
                 listen_overflows: missing("no listen overflows"),
+                waits: match missing("no waits") {
+                    Cell::Missing(why) => WaitsRow::missing(&why),
+                    Cell::Value(_) => WaitsRow::default(),
+                },
             });
         }
     }
@@ -282,6 +294,7 @@ fn container_row(
         } else {
             or(None, &sock_reason, "socket gauge")
         },
+        waits: WaitsRow::default(),
     }
 }
 
@@ -341,6 +354,11 @@ fn node_sums(rows: &[ContainerRow]) -> Vec<ContainerRow> {
                 established_peak: sum(|r| &r.established_peak),
                 headroom_min: fold(&g, |r| &r.headroom_min, true),
                 listen_overflows: sum(|r| &r.listen_overflows),
+                waits: waits::node_sum(
+                    &g.iter()
+                        .map(|r| (r.container.as_str(), &r.waits))
+                        .collect::<Vec<_>>(),
+                ),
             }
         })
         .collect()
@@ -372,6 +390,7 @@ mod node_tests {
             established_peak: v(4.0),
             headroom_min: v(headroom),
             listen_overflows: v(0.0),
+            waits: WaitsRow::default(),
         }
     }
 

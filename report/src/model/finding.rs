@@ -10,7 +10,9 @@ use serde::{Deserialize, Serialize};
 pub struct Finding {
     /// Stable kind: `causal_chain`, `churn_cliff`, `cpu_saturated`, `throttling_bursts`,
     /// `throughput_collapse`, `pool_pinned`, `slo_breach_without_errors`, `driver_saturated`,
-    /// `warm_up`, `stream_storm`, `target_unreachable`, `integrity_failures`, `latency_not_cpu`.
+    /// `warm_up`, `stream_storm`, `target_unreachable`, `integrity_failures`, `latency_not_cpu`,
+    /// `oom_killed`, `accept_queue_overflow`, `conntrack_exhaustion`, `packet_loss`,
+    /// `cpu_contention`, `memory_pressure`, `nagle_delayed_ack`.
     pub kind: String,
     /// One line, with the numbers.
     pub title: String,

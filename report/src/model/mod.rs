@@ -2,6 +2,7 @@
 //! phase × container, per destination pair, a timeline, objectives and findings. Built from a
 //! [`RunData`] by pure functions, so it is tested without root or timing luck.
 
+pub mod attribution;
 mod cell;
 pub(crate) mod containers;
 mod finding;
@@ -11,6 +12,7 @@ pub mod play;
 pub(crate) mod resolution;
 pub(crate) mod slo;
 pub(crate) mod timeline;
+pub(crate) mod waits;
 
 use std::collections::BTreeMap;
 
@@ -23,6 +25,7 @@ pub use ops::{Latencies, LatencyCell, NO_HISTOGRAM, OpRow, OpTotal, Split, total
 pub use pairs::{DEFAULT_PAIR_ROWS, Log2Row, PairRow};
 pub use slo::SloRow;
 pub use timeline::{DriverPoint, TimelineContainer, TimelineOp, TimelinePoint};
+pub use waits::{ListenerRow, RetransPoint, RetransRow, WaitPoint, WaitsRow};
 
 use herd_model::{Outcome, PhaseResult, ProbeInterval};
 

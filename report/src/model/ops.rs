@@ -168,6 +168,11 @@ pub struct OpTotal {
     /// The merged histogram.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub histogram: Option<LatencyHistogram>,
+    /// Its requests above its p99 and the kernel-side waits they were in flight during
+    /// (absent without the probe, or for rows recorded before the driver kept its slowest
+    /// requests).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slow: Option<super::attribution::SlowRequests>,
 }
 
 /// Latency figures, or why there are none.
@@ -297,6 +302,7 @@ pub fn totals(rows: &[OpRow]) -> Vec<OpTotal> {
                 split,
                 latency,
                 histogram,
+                slow: None,
             }
         })
         .collect()

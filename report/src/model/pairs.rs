@@ -222,7 +222,7 @@ pub(crate) fn rows(d: &RunData, duration_s: f64, requests: u64) -> Vec<PairRow> 
         .collect()
 }
 
-const NO_REQUESTS: &str = "no requests recorded by the driver";
+pub(crate) const NO_REQUESTS: &str = "no requests recorded by the driver";
 
 /// How many pair rows a report shows by default; the rest are one `other` row.
 pub const DEFAULT_PAIR_ROWS: usize = 50;

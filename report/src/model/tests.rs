@@ -27,6 +27,7 @@ pub(crate) fn data() -> RunData {
     let mono0 = 1_000_000_000u64;
     let op = |count| IntervalOp {
         statuses: Default::default(),
+        slowest: Vec::new(),
         histogram: None,
         op: "game.state".into(),
         count,
@@ -53,6 +54,7 @@ pub(crate) fn data() -> RunData {
             connect_errors: 0,
             play: Default::default(),
             driver: DriverHealth::default(),
+            clock_start_ns: None,
         })
         .collect();
     let mut counts = [0u64; herd_model::N_COUNTERS];

@@ -251,10 +251,13 @@ fn points_of(
             for o in &ops {
                 split.add(o.split);
             }
+            // The driver's own clock start when it recorded one: the run's is read before the
+            // probe loads, a few hundred ms earlier.
+            let origin = iv.clock_start_ns.unwrap_or(mono0);
             let probe = overlapping(
                 probe,
-                mono0 + start_ms * 1_000_000,
-                mono0 + iv.end_ms * 1_000_000,
+                origin + start_ms * 1_000_000,
+                origin + iv.end_ms * 1_000_000,
             );
             TimelinePoint {
                 start_s: start_ms as f64 / 1e3,

@@ -6,7 +6,9 @@
 use crate::units::latency;
 use herd_model::PhaseKind;
 
+mod slow;
 mod timeline;
+mod waits;
 
 pub(crate) use timeline::*;
 
@@ -120,11 +122,13 @@ pub fn document(r: &Report) -> Document {
     timeline(&mut b, r);
     objectives(&mut b, r);
     ops(&mut b, r);
+    slow::slow(&mut b, r);
     catalog(&mut b, r);
     open_model(&mut b, r);
     streams(&mut b, r);
     groups(&mut b, r);
     containers(&mut b, r);
+    waits::tables(&mut b, r);
     pairs(&mut b, r);
     if !r.notes.is_empty() {
         b.push(Block::Heading(2, "Notes".into()));

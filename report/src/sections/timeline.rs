@@ -308,4 +308,5 @@ pub(super) fn timeline(b: &mut Vec<Block>, r: &Report) {
         ));
         b.push(Block::Chart(c));
     }
+    super::waits::charts(b, r);
 }

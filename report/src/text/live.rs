@@ -6,7 +6,7 @@
 //! On a terminal: a block redrawn in place every interval: elapsed against planned time with
 //! a progress bar and the phase, this interval's rates beside the running totals, per op
 //! p50/p99 and every outcome with its count, the probe's busiest containers (CPU against
-//! quota, TIME_WAIT against ports), the driver's own health and a warning when the driver
+//! quota, run-queue delay, TIME_WAIT against ports), the driver's own health and a warning when the driver
 //! itself is the limit. Lines are cut to the terminal's width, re-read before every block.
 //!
 //! Anywhere else (a pipe, a file, CI logs): logfmt, one line for the interval and one per
@@ -384,10 +384,10 @@ impl Live {
     }
 }
 
-/// The busiest containers of a probe interval (by CPU), each with its CPU against its quota
-/// and its TIME_WAIT against its ports.
+/// The busiest containers of a probe interval (by CPU), each with its CPU against its quota,
+/// its run-queue delay and its TIME_WAIT against its ports.
 fn top_containers(iv: &ProbeInterval, n: usize) -> Vec<String> {
-    use herd_model::{CpuCell, SocketCell, Throttling};
+    use herd_model::{CpuCell, SocketCell, Throttling, waits::RunqCell};
     let mut rows: Vec<(f64, String)> = iv
         .containers
         .iter()
@@ -418,6 +418,21 @@ fn top_containers(iv: &ProbeInterval, n: usize) -> Vec<String> {
                     }
                 }
                 CpuCell::Unavailable { .. } => l.push_str(" cpu -"),
+            }
+            // Waiting for a CPU without a quota in sight: thread-time per second of the
+            // interval, and the p99 of one wait as its log2 bucket's bound.
+            if let RunqCell::Measured {
+                total_ns,
+                delay_us,
+                count,
+                ..
+            } = &c.waits.runq
+            {
+                let ms_per_s = *total_ns as f64 / 1e6 / (iv.interval_ns.max(1) as f64 / 1e9);
+                let _ = write!(l, ", run-queue {ms_per_s:.1} ms/s");
+                if *count > 0 {
+                    let _ = write!(l, " (p99 {})", crate::units::bound(delay_us.p99_le, 1));
+                }
             }
             if let SocketCell::Measured {
                 time_wait,
@@ -587,6 +602,7 @@ mod tests {
         }
         IntervalOp {
             statuses,
+            slowest: Vec::new(),
             histogram: None,
             op: name.to_owned(),
             count,
@@ -631,6 +647,7 @@ mod tests {
             late_starts: 0,
             dropped_starts: 0,
             in_flight: 0,
+            clock_start_ns: None,
         };
         let mut second = base.clone();
         second.index = 1;
@@ -856,7 +873,7 @@ mod tests {
         "memory": {"state": "measured", "current_bytes": 1000000, "peak_bytes": null}}"#;
 
     #[test]
-    fn the_busiest_containers_show_cpu_against_quota_and_time_wait_against_ports() {
+    fn the_busiest_containers_show_cpu_against_quota_run_queue_delay_and_time_wait_against_ports() {
         let iv: ProbeInterval = serde_json::from_value(serde_json::json!({
             "at_ns": 2_000_000_000u64,
             "interval_ns": 1_000_000_000u64,
@@ -866,7 +883,10 @@ mod tests {
                  "sockets": {"state": "measured", "established": 3, "syn_sent": 0,
                     "time_wait": 1200, "timewait_sockets": 1200, "min_headroom": 27000,
                     "port_range": 28232, "listen_overflows": 0, "listen_drops": 0},
-                 "cpu": serde_json::from_str::<serde_json::Value>(GATEWAY_CPU).unwrap()}
+                 "cpu": serde_json::from_str::<serde_json::Value>(GATEWAY_CPU).unwrap(),
+                 "waits": {"runq": {"state": "measured", "count": 40, "total_ns": 78_400_000u64,
+                    "delay_us": {"count": 40, "p50_le": 512, "p99_le": 4096, "max_le": 4096},
+                    "delay_buckets": vec![0u64; herd_model::HIST_BUCKETS]}}}
             ],
             "pairs": [],
             "lost": 0
@@ -877,7 +897,8 @@ mod tests {
         let b = live.block(&sequence()[0]);
         assert!(
             b.contains(
-                &"  gateway: cpu 0.48 of 0.50 cores, throttled 40 %, TIME_WAIT 1200 of 28232 ports"
+                &"  gateway: cpu 0.48 of 0.50 cores, throttled 40 %, run-queue 78.4 ms/s (p99 ≤ 4.1ms), \
+                  TIME_WAIT 1200 of 28232 ports"
                     .to_owned()
             ),
             "{b:?}"

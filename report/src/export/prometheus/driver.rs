@@ -407,6 +407,7 @@ mod tests {
             hammer_workers: 0,
             ops: vec![IntervalOp {
                 statuses: Default::default(),
+                slowest: Vec::new(),
                 op: "state".into(),
                 count: values_us.len() as u64,
                 rate: values_us.len() as f64,
@@ -419,6 +420,7 @@ mod tests {
             connect_errors: 0,
             play: Default::default(),
             driver: DriverHealth::default(),
+            clock_start_ns: None,
         }
     }
 

@@ -219,6 +219,7 @@ mod tests {
         let mut h = herd_model::Log2Hist::default();
         h.0[10] = 4;
         ProbeInterval {
+            rolled_up: None,
             at_ns: 1,
             interval_ns: 1,
             containers: vec![ContainerInterval {
