@@ -225,7 +225,7 @@ fn check(programs: RunqPrograms, hook: &str) {
         .find(|f| f.kind == "cpu_contention" && f.container.as_deref() == Some("victim"))
         .unwrap_or_else(|| panic!("no cpu_contention for victim: {found:#?}"));
     eprintln!("{}", named.title);
-    let truth = (after["victim"] - before["victim"]) as f64;
+    let truth = (after["victim"].0 - before["victim"].0) as f64;
     let said = named.numbers["runq_total_s"] * 1e9;
     assert!(
         (said - truth).abs() <= 0.10 * truth,
