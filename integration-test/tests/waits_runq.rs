@@ -1,12 +1,17 @@
-//! Run-queue delay (`raw_tp/sched_wakeup`, `sched_wakeup_new`, `sched_switch`) per container,
-//! checked against the kernel's own per-task schedstat: `/proc/PID/task/TID/schedstat` field
-//! 2, `run_delay`, the ns each thread spent runnable and waiting for a CPU
-//! (`sched_info_arrive`, kernel/sched/stats.h), summed over the container's threads.
+//! Run-queue delay (`tp_btf/sched_switch`) per container, checked against the kernel's own
+//! per-task schedstat: `/proc/PID/task/TID/schedstat` field 2, `run_delay`, the ns each
+//! thread spent runnable and waiting for a CPU (`sched_info_arrive` and
+//! `sched_info_dequeue`, kernel/sched/stats.h), and field 3, `pcount`, the switch-ins that
+//! ended such a wait (6.1+: `sched_info_arrive` returns early for the others), summed over
+//! the container's threads.
 //!
-//! Two containers share CPU 0 (every process pinned with `sched_setaffinity`), no quota on
-//! either: `noisy` spins, `victim` runs a pipe (`yes | while read`), so the victim's threads
-//! wait both after wakeups and after preemptions. Both containers' threads live for the
-//! whole test, so the sum over `cgroup.threads` read before and after covers every wait.
+//! Three containers, no quota on any: `noisy` spins on CPU 0 and on CPU 1, `victim` runs a
+//! pipe (`yes | while read`) on CPU 0, so its threads wait both after wakeups and after
+//! preemptions, and `mover` spins while the test moves it between CPU 0 and CPU 1 every
+//! 10 ms (`sched_setaffinity`), so it is often migrated while it waits: the kernel then adds
+//! the wait so far to `run_delay` at the migration (`sched_info_dequeue`), a part the
+//! enqueue stamp alone does not show. Every thread lives for the whole test, so the sum over
+//! `cgroup.threads` read before and after covers every wait.
 
 use std::{
     collections::HashMap, os::unix::process::CommandExt as _, path::Path, process::Command,
@@ -15,40 +20,51 @@ use std::{
 
 use herd_model::{ProbeInterval, waits::RunqCell};
 use herd_probe::{
-    KernelProbe, OWN_ROW, ProbeOptions, WaitOptions, containers::ContainerSet, sampler::Sampler,
+    KernelProbe, OWN_ROW, ProbeOptions, RunqPrograms, WaitOptions, containers::ContainerSet,
+    sampler::Sampler,
 };
 use herd_testbed::{Container, Sandbox};
 use integration_test::{kernel_release, privileged};
 
-/// `sh -c SCRIPT` pinned to CPU 0.
-fn pinned(script: &str) -> Command {
-    let mut cmd = Command::new("sh");
-    cmd.args(["-c", script]);
+/// Pins thread or process `pid` (0: the caller) to `cpu`.
+fn pin(pid: i32, cpu: usize) -> std::io::Result<()> {
     // SAFETY: sched_setaffinity is async-signal-safe; the set is built on this stack.
     unsafe {
-        cmd.pre_exec(|| {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(0, &mut set);
-            if libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(pid, size_of::<libc::cpu_set_t>(), &set) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// `sh -c SCRIPT` pinned to `cpu`.
+fn pinned(cpu: usize, script: &str) -> Command {
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", script]);
+    // SAFETY: only sched_setaffinity runs between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || pin(0, cpu));
     }
     cmd
 }
 
-/// Sum of `run_delay` (ns) over every thread of the cgroup.
-fn run_delay(c: &Container) -> u64 {
+/// Sums of `run_delay` (ns) and `pcount` over every thread of the cgroup.
+fn schedstat(c: &Container) -> (u64, u64) {
     let threads = std::fs::read_to_string(c.cgroup.join("cgroup.threads")).unwrap();
     threads
         .lines()
         .filter_map(|tid| {
             // A thread is in /proc/<tid> too (hidden from readdir, but reachable by name).
             let s = std::fs::read_to_string(Path::new("/proc").join(tid).join("schedstat")).ok()?;
-            s.split_whitespace().nth(1)?.parse::<u64>().ok()
+            let mut f = s.split_whitespace().skip(1);
+            Some((
+                f.next()?.parse::<u64>().ok()?,
+                f.next()?.parse::<u64>().ok()?,
+            ))
         })
-        .sum()
+        .fold((0, 0), |(d, n), (a, b)| (d + a, n + b))
 }
 
 fn runq_of(iv: &ProbeInterval, name: &str) -> (u64, u64) {
@@ -79,23 +95,52 @@ fn runq_delay_per_container_matches_schedstat_and_herds_own_threads_have_their_r
     if !privileged("runq_delay_per_container_matches_schedstat") {
         return;
     }
+    check(RunqPrograms::Auto, "tp_btf");
+}
+
+/// The fallback raw tracepoints, which kernels without BTF tracepoints or CONFIG_SCHED_INFO
+/// get, against the same truth.
+#[test]
+fn runq_delay_of_the_raw_tracepoint_fallback_matches_schedstat() {
+    if !privileged("runq_delay_of_the_raw_tracepoint_fallback_matches_schedstat") {
+        return;
+    }
+    check(RunqPrograms::Raw, "raw_tp");
+}
+
+/// One test at a time: both pin busy loops to the same CPUs.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn check(programs: RunqPrograms, hook: &str) {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     // Declared before the sandbox so that it is dropped after it (see the end).
     let mut slot: Option<Sampler> = None;
-    let mut sb = Sandbox::new("runq").unwrap();
+    let mut sb = Sandbox::new(&format!("runq-{hook}")).unwrap();
     let victim = sb.container("victim", None).unwrap();
     let noisy = sb.container("noisy", None).unwrap();
-    sb.spawn(&noisy, pinned("while :; do :; done")).unwrap();
-    sb.spawn(&victim, pinned("yes | while read l; do :; done"))
+    let mover = sb.container("mover", None).unwrap();
+    sb.spawn(&noisy, pinned(0, "while :; do :; done")).unwrap();
+    sb.spawn(&noisy, pinned(1, "while :; do :; done")).unwrap();
+    sb.spawn(&victim, pinned(0, "yes | while read l; do :; done"))
         .unwrap();
+    let moving = sb.spawn(&mover, pinned(0, "while :; do :; done")).unwrap();
+    let moving = sb.child(moving).id() as i32;
     let probe = KernelProbe::load_with(
         &ProbeOptions::default(),
         &WaitOptions {
             own_tgid: Some(std::process::id()),
+            programs,
             ..WaitOptions::default()
         },
     )
     .unwrap_or_else(|e| panic!("loading the probe on Linux {}: {e}", kernel_release()));
     assert_eq!(probe.runq_unavailable(), None);
+    assert_eq!(
+        probe.runq_hook(),
+        Some(hook),
+        "run-queue programs on Linux {}",
+        kernel_release()
+    );
     let sampler = slot.insert(
         Sampler::new(
             probe,
@@ -106,34 +151,45 @@ fn runq_delay_per_container_matches_schedstat_and_herds_own_threads_have_their_r
     );
     // Let the processes settle into their pipe and be discovered.
     std::thread::sleep(Duration::from_millis(300));
-    let before: HashMap<&str, u64> =
-        [("victim", run_delay(&victim)), ("noisy", run_delay(&noisy))].into();
+    let all = [("victim", &victim), ("noisy", &noisy), ("mover", &mover)];
+    let read =
+        || -> HashMap<&str, (u64, u64)> { all.iter().map(|(n, c)| (*n, schedstat(c))).collect() };
+    let before = read();
     sampler.sample().unwrap();
+    let mut cpu = 0;
     for _ in 0..20 {
-        std::thread::sleep(Duration::from_millis(100));
+        for _ in 0..10 {
+            std::thread::sleep(Duration::from_millis(10));
+            cpu = 1 - cpu;
+            pin(moving, cpu).unwrap();
+        }
         sampler.poll_cpu();
     }
     // Read right before the sample, as `before` was: the sample reads the kernel map first
     // thing, then spends a while on cgroupfs and the namespaces (long under emulation), which
     // must not fall inside one bracket and outside the other.
-    let after: HashMap<&str, u64> =
-        [("victim", run_delay(&victim)), ("noisy", run_delay(&noisy))].into();
+    let after = read();
     let iv = sampler.sample().unwrap();
-    for name in ["victim", "noisy"] {
-        let truth = after[name] - before[name];
+    for (name, _) in all {
+        let truth = after[name].0 - before[name].0;
+        let switch_ins = after[name].1 - before[name].1;
         let (probe_ns, count) = runq_of(&iv, name);
         eprintln!(
-            "{name}: probe {:.1} ms in {count} waits, schedstat run_delay {:.1} ms",
+            "{hook} {name}: probe {:.1} ms in {count} waits, schedstat run_delay {:.1} ms in {switch_ins}",
             probe_ns as f64 / 1e6,
             truth as f64 / 1e6
         );
-        // Three busy threads on one CPU for 2 s: each waits about two thirds of the time.
+        // Three or four busy threads per CPU for 2 s: each waits more than half the time.
         assert!(truth > 500_000_000, "{name} hardly waited: {truth} ns");
         let diff = probe_ns.abs_diff(truth) as f64 / truth as f64;
         assert!(
             diff <= 0.10,
             "{name}: run-queue delay {probe_ns} ns vs schedstat {truth} ns ({:.1} % apart)",
             diff * 100.0
+        );
+        assert!(
+            count.abs_diff(switch_ins) as f64 <= 0.10 * switch_ins as f64,
+            "{name}: {count} waits vs schedstat's {switch_ins} switch-ins that ended one"
         );
         // The 100 ms windows add up to the interval (each read of the map is a few µs away
         // from the snapshot's).
@@ -169,7 +225,7 @@ fn runq_delay_per_container_matches_schedstat_and_herds_own_threads_have_their_r
         .find(|f| f.kind == "cpu_contention" && f.container.as_deref() == Some("victim"))
         .unwrap_or_else(|| panic!("no cpu_contention for victim: {found:#?}"));
     eprintln!("{}", named.title);
-    let truth = (after["victim"] - before["victim"]) as f64;
+    let truth = (after["victim"].0 - before["victim"].0) as f64;
     let said = named.numbers["runq_total_s"] * 1e9;
     assert!(
         (said - truth).abs() <= 0.10 * truth,

@@ -153,8 +153,10 @@ pub enum Loss {
     /// running on the same CPU (a softirq interrupting it in process context). Never written
     /// by the programs: user space reads each program's `recursion_misses` into this slot.
     RecursionMiss = 4,
-    /// `RUNQ_TASKS` refused a thread's first entry: its wakeup or preemption was not timed,
-    /// so that run-queue wait is missing from the run-queue delay.
+    /// `RUNQ_BASE` refused a thread's first entry: the part of its next run-queue waits
+    /// that a migration accounted (the thread moved to another CPU while it waited) may be
+    /// missing from the run-queue delay. With the fallback programs, `RUNQ_TASKS` refused
+    /// it: that wakeup or preemption was not timed.
     RunqStartFull = 5,
     /// `RUNQ` was full: a cgroup's run-queue wait was measured but not recorded.
     RunqMapFull = 6,
@@ -413,11 +415,11 @@ impl RunqStats {
 /// this id (kernfs ids are inode numbers, far below it).
 pub const OWN_TGID_KEY: u64 = u64::MAX;
 
-/// Capacity of the per-thread run-queue state map (an LRU: the threads that ran or woke
-/// most recently are kept).
+/// Capacity of the per-thread `RUNQ_BASE` map (an LRU: the threads switched in most recently
+/// are kept).
 pub const MAX_RUNQ_TASKS: u32 = 32_768;
 
-/// One thread's run-queue state (value of the `RUNQ_TASKS` map).
+/// One thread's state in `RUNQ_TASKS`, the fallback run-queue programs' map.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RunqTask {
@@ -427,6 +429,18 @@ pub struct RunqTask {
     pub waited_ns: u64,
     /// 1 while `waited_ns` is not yet recorded (it is, at the thread's next switch-out).
     pub pending: u64,
+}
+
+/// One thread's entry in `RUNQ_BASE`: its `sched_info.run_delay` right after its last
+/// switch-in, and which thread that was.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunqBase {
+    /// `sched_info.run_delay` (ns) once the wait that ended at its last switch-in was added.
+    pub run_delay: u64,
+    /// `task_struct.start_time` of the thread: tells a new thread that reuses a freed
+    /// `task_struct` from the one the entry was written for.
+    pub start_time: u64,
 }
 
 /// Length of a retransmit window: retransmits are kept per pair and per window of this
@@ -516,8 +530,31 @@ pub mod globals {
     /// `offsetof(struct sock_common, skc_state)`: valid in full, request and timewait sockets.
     pub const SKC_STATE: &str = "SKC_STATE_OFF";
     /// `offsetof(struct task_struct, __state)` (5.14+; `state` before, a `long` whose low
-    /// 32 bits are read the same way on little-endian).
+    /// 32 bits are read the same way on little-endian): the fallback `sched_switch_old`.
     pub const TASK_STATE: &str = "TASK_STATE_OFF";
+    /// `offsetof(struct task_struct, sched_info.last_queued)`: when the task was last
+    /// enqueued (`rq_clock()`), 0 when it has not waited since it last ran
+    /// (CONFIG_SCHED_INFO).
+    pub const TASK_LAST_QUEUED: &str = "TASK_LAST_QUEUED_OFF";
+    /// `offsetof(struct task_struct, sched_info.run_delay)`: ns the task spent waiting for a
+    /// CPU (schedstat's field 2).
+    pub const TASK_RUN_DELAY: &str = "TASK_RUN_DELAY_OFF";
+    /// `offsetof(struct task_struct, start_time)`.
+    pub const TASK_START_TIME: &str = "TASK_START_TIME_OFF";
+    /// `offsetof(struct task_struct, se.cfs_rq)` (CONFIG_FAIR_GROUP_SCHED).
+    pub const TASK_SE_CFS_RQ: &str = "TASK_SE_CFS_RQ_OFF";
+    /// `offsetof(struct cfs_rq, rq)` (CONFIG_FAIR_GROUP_SCHED).
+    pub const CFS_RQ_RQ: &str = "CFS_RQ_RQ_OFF";
+    /// `offsetof(struct rq, clock)`: what `rq_clock()` returns.
+    pub const RQ_CLOCK: &str = "RQ_CLOCK_OFF";
+    /// `offsetof(struct rq, idle)`: the CPU's idle task.
+    pub const RQ_IDLE: &str = "RQ_IDLE_OFF";
+    /// `offsetof(struct task_struct, tgid)`.
+    pub const TASK_TGID: &str = "TASK_TGID_OFF";
+    /// `offsetof(struct task_struct, cgroups)`.
+    pub const TASK_CGROUPS: &str = "TASK_CGROUPS_OFF";
+    /// `offsetof(struct css_set, dfl_cgrp)`: the task's cgroup v2.
+    pub const CSS_SET_DFL_CGRP: &str = "CSS_SET_DFL_CGRP_OFF";
     /// `offsetof(struct sk_buff, cb)`: where TCP keeps its `struct tcp_skb_cb`.
     pub const SKB_CB: &str = "SKB_CB_OFF";
     /// `offsetof(struct tcp_skb_cb, tcp_flags)`.
@@ -607,6 +644,7 @@ mod pod {
     unsafe impl aya::Pod for super::SockInfo {}
     unsafe impl aya::Pod for super::CgroupPath {}
     unsafe impl aya::Pod for super::RunqStats {}
+    unsafe impl aya::Pod for super::RunqBase {}
     unsafe impl aya::Pod for super::RunqTask {}
     unsafe impl aya::Pod for super::RetransWindowKey {}
     unsafe impl aya::Pod for super::RetransWindow {}

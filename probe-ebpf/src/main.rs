@@ -19,15 +19,15 @@ use aya_ebpf::{
         bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_ktime_get_ns,
         bpf_probe_read_kernel, bpf_probe_read_kernel_str_bytes, bpf_probe_read_user,
     },
-    macros::{map, raw_tracepoint, tracepoint},
+    macros::{btf_tracepoint, map, raw_tracepoint, tracepoint},
     maps::{HashMap, LruHashMap, PerCpuArray, PerCpuHashMap},
-    programs::{RawTracePointContext, TracePointContext},
+    programs::{BtfTracePointContext, RawTracePointContext, TracePointContext},
 };
 use probe_common::{
     CGROUP_PATH_LEN, CgroupCounters, CgroupPath, Counter, Loss, MAX_CGROUPS, MAX_CREATED,
     MAX_PAIRS, MAX_RETRANS_WINDOWS, MAX_RUNQ_TASKS, MAX_SOCKS, OWN_TGID_KEY, PairKey, PairStats,
-    RETRANS_WINDOW_NS, RetransWindow, RetransWindowKey, RunqStats, RunqTask, SockInfo, errno,
-    log2_bucket, tcp_state,
+    RETRANS_WINDOW_NS, RetransWindow, RetransWindowKey, RunqBase, RunqStats, RunqTask, SockInfo,
+    errno, log2_bucket, tcp_state,
 };
 
 /// Per-cgroup TCP counters, keyed by cgroup v2 id. Per-CPU so increments need no atomics
@@ -95,21 +95,52 @@ static SKC_FAMILY_OFF: u64 = 0;
 #[unsafe(no_mangle)]
 static SKC_STATE_OFF: u64 = 0;
 #[unsafe(no_mangle)]
-static TASK_STATE_OFF: u64 = 0;
-#[unsafe(no_mangle)]
 static SKB_CB_OFF: u64 = 0;
+#[unsafe(no_mangle)]
+static TASK_STATE_OFF: u64 = 0;
 #[unsafe(no_mangle)]
 static TCP_SKB_CB_FLAGS_OFF: u64 = 0;
 #[unsafe(no_mangle)]
 static TCP_SKB_CB_GSO_SEGS_OFF: u64 = 0;
+// The scheduler's fields `runq_switch` reads (see `probe_common::globals`).
+#[unsafe(no_mangle)]
+static TASK_LAST_QUEUED_OFF: u64 = 0;
+#[unsafe(no_mangle)]
+static TASK_RUN_DELAY_OFF: u64 = 0;
+#[unsafe(no_mangle)]
+static TASK_START_TIME_OFF: u64 = 0;
+#[unsafe(no_mangle)]
+static TASK_SE_CFS_RQ_OFF: u64 = 0;
+#[unsafe(no_mangle)]
+static CFS_RQ_RQ_OFF: u64 = 0;
+#[unsafe(no_mangle)]
+static RQ_CLOCK_OFF: u64 = 0;
+#[unsafe(no_mangle)]
+static RQ_IDLE_OFF: u64 = 0;
+#[unsafe(no_mangle)]
+static TASK_TGID_OFF: u64 = 0;
+#[unsafe(no_mangle)]
+static TASK_CGROUPS_OFF: u64 = 0;
+#[unsafe(no_mangle)]
+static CSS_SET_DFL_CGRP_OFF: u64 = 0;
 /// The process whose threads' run-queue waits count under `OWN_TGID_KEY` (herd's own
 /// driver), 0 for none.
 #[unsafe(no_mangle)]
 static OWN_TGID: u64 = 0;
 
-/// Each thread's run-queue state, keyed by its `task_struct` address: when it became
-/// runnable, and the wait it ended at its last switch-in until it is recorded. Updated in
-/// place; LRU, so exited threads age out and a full map evicts the least recently used.
+/// Each thread's `sched_info.run_delay` right after its last switch-in, keyed by its
+/// `task_struct` address: what the run delay grew by since then, besides the wait that ends
+/// at the next switch-in, is the part of that wait the kernel accounted when a migration
+/// took the queued thread to another CPU. Written in place at every switch-in that ends a
+/// wait; LRU (preallocated: nothing is allocated under the run-queue lock), so exited
+/// threads age out.
+#[map]
+static RUNQ_BASE: LruHashMap<u64, RunqBase> = LruHashMap::with_max_entries(MAX_RUNQ_TASKS, 0);
+
+/// The fallback programs' per-thread state (`sched_wakeup`, `sched_switch`), keyed by its
+/// `task_struct` address: when it became runnable, and the wait it ended at its last
+/// switch-in until it is recorded. Updated in place; LRU, so exited threads age out. Sized
+/// to 1 entry by the loader when [`runq_switch`] runs instead.
 #[map]
 static RUNQ_TASKS: LruHashMap<u64, RunqTask> = LruHashMap::with_max_entries(MAX_RUNQ_TASKS, 0);
 
@@ -546,6 +577,100 @@ fn insert_zero_runq(key: u64, zero: *const RunqStats) {
 /// `TCPHDR_SYN` (`include/net/tcp.h`), the wire bit.
 const TCPHDR_SYN: u8 = 0x02;
 
+/// A load of a `T` at `base + off`, `base` a kernel pointer the verifier types from BTF (an
+/// argument of a BTF tracepoint, or a pointer field read from one): the verifier checks the
+/// access against the running kernel's BTF (`off` is a known constant, read from the frozen
+/// read-only globals) and the JIT emits one load guarded by an exception-table entry (a bad
+/// pointer reads 0), no helper call.
+#[inline(always)]
+unsafe fn load<T: Copy>(base: *const u8, off: usize) -> T {
+    unsafe { core::ptr::read_volatile(base.add(off) as *const T) }
+}
+
+/// `trace_sched_switch(bool preempt, prev, next, unsigned int prev_state)` as a BTF
+/// tracepoint (5.5): the end of `next`'s wait for a CPU, read from the scheduler's own
+/// accounting rather than timed by hooks of its own.
+///
+/// With CONFIG_SCHED_INFO the kernel stamps `next->sched_info.last_queued` with
+/// `rq_clock(rq)` when the task is enqueued (`sched_info_enqueue`: a wakeup, a new task,
+/// a preemption that leaves it runnable via `sched_info_depart`, a migration), and right
+/// after this tracepoint `context_switch` → `prepare_task_switch` → `sched_info_switch` →
+/// `sched_info_arrive(rq, next)` adds `rq_clock(rq) - last_queued` to
+/// `sched_info.run_delay` (schedstat's field 2) and zeroes the stamp. The run-queue lock is
+/// held from `update_rq_clock` in `__schedule` until then, so `rq->clock` here is the value
+/// `sched_info_arrive` uses: the wait computed here is the kernel's to the nanosecond. A
+/// migration of a queued task (`deactivate_task` → `sched_info_dequeue`) adds the wait so
+/// far to `run_delay` and the destination stamps a new `last_queued`: that part is the
+/// growth of `run_delay` since the thread's previous switch-in, kept in [`RUNQ_BASE`].
+///
+/// One observation per wait, recorded at its end in the cgroup (or `OWN_TGID_KEY`) of
+/// the thread being switched in. No wakeup program, no per-thread timestamp of our own.
+#[btf_tracepoint(function = "sched_switch")]
+pub fn runq_switch(ctx: BtfTracePointContext) -> i32 {
+    let next: *const u8 = ctx.arg(2);
+    // Never NULL here; a verifier that types tracepoint arguments as maybe-NULL wants the
+    // check before any access.
+    if next.is_null() {
+        return 0;
+    }
+    // SAFETY (all loads below): BTF-checked loads from the task being switched in and the
+    // structures it points to, which the run-queue lock and RCU keep alive.
+    let queued: u64 = unsafe { load(next, global(&TASK_LAST_QUEUED_OFF)) };
+    if queued == 0 {
+        // Not queued since it last ran: `sched_info_arrive` does nothing either.
+        return 0;
+    }
+    // `rq_of(next->se.cfs_rq)`: this CPU's run queue, whatever the task's class (the
+    // pointer is kept by `set_task_rq` for every task).
+    let cfs_rq: *const u8 = unsafe { load(next, global(&TASK_SE_CFS_RQ_OFF)) };
+    let rq: *const u8 = unsafe { load(cfs_rq, global(&CFS_RQ_RQ_OFF)) };
+    // `sched_info_switch` skips the idle task.
+    if unsafe { load::<*const u8>(rq, global(&RQ_IDLE_OFF)) } == next {
+        return 0;
+    }
+    let clock: u64 = unsafe { load(rq, global(&RQ_CLOCK_OFF)) };
+    let mut waited = clock.wrapping_sub(queued);
+    let run_delay: u64 = unsafe { load(next, global(&TASK_RUN_DELAY_OFF)) };
+    let started: u64 = unsafe { load(next, global(&TASK_START_TIME_OFF)) };
+    let base = RunqBase {
+        run_delay: run_delay.wrapping_add(waited),
+        start_time: started,
+    };
+    match RUNQ_BASE.get_ptr_mut(next as u64) {
+        // SAFETY: a map value of this CPU's lookup; only this task's switch-in writes it,
+        // under its run queue's lock.
+        Some(b) => unsafe {
+            // The same thread (not a new one at a freed task's address) whose run delay
+            // grew while it waited: migrations while queued.
+            if (*b).start_time == started && run_delay > (*b).run_delay {
+                waited += run_delay - (*b).run_delay;
+            }
+            *b = base;
+        },
+        None => {
+            // First switch-in seen: a migration before it (while the probe was not
+            // looking, or not) cannot be told apart; from now on it can.
+            if RUNQ_BASE.insert(next as u64, base, 0).is_err() {
+                lose(Loss::RunqStartFull);
+            }
+        }
+    }
+    let own = global(&OWN_TGID) as u64;
+    let key = if own != 0 && u64::from(unsafe { load::<u32>(next, global(&TASK_TGID_OFF)) }) == own
+    {
+        OWN_TGID_KEY
+    } else {
+        // `cgroup_id(task_dfl_cgroup(next))`: what `bpf_get_current_cgroup_id()` returns
+        // once `next` runs.
+        let cset: *const u8 = unsafe { load(next, global(&TASK_CGROUPS_OFF)) };
+        let cgrp: *const u8 = unsafe { load(cset, global(&CSS_SET_DFL_CGRP_OFF)) };
+        let kn: *const u8 = unsafe { load(cgrp, global(&CGROUP_KN_OFF)) };
+        unsafe { load(kn, global(&KERNFS_NODE_ID_OFF)) }
+    };
+    record_wait(key, waited);
+    0
+}
+
 /// `TASK_RUNNING` (`include/linux/sched.h`).
 const TASK_RUNNING: u32 = 0;
 
@@ -604,6 +729,9 @@ pub fn sched_wakeup_new(ctx: RawTracePointContext) -> i32 {
 /// fa2c3254d7cf: `READ_ONCE(prev->__state)` at the top of `__schedule`), saving a probe
 /// read; an older kernel refuses to attach it (the program reads past the tracepoint's
 /// arguments) and gets [`sched_switch_old`].
+///
+/// These three programs are the fallback for kernels where [`runq_switch`] cannot run (no
+/// BTF tracepoints, no CONFIG_SCHED_INFO), at about twice its cost per context switch.
 #[raw_tracepoint(tracepoint = "sched_switch")]
 pub fn sched_switch(ctx: RawTracePointContext) -> i32 {
     let state = ctx.arg::<u64>(3) as u32;
@@ -627,7 +755,7 @@ fn on_switch(prev: u64, next: u64, running: bool) {
     match RUNQ_TASKS.get_ptr_mut(prev) {
         Some(t) => unsafe {
             if (*t).pending != 0 {
-                record_wait((*t).waited_ns);
+                record_wait(current_key(), (*t).waited_ns);
                 (*t).pending = 0;
             }
             if running {
@@ -649,16 +777,21 @@ fn on_switch(prev: u64, next: u64, running: bool) {
     }
 }
 
-/// Adds one wait of `current` to its cgroup's row (or to `OWN_TGID_KEY` for the threads of
-/// the named process).
+/// The row of `current`: its cgroup v2 id, or `OWN_TGID_KEY` for the threads of the named
+/// process.
 #[inline(always)]
-fn record_wait(waited_ns: u64) {
+fn current_key() -> u64 {
     let own = global(&OWN_TGID) as u64;
-    let key = if own != 0 && bpf_get_current_pid_tgid() >> 32 == own {
+    if own != 0 && bpf_get_current_pid_tgid() >> 32 == own {
         OWN_TGID_KEY
     } else {
         unsafe { bpf_get_current_cgroup_id() }
-    };
+    }
+}
+
+/// Adds one wait to `key`'s row (a cgroup v2 id or `OWN_TGID_KEY`).
+#[inline(always)]
+fn record_wait(key: u64, waited_ns: u64) {
     let slot = match RUNQ.get_ptr_mut(key) {
         Some(s) => s,
         None => {

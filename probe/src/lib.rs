@@ -31,7 +31,7 @@ use std::collections::HashMap;
 use aya::{
     Ebpf, EbpfLoader, VerifierLogLevel,
     maps::{HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap},
-    programs::{ProgramError, RawTracePoint, TracePoint},
+    programs::{BtfTracePoint, ProgramError, RawTracePoint, TracePoint},
 };
 pub use error::ProbeError;
 use probe_common::{
@@ -50,6 +50,9 @@ enum Hook {
     Raw(&'static str),
     /// A classic tracepoint (category, name); its id is read from tracefs.
     Classic(&'static str, &'static str),
+    /// A BTF-typed tracepoint (`tp_btf`), by tracepoint name: loaded against the running
+    /// kernel's BTF (its `btf_trace_<name>` type), attached like a raw one (no tracefs).
+    Btf(&'static str),
 }
 
 /// Each program, its hook, and what it needs from the kernel. One row per program.
@@ -91,10 +94,18 @@ const PROGRAMS: &[(&str, Hook, &str)] = &[
     ),
 ];
 
-/// The run-queue programs: optional. A kernel that refuses one (no such tracepoint, a BTF
-/// without the task fields) loses the run-queue delay, with the reason in every interval, and
-/// keeps everything else.
-const RUNQ_PROGRAMS: &[(&str, Hook, &str)] = &[
+/// The run-queue program: optional. A kernel that refuses it (no BTF tracepoints, a BTF
+/// without the scheduler fields it reads) gets [`RUNQ_RAW_PROGRAMS`] instead; one that
+/// refuses those too loses the run-queue delay, with the reason in every interval, and keeps
+/// everything else.
+const RUNQ_PROGRAM: (&str, Hook, &str) = (
+    "runq_switch",
+    Hook::Btf("sched_switch"),
+    "BTF tracepoints (5.5) and the sched_switch tracepoint",
+);
+
+/// The fallback run-queue programs: raw tracepoints that time each wait themselves.
+const RUNQ_RAW_PROGRAMS: &[(&str, Hook, &str)] = &[
     (
         "sched_wakeup",
         Hook::Raw("sched_wakeup"),
@@ -112,12 +123,29 @@ const RUNQ_PROGRAMS: &[(&str, Hook, &str)] = &[
     ),
 ];
 
-/// What a kernel before 5.18 attaches instead of `sched_switch` (no `prev_state` argument).
+/// What a kernel before 5.18 attaches instead of the fallback `sched_switch` (no
+/// `prev_state` argument).
 const SCHED_SWITCH_OLD: (&str, Hook, &str) = (
     "sched_switch_old",
     Hook::Raw("sched_switch"),
     "raw tracepoints (4.17) and the sched_switch tracepoint (prev, next as arguments 1, 2: 4.4)",
 );
+
+/// The environment variable that forces the fallback run-queue programs (`raw`), as
+/// [`RunqPrograms::Raw`] does: for measuring one design against the other with one binary.
+pub const RUNQ_PROGRAMS_ENV: &str = "HERD_PROBE_RUNQ";
+
+/// Which kernel programs measure the run-queue delay.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RunqPrograms {
+    /// `tp_btf/sched_switch` reading the scheduler's own `sched_info` (5.5, BTF,
+    /// CONFIG_SCHED_INFO), or the raw tracepoints where the kernel refuses it.
+    #[default]
+    Auto,
+    /// The raw tracepoints `sched_wakeup`, `sched_wakeup_new` and `sched_switch` (4.17),
+    /// which time each wait themselves: about twice the cost per context switch.
+    Raw,
+}
 
 /// Options for loading the probe.
 #[derive(Clone, Debug, Default)]
@@ -126,16 +154,19 @@ pub struct ProbeOptions {
     pub verifier_log: bool,
 }
 
-/// Options of the run-queue programs ([`KernelProbe::load_with`]).
+/// Options of the run-queue program ([`KernelProbe::load_with`]).
 #[derive(Clone, Debug, Default)]
 pub struct WaitOptions {
     /// A process (tgid) whose threads' run-queue delay is counted in a row of their own,
     /// [`OWN_ROW`], instead of in their cgroup's: herd's own pid when herd drives the load, so
     /// a driver starved of CPU shows in kernel truth.
     pub own_tgid: Option<u32>,
-    /// Leave the run-queue programs out (they run on every context switch): the run-queue
+    /// Leave the run-queue program out (it runs on every context switch): the run-queue
     /// delay is then unavailable with this reason.
     pub no_runq: bool,
+    /// Which programs measure it (`HERD_PROBE_RUNQ=raw` in the environment forces
+    /// [`RunqPrograms::Raw`] too).
+    pub programs: RunqPrograms,
 }
 
 /// The name of the row that holds the threads of [`WaitOptions::own_tgid`].
@@ -207,8 +238,10 @@ impl Snapshot {
 /// The loaded and attached kernel programs. Dropping it detaches everything.
 pub struct KernelProbe {
     ebpf: Ebpf,
-    /// Why the run-queue programs are not attached, when they are not.
+    /// Why the run-queue program is not attached, when it is not.
     runq_unavailable: Option<String>,
+    /// The run-queue programs attached (`tp_btf` or `raw_tp`), when they are.
+    runq_hook: Option<&'static str>,
     /// `RETRANS_WINDOWS`, taken out of `ebpf`: reading it also removes what was read.
     retrans_windows: std::sync::Mutex<RetransWindows>,
 }
@@ -217,12 +250,12 @@ type RetransWindows = PerCpuHashMap<MapData, RetransWindowKey, RetransWindow>;
 
 impl KernelProbe {
     /// Checks privileges and kernel support, then loads and attaches every program, the
-    /// run-queue ones with default [`WaitOptions`] (no process counted apart).
+    /// run-queue one with default [`WaitOptions`] (no process counted apart).
     pub fn load(opts: &ProbeOptions) -> Result<Self, ProbeError> {
         Self::load_with(opts, &WaitOptions::default())
     }
 
-    /// [`Self::load`], with the run-queue programs' options: herd passes its own pid as
+    /// [`Self::load`], with the run-queue program's options: herd passes its own pid as
     /// [`WaitOptions::own_tgid`] when it drives the load.
     pub fn load_with(opts: &ProbeOptions, waits: &WaitOptions) -> Result<Self, ProbeError> {
         caps::require_bpf()?;
@@ -272,65 +305,102 @@ impl KernelProbe {
                 btf.member_offset("tcp_skb_cb", &["tcp_gso_segs"])?,
             ),
         ];
-        // The run-queue programs' offsets: a kernel without one loses only the run-queue
-        // delay. `__state` replaced `state` in 5.14 (2f064a59a11f); both are read as their
-        // low 32 bits.
-        let task = || -> Result<[(&str, u64); 1], btf::BtfError> {
-            Ok([(
-                globals::TASK_STATE,
-                btf.member_offset("task_struct", &["__state"])
-                    .or_else(|_| btf.member_offset("task_struct", &["state"]))?,
-            )])
-        };
-        let (task_offsets, mut runq_unavailable) = if waits.no_runq {
-            (
-                None,
-                Some("the run-queue programs were left out".to_owned()),
-            )
-        } else {
-            match task() {
-                Ok(t) => (Some(t), None),
-                Err(e) => (None, Some(format!("this kernel's BTF lacks a field: {e}"))),
-            }
-        };
+        // The run-queue programs: `runq_switch` where the kernel has what it reads, else the
+        // raw ones; a kernel refusing both loses only the run-queue delay.
+        let raw_forced = waits.programs == RunqPrograms::Raw
+            || std::env::var_os(RUNQ_PROGRAMS_ENV).is_some_and(|v| v == "raw");
         let own_tgid = u64::from(waits.own_tgid.unwrap_or(0));
         raise_memlock();
+        if waits.no_runq {
+            let why = "the run-queue program was left out".to_owned();
+            return Self::load_once(opts, &offsets, own_tgid, Runq::Off(why));
+        }
+        let btf_refused = if raw_forced {
+            format!("{RUNQ_PROGRAMS_ENV}=raw or RunqPrograms::Raw asked for the raw tracepoints")
+        } else {
+            match sched_info_on().and_then(|()| runq_offsets(&btf)) {
+                Ok(fields) => {
+                    let probe = Self::load_once(opts, &offsets, own_tgid, Runq::Btf(fields))?;
+                    match &probe.runq_unavailable {
+                        None => return Ok(probe),
+                        Some(why) => why.clone(),
+                    }
+                }
+                Err(why) => why,
+            }
+        };
+        // `__state` replaced `state` in 5.14 (2f064a59a11f); both are read as their low 32
+        // bits.
+        let state = btf
+            .member_offset("task_struct", &["__state"])
+            .or_else(|_| btf.member_offset("task_struct", &["state"]));
+        let runq = match state {
+            Ok(off) => Runq::Raw(off, btf_refused),
+            Err(e) => Runq::Off(format!(
+                "{btf_refused}; and this kernel's BTF lacks a field the raw tracepoints read: {e}"
+            )),
+        };
+        Self::load_once(opts, &offsets, own_tgid, runq)
+    }
+
+    /// Loads the object with `offsets` and the run-queue programs `runq`, and attaches.
+    fn load_once(
+        opts: &ProbeOptions,
+        offsets: &[(&str, u64)],
+        own_tgid: u64,
+        runq: Runq,
+    ) -> Result<Self, ProbeError> {
+        // The kernel's BTF, one copy for the loader and the BTF tracepoint (it is large: two
+        // copies alive at once showed as 13 MiB more peak RSS). `EbpfLoader::new` parses its
+        // own: dropped before ours is parsed.
         let mut loader = EbpfLoader::new();
+        loader.btf(None);
+        let kbtf = aya::Btf::from_sys_fs().ok();
+        loader.btf(kbtf.as_ref());
         loader.verifier_log_level(if opts.verifier_log {
             VerifierLogLevel::VERBOSE | VerifierLogLevel::STATS
         } else {
             VerifierLogLevel::default()
         });
-        for (name, value) in offsets.iter().chain(task_offsets.iter().flatten()) {
+        for (name, value) in offsets {
             loader.override_global(name, value, true);
+        }
+        // The per-thread map of the programs that do not run holds one entry.
+        match &runq {
+            Runq::Btf(fields) => {
+                for (name, value) in fields {
+                    loader.override_global(name, value, true);
+                }
+                loader.map_max_entries("RUNQ_TASKS", 1);
+            }
+            Runq::Raw(state, _) => {
+                loader.override_global(globals::TASK_STATE, state, true);
+                loader.map_max_entries("RUNQ_BASE", 1);
+            }
+            Runq::Off(_) => {
+                loader.map_max_entries("RUNQ_TASKS", 1);
+                loader.map_max_entries("RUNQ_BASE", 1);
+            }
         }
         loader.override_global(globals::OWN_TGID, &own_tgid, true);
         let mut ebpf = loader.load(EBPF_OBJECT).map_err(ProbeError::Object)?;
         for &(program, hook, needs) in PROGRAMS {
-            attach(&mut ebpf, program, hook, needs)?;
+            attach(&mut ebpf, program, hook, needs, kbtf.as_ref())?;
         }
-        if runq_unavailable.is_none() {
-            for &(program, hook, needs) in RUNQ_PROGRAMS {
-                let mut attached = attach(&mut ebpf, program, hook, needs);
-                if attached.is_err() && program == "sched_switch" {
-                    let (old, hook, needs) = SCHED_SWITCH_OLD;
-                    attached = attach(&mut ebpf, old, hook, needs);
-                }
-                if let Err(e) = attached {
-                    runq_unavailable = Some(format!("this kernel refused {program}: {e}"));
-                    // Half the programs would time waits that never end: none run.
-                    for &(p, ..) in RUNQ_PROGRAMS.iter().chain([&SCHED_SWITCH_OLD]) {
-                        if let Some(prog) = ebpf.program_mut(p) {
-                            let raw: Result<&mut RawTracePoint, _> = prog.try_into();
-                            if let Ok(raw) = raw {
-                                let _ = raw.unload();
-                            }
-                        }
-                    }
-                    break;
+        let (runq_hook, runq_unavailable) = match runq {
+            Runq::Off(why) => (None, Some(why)),
+            Runq::Btf(_) => {
+                let (program, hook, needs) = RUNQ_PROGRAM;
+                match attach(&mut ebpf, program, hook, needs, kbtf.as_ref()) {
+                    Ok(()) => (Some("tp_btf"), None),
+                    Err(e) => (None, Some(format!("this kernel refused {program}: {e}"))),
                 }
             }
-        }
+            Runq::Raw(_, btf_refused) => match attach_raw_runq(&mut ebpf, kbtf.as_ref()) {
+                Ok(()) => (Some("raw_tp"), None),
+                Err(e) => (None, Some(format!("{btf_refused}; and {e}"))),
+            },
+        };
         let map = ebpf
             .take_map("RETRANS_WINDOWS")
             .ok_or(ProbeError::MissingMap("RETRANS_WINDOWS"))?;
@@ -339,17 +409,134 @@ impl KernelProbe {
         Ok(Self {
             ebpf,
             runq_unavailable,
+            runq_hook,
             retrans_windows: std::sync::Mutex::new(retrans_windows),
         })
     }
 }
 
-/// Loads and attaches one program.
+/// The run-queue programs one load of the object attaches.
+#[allow(clippy::large_enum_variant)] // one value per load, on the stack
+enum Runq {
+    /// `runq_switch`, with the offsets it reads.
+    Btf([(&'static str, u64); 10]),
+    /// The raw tracepoints, with `task_struct.__state`'s offset and why `runq_switch` is not
+    /// used.
+    Raw(u64, String),
+    /// None, and why.
+    Off(String),
+}
+
+/// Attaches the fallback run-queue programs, `sched_switch_old` where the kernel refuses
+/// `sched_switch` (before 5.18); on a refusal, unloads all of them (half of them would time
+/// waits that never end) and says which.
+fn attach_raw_runq(ebpf: &mut Ebpf, kbtf: Option<&aya::Btf>) -> Result<(), String> {
+    for &(program, hook, needs) in RUNQ_RAW_PROGRAMS {
+        let mut attached = attach(ebpf, program, hook, needs, kbtf);
+        if attached.is_err() && program == "sched_switch" {
+            let (old, hook, needs) = SCHED_SWITCH_OLD;
+            attached = attach(ebpf, old, hook, needs, kbtf);
+        }
+        if let Err(e) = attached {
+            for &(p, ..) in RUNQ_RAW_PROGRAMS.iter().chain([&SCHED_SWITCH_OLD]) {
+                if let Some(prog) = ebpf.program_mut(p) {
+                    let raw: Result<&mut RawTracePoint, _> = prog.try_into();
+                    if let Ok(raw) = raw {
+                        let _ = raw.unload();
+                    }
+                }
+            }
+            return Err(format!("this kernel refused {program}: {e}"));
+        }
+    }
+    Ok(())
+}
+
+/// Whether the scheduler keeps `sched_info` (what `runq_switch` reads): the kernel has
+/// CONFIG_SCHED_INFO (`/proc/<pid>/schedstat` exists) and collects it. Before 5.14
+/// (c5895d3f06cb) a kernel without CONFIG_SCHEDSTATS and with delay accounting off at boot
+/// skipped it, and its schedstat files read `0 0 0`; this process has run, so a 0 runtime
+/// means that.
+fn sched_info_on() -> Result<(), String> {
+    let s = std::fs::read_to_string("/proc/self/schedstat")
+        .map_err(|e| format!("/proc/self/schedstat: {e} (the kernel lacks CONFIG_SCHED_INFO)"))?;
+    match s
+        .split_whitespace()
+        .next()
+        .and_then(|f| f.parse::<u64>().ok())
+    {
+        Some(0) | None => Err(format!(
+            "the scheduler keeps no sched_info (/proc/self/schedstat says {:?}: a kernel before \
+             5.14 without CONFIG_SCHEDSTATS and with delay accounting off)",
+            s.trim()
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
+/// The offsets `runq_switch` reads, or why this kernel's BTF cannot give them (with the
+/// kernel option that provides the field).
+fn runq_offsets(btf: &btf::Btf) -> Result<[(&'static str, u64); 10], String> {
+    let field = |st: &str, path: &[&str], config: Option<&str>| {
+        btf.member_offset(st, path).map_err(|e| {
+            let needs = config.map_or(String::new(), |c| format!(", which needs {c}"));
+            format!("this kernel's BTF lacks a field the run-queue program reads ({e}{needs})")
+        })
+    };
+    Ok([
+        (
+            globals::TASK_LAST_QUEUED,
+            field(
+                "task_struct",
+                &["sched_info", "last_queued"],
+                Some("CONFIG_SCHED_INFO"),
+            )?,
+        ),
+        (
+            globals::TASK_RUN_DELAY,
+            field(
+                "task_struct",
+                &["sched_info", "run_delay"],
+                Some("CONFIG_SCHED_INFO"),
+            )?,
+        ),
+        (
+            globals::TASK_START_TIME,
+            field("task_struct", &["start_time"], None)?,
+        ),
+        (
+            globals::TASK_SE_CFS_RQ,
+            field(
+                "task_struct",
+                &["se", "cfs_rq"],
+                Some("CONFIG_FAIR_GROUP_SCHED"),
+            )?,
+        ),
+        (
+            globals::CFS_RQ_RQ,
+            field("cfs_rq", &["rq"], Some("CONFIG_FAIR_GROUP_SCHED"))?,
+        ),
+        (globals::RQ_CLOCK, field("rq", &["clock"], None)?),
+        (globals::RQ_IDLE, field("rq", &["idle"], None)?),
+        (globals::TASK_TGID, field("task_struct", &["tgid"], None)?),
+        (
+            globals::TASK_CGROUPS,
+            field("task_struct", &["cgroups"], Some("CONFIG_CGROUPS"))?,
+        ),
+        (
+            globals::CSS_SET_DFL_CGRP,
+            field("css_set", &["dfl_cgrp"], Some("CONFIG_CGROUPS"))?,
+        ),
+    ])
+}
+
+/// Loads and attaches one program (`kbtf`: the kernel's BTF, which a BTF tracepoint needs).
 fn attach(
     ebpf: &mut Ebpf,
     program: &'static str,
     hook: Hook,
     needs: &'static str,
+    kbtf: Option<&aya::Btf>,
 ) -> Result<(), ProbeError> {
     {
         {
@@ -374,6 +561,24 @@ fn attach(
                     tracefs::with_tracefs(|| prog.attach(category, name).map(drop))
                         .map_err(ProbeError::Tracefs)?
                 }
+                Hook::Btf(tp) => {
+                    let prog: &mut BtfTracePoint = prog
+                        .try_into()
+                        .map_err(|source| ProbeError::load(program, needs, source))?;
+                    let parsed;
+                    let btf = match kbtf {
+                        Some(b) => b,
+                        None => {
+                            parsed = aya::Btf::from_sys_fs().map_err(|e| {
+                                ProbeError::load(program, needs, ProgramError::Btf(e))
+                            })?;
+                            &parsed
+                        }
+                    };
+                    prog.load(tp, btf)
+                        .map_err(|source| ProbeError::load(program, needs, source))?;
+                    prog.attach().map(drop)
+                }
             };
             attached.map_err(|source: ProgramError| ProbeError::Attach {
                 program,
@@ -389,6 +594,13 @@ impl KernelProbe {
     /// Why the run-queue delay is not measured, or `None` when it is.
     pub fn runq_unavailable(&self) -> Option<&str> {
         self.runq_unavailable.as_deref()
+    }
+
+    /// How the run-queue delay is measured: `tp_btf` (one program on `sched_switch` reading
+    /// the scheduler's own accounting) or `raw_tp` (the fallback raw tracepoints), `None`
+    /// when it is not.
+    pub fn runq_hook(&self) -> Option<&'static str> {
+        self.runq_hook
     }
 
     /// Run-queue delay totals by cgroup v2 id: one walk of the per-CPU `RUNQ` map, cheap
@@ -542,7 +754,8 @@ impl KernelProbe {
         use std::os::fd::{AsFd as _, AsRawFd as _};
         PROGRAMS
             .iter()
-            .chain(RUNQ_PROGRAMS)
+            .chain([&RUNQ_PROGRAM])
+            .chain(RUNQ_RAW_PROGRAMS)
             .chain([&SCHED_SWITCH_OLD])
             .filter_map(|(name, ..)| self.ebpf.program(name)?.fd().ok())
             .map(|fd| {

@@ -7,10 +7,13 @@
 //! - keep-alive requests: 50 workers over 50 pooled connections, one byte each way;
 //! - context switches: two threads of this process pinned to CPU 0 pass one byte back and
 //!   forth over two pipes, so every message is a wakeup and a context switch, the scheduler
-//!   programs' (`sched_wakeup`, `sched_switch`) worst case.
+//!   program's (`tp_btf/sched_switch`) worst case.
 //!
-//! Reported: throughput with/without the probe and their ratio, the probe process's CPU (share
-//! of one core) and peak RSS, and events it lost (must be 0).
+//! With `--raw`, a third configuration runs the probe with its fallback run-queue programs
+//! (`HERD_PROBE_RUNQ=raw`). Reported per configuration: throughput, its ratio to probe off
+//! (of the means, and the min–max of each repetition's ratio to the probe-off measurement next
+//! to it), the load's CPU per operation, the probe process's CPU (share of one core) and peak
+//! RSS, and events it lost (must be 0); then every repetition's numbers.
 
 use std::{
     io::{BufRead as _, BufReader},
@@ -22,8 +25,47 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 
 const NS: &str = "herd-bench";
-const SECONDS: u64 = 5;
-const REPS: usize = 4;
+
+/// `cargo xtask bench-probe` options.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Repetitions of each configuration per load (the order rotates each repetition).
+    #[arg(long, default_value_t = 4)]
+    pub reps: usize,
+    /// Seconds per measurement.
+    #[arg(long, default_value_t = 5)]
+    pub seconds: u64,
+    /// The loads, comma-separated: `storm`, `keep-alive`, `ping-pong` (default: all).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "storm,keep-alive,ping-pong"
+    )]
+    pub loads: Vec<String>,
+    /// Also measure the probe with its fallback run-queue programs (raw tracepoints on
+    /// `sched_wakeup`/`sched_switch`, `HERD_PROBE_RUNQ=raw`), interleaved with the other two.
+    #[arg(long)]
+    pub raw: bool,
+}
+
+/// The probe's state during one measurement.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Probe {
+    Off,
+    On,
+    /// On, with the fallback run-queue programs.
+    Raw,
+}
+
+impl Probe {
+    fn name(self) -> &'static str {
+        match self {
+            Probe::Off => "off",
+            Probe::On => "on",
+            Probe::Raw => "on (raw_tp)",
+        }
+    }
+}
 
 struct Netns;
 
@@ -82,8 +124,12 @@ struct ProbeProc {
 }
 
 impl ProbeProc {
-    fn start(herd: &Path, out: PathBuf) -> Result<Self> {
-        let mut child = Command::new(herd)
+    fn start(herd: &Path, out: PathBuf, raw: bool) -> Result<Self> {
+        let mut cmd = Command::new(herd);
+        if raw {
+            cmd.env("HERD_PROBE_RUNQ", "raw");
+        }
+        let mut child = cmd
             .args(["probe", "--duration", "10m", "--interval", "1s", "--out"])
             .arg(&out)
             .stdout(Stdio::null())
@@ -122,6 +168,8 @@ impl ProbeProc {
 }
 
 struct Load {
+    /// Its `--loads` name.
+    key: &'static str,
     name: &'static str,
     unit: &'static str,
     /// herd-workload's arguments; empty for the in-process ping-pong.
@@ -260,13 +308,14 @@ impl Drop for Bench {
     }
 }
 
-pub fn bench_probe(root: &Path) -> Result<String> {
+pub fn bench_probe(root: &Path, opts: &Args) -> Result<String> {
     let herd = root.join("target/release/herd");
     // The test workloads' binary (integration-test builds it beside herd).
     let workload = root.join("target/release/herd-workload");
-    let secs = format!("{SECONDS}s");
+    let secs = format!("{}s", opts.seconds);
     let loads = [
         Load {
+            key: "storm",
             name: "connection storm (client closes first)",
             unit: "connects/s",
             args: [
@@ -283,6 +332,7 @@ pub fn bench_probe(root: &Path) -> Result<String> {
             field: "connected",
         },
         Load {
+            key: "keep-alive",
             name: "keep-alive requests (50 pooled connections)",
             unit: "requests/s",
             args: [
@@ -303,30 +353,43 @@ pub fn bench_probe(root: &Path) -> Result<String> {
             field: "requests",
         },
         Load {
+            key: "ping-pong",
             name: "context switches (pipe ping-pong, 2 threads on CPU 0)",
             unit: "round trips/s",
             args: Vec::new(),
             field: "",
         },
     ];
-    let mut report = String::new();
-    report.push_str("| load | probe off | probe on | on/off | load CPU per op off → on | probe CPU (share of a core) | probe peak RSS | lost events |\n|---|---:|---:|---:|---:|---:|---:|---:|\n");
+    for l in &opts.loads {
+        if !loads.iter().any(|x| x.key == l) {
+            bail!("--loads: no load {l:?} (storm, keep-alive, ping-pong)");
+        }
+    }
+    let mut configs = vec![Probe::Off, Probe::On];
+    if opts.raw {
+        configs.push(Probe::Raw);
+    }
+    let (mut report, mut details) = (String::new(), String::new());
+    report.push_str("| load | probe | throughput (mean of reps) | on/off (mean) | on/off per rep: min–max | load CPU per op | probe CPU (share of a core) | probe peak RSS | lost events |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
     let tmp = std::env::temp_dir().join(format!("herd-bench-{}.jsonl", std::process::id()));
-    for load in &loads {
-        let (mut off, mut on, mut cpu, mut hwm, mut lost) = (Vec::new(), Vec::new(), 0.0, 0, 0);
-        let (mut off_cpu, mut on_cpu) = (Vec::new(), Vec::new());
+    let reps = opts.reps.max(1);
+    for load in loads
+        .iter()
+        .filter(|l| opts.loads.iter().any(|k| k == l.key))
+    {
+        // Per configuration: throughput and CPU per op of each repetition.
+        let n = configs.len();
+        let (mut rate, mut op_cpu) = (vec![Vec::new(); n], vec![Vec::new(); n]);
+        let (mut probe_cpu, mut hwm, mut lost) = (vec![0.0; n], vec![0u64; n], vec![0u64; n]);
         let args: Vec<&str> = load.args.iter().map(String::as_str).collect();
-        for rep in 0..REPS {
-            // Alternate which goes first, so drift over the run does not favour one side.
-            let order = if rep % 2 == 0 {
-                [false, true]
-            } else {
-                [true, false]
-            };
-            for probe_on in order {
+        for rep in 0..reps {
+            // Rotate which goes first, so drift over the run does not favour one side.
+            for k in 0..n {
+                let c = (rep + k) % n;
+                let config = configs[c];
                 let _bench = Bench::start(&workload)?;
-                let probe = probe_on
-                    .then(|| ProbeProc::start(&herd, tmp.clone()))
+                let probe = (config != Probe::Off)
+                    .then(|| ProbeProc::start(&herd, tmp.clone(), config == Probe::Raw))
                     .transpose()?;
                 let before = probe.as_ref().map(|p| cpu_and_hwm(p.child.id()));
                 let t = Instant::now();
@@ -341,47 +404,98 @@ pub fn bench_probe(root: &Path) -> Result<String> {
                 };
                 let cpu0 = rusage_cpu(who);
                 let done = if args.is_empty() {
-                    ping_pong(Duration::from_secs(SECONDS))?
+                    ping_pong(Duration::from_secs(opts.seconds))?
                 } else {
                     field(&run(&mut in_ns(&workload, &args))?, load.field)?
                 };
                 let op_ns = (rusage_cpu(who) - cpu0) * 1e9 / done.max(1) as f64;
-                let rate = done as f64 / t.elapsed().as_secs_f64();
+                let r = done as f64 / t.elapsed().as_secs_f64();
                 if let Some(p) = probe {
                     let (c1, h) = cpu_and_hwm(p.child.id());
-                    cpu += (c1 - before.map_or(0.0, |b| b.0)) / t.elapsed().as_secs_f64();
-                    hwm = hwm.max(h);
-                    lost += p.stop()?;
-                    on.push(rate);
-                    on_cpu.push(op_ns);
-                } else {
-                    off.push(rate);
-                    off_cpu.push(op_ns);
+                    probe_cpu[c] += (c1 - before.map_or(0.0, |b| b.0)) / t.elapsed().as_secs_f64();
+                    hwm[c] = hwm[c].max(h);
+                    lost[c] += p.stop()?;
                 }
+                rate[c].push(r);
+                op_cpu[c].push(op_ns);
                 eprintln!(
-                    "xtask bench: {} rep {rep} probe {}: {rate:.0} {}, {op_ns:.0} ns CPU per op",
+                    "xtask bench: {} rep {rep} probe {}: {r:.0} {}, {op_ns:.0} ns CPU per op",
                     load.name,
-                    if probe_on { "on" } else { "off" },
+                    config.name(),
                     load.unit
                 );
             }
         }
         let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
-        report.push_str(&format!(
-            "| {} | {:.0} {} | {:.0} {} | {:.3} | {:.0} → {:.0} ns ({:+.1} %) | {:.1} % | {:.1} MiB | {lost} |\n",
-            load.name,
-            mean(&off),
-            load.unit,
-            mean(&on),
-            load.unit,
-            mean(&on) / mean(&off),
-            mean(&off_cpu),
-            mean(&on_cpu),
-            100.0 * (mean(&on_cpu) / mean(&off_cpu) - 1.0),
-            100.0 * cpu / REPS as f64,
-            hwm as f64 / 1024.0,
-        ));
+        for (c, config) in configs.iter().enumerate() {
+            // Each repetition's ratio against the probe-off measurement of the same
+            // repetition (taken next to it in time).
+            let ratios: Vec<f64> = rate[c].iter().zip(&rate[0]).map(|(a, b)| a / b).collect();
+            let (lo, hi) = ratios
+                .iter()
+                .fold((f64::MAX, f64::MIN), |(l, h), &r| (l.min(r), h.max(r)));
+            let on = *config != Probe::Off;
+            report.push_str(&format!(
+                "| {} | {} | {:.0} {} | {} | {} | {:.0} ns{} | {} | {} | {} |\n",
+                load.name,
+                config.name(),
+                mean(&rate[c]),
+                load.unit,
+                if on {
+                    format!("{:.3}", mean(&rate[c]) / mean(&rate[0]))
+                } else {
+                    "—".into()
+                },
+                if on {
+                    format!("{lo:.3}–{hi:.3}")
+                } else {
+                    "—".into()
+                },
+                mean(&op_cpu[c]),
+                if on {
+                    format!(
+                        " ({:+.1} %)",
+                        100.0 * (mean(&op_cpu[c]) / mean(&op_cpu[0]) - 1.0)
+                    )
+                } else {
+                    String::new()
+                },
+                if on {
+                    format!("{:.1} %", 100.0 * probe_cpu[c] / reps as f64)
+                } else {
+                    "—".into()
+                },
+                if on {
+                    format!("{:.1} MiB", hwm[c] as f64 / 1024.0)
+                } else {
+                    "—".into()
+                },
+                if on {
+                    lost[c].to_string()
+                } else {
+                    "—".into()
+                },
+            ));
+        }
+        // Every repetition, for the spread.
+        for (c, config) in configs.iter().enumerate() {
+            let list = |v: &[f64]| {
+                v.iter()
+                    .map(|x| format!("{x:.0}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            details.push_str(&format!(
+                "\n- {} probe {}: {} {} per rep; CPU per op {} ns",
+                load.key,
+                config.name(),
+                list(&rate[c]),
+                load.unit,
+                list(&op_cpu[c])
+            ));
+        }
     }
+    report.push_str(&details);
     let _ = std::fs::remove_file(&tmp);
     Ok(report)
 }

@@ -41,7 +41,7 @@ enum Task {
     Ci,
     /// Build herd in release mode and measure the probe's overhead: throughput with the probe
     /// detached vs attached, interleaved, plus the probe's CPU, RSS and lost events (root).
-    BenchProbe,
+    BenchProbe(bench::Args),
     /// Build herd in release mode and compare its driver with wrk (HTTP/1.1) and h2load (h2c)
     /// against one nginx, server and client pinned to separate cores: client CPU-seconds per
     /// 100 000 requests and requests/s. `--scale`: 10 000 h2c players held 60 s, the driver's
@@ -633,7 +633,7 @@ fn main() -> Result<()> {
             println!("{table}");
             Ok(())
         }
-        Task::BenchProbe => {
+        Task::BenchProbe(args) => {
             setup()?;
             status(cargo().args(["build", "--release", "--package", "herd"]))?;
             status(cargo().args([
@@ -644,7 +644,7 @@ fn main() -> Result<()> {
                 "--bin",
                 "herd-workload",
             ]))?;
-            let table = bench::bench_probe(&root())?;
+            let table = bench::bench_probe(&root(), &args)?;
             println!("{table}");
             Ok(())
         }
