@@ -106,7 +106,7 @@ async fn run_of_key(pg: &str, key: &str) -> i64 {
 async fn shard_phase_rows(pg: &str, run: i64) -> Vec<(i64, String, u64, u64)> {
     let pool = sqlx::PgPool::connect(pg).await.unwrap();
     let rows = sqlx::query(
-        "SELECT shard, body FROM herd_rows WHERE run_id = $1 AND source = 'step' ORDER BY shard, seq",
+        "SELECT shard, body FROM herd_rows WHERE run_id = $1 AND source IN ('phase', 'step') ORDER BY shard, seq",
     )
     .bind(run)
     .fetch_all(&pool)

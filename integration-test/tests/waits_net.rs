@@ -59,6 +59,12 @@ fn tcp_ext(ns: &str) -> HashMap<String, u64> {
         .collect()
 }
 
+/// The two tests of this file one at a time: each sampler discovers every container of this
+/// process, so the other test's containers (and their retransmits and dropped SYNs) would be
+/// in its rows, and whichever test made its containers first got the names "client" and
+/// "server" (the listen test once read the other test's server, port 9000, for its own).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn sampler(pair: &Pair) -> Sampler {
     let probe = KernelProbe::load(&ProbeOptions::default())
         .unwrap_or_else(|e| panic!("loading the probe on Linux {}: {e}", kernel_release()));
@@ -70,10 +76,26 @@ fn sampler(pair: &Pair) -> Sampler {
     .unwrap()
 }
 
-fn pair_row(iv: &ProbeInterval, remote: SocketAddr) -> Option<&PairInterval> {
+/// The name the sampler gives `c`: "client" or "server" unless another test of this file,
+/// running at the same time in this process, made its own first (then `server#2`).
+fn name_of(sampler: &Sampler, c: &herd_testbed::Container) -> String {
+    sampler
+        .containers()
+        .containers()
+        .iter()
+        .find(|k| k.cgroup_id == c.cgroup_id)
+        .map(|k| k.name.clone())
+        .unwrap_or_else(|| panic!("the sampler has no container for {}", c.name))
+}
+
+fn pair_row<'a>(
+    iv: &'a ProbeInterval,
+    client: &str,
+    remote: SocketAddr,
+) -> Option<&'a PairInterval> {
     iv.pairs
         .iter()
-        .find(|p| p.container == "client" && p.remote == remote)
+        .find(|p| p.container == client && p.remote == remote)
 }
 
 /// Waits for every child of the sandbox started after `first` to exit (30 s at most).
@@ -92,6 +114,7 @@ fn wait_children(pair: &mut Pair, handles: &[usize]) {
 
 #[test]
 fn retransmits_per_pair_and_syn_retries_equal_nstat_and_conntrack_its_files() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     if !privileged("retransmits_per_pair_equal_nstat") {
         return;
     }
@@ -193,9 +216,11 @@ fn retransmits_per_pair_and_syn_retries_equal_nstat_and_conntrack_its_files() {
     );
     assert!(syns >= 2, "the silent port made {syns} SYN retries");
 
-    let echo = pair_row(&iv, SocketAddr::from((ip, 9000))).expect("a pair toward the echo port");
-    let silent =
-        pair_row(&iv, SocketAddr::from((ip, 9001))).expect("a pair toward the silent port");
+    let client = name_of(&sampler, &pair.client);
+    let echo =
+        pair_row(&iv, &client, SocketAddr::from((ip, 9000))).expect("a pair toward the echo port");
+    let silent = pair_row(&iv, &client, SocketAddr::from((ip, 9001)))
+        .expect("a pair toward the silent port");
     let probe_segs = echo.waits.retrans_segs + silent.waits.retrans_segs;
     let probe_syns = echo.waits.syn_retrans + silent.waits.syn_retrans;
     assert_eq!(
@@ -228,7 +253,8 @@ fn retransmits_per_pair_and_syn_retries_equal_nstat_and_conntrack_its_files() {
     let loss: Vec<_> = found.iter().filter(|f| f.kind == "packet_loss").collect();
     assert_eq!(loss.len(), 1, "{found:#?}");
     assert!(
-        loss[0].title.starts_with("client → ") && loss[0].title.contains(&format!("{ip}:9000")),
+        loss[0].title.starts_with(&format!("{client} → "))
+            && loss[0].title.contains(&format!("{ip}:9000")),
         "{}",
         loss[0].title
     );
@@ -259,7 +285,7 @@ fn retransmits_per_pair_and_syn_retries_equal_nstat_and_conntrack_its_files() {
     let cli = iv
         .containers
         .iter()
-        .find(|c| c.container == "client")
+        .find(|c| c.container == client)
         .unwrap();
     match &cli.waits.conntrack {
         ConntrackCell::Measured {
@@ -341,6 +367,7 @@ fn slow_listener(
 
 #[test]
 fn listen_drops_per_port_equal_the_namespaces_listen_drops_and_connects_wait_a_second() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     if !privileged("listen_drops_per_port_equal_listen_drops") {
         return;
     }
@@ -377,7 +404,7 @@ fn listen_drops_per_port_equal_the_namespaces_listen_drops_and_connects_wait_a_s
     let srv = iv
         .containers
         .iter()
-        .find(|c| c.container == "server")
+        .find(|c| c.container == name_of(&sampler, &pair.server))
         .unwrap();
     let ListenerCell::Measured { ports } = &srv.waits.listeners else {
         panic!("listeners: {:?}", srv.waits.listeners);
@@ -399,7 +426,7 @@ fn listen_drops_per_port_equal_the_namespaces_listen_drops_and_connects_wait_a_s
     };
     assert_eq!((*listen_drops, *listen_overflows), (drops, overflows));
     // The client's connect latency shows the 1 s SYN retry: connects of 0.5 s or more.
-    let p = pair_row(&iv, addr).unwrap();
+    let p = pair_row(&iv, &name_of(&sampler, &pair.client), addr).unwrap();
     let slow: u64 = p.connect_latency_buckets.0[19..].iter().sum();
     assert!(
         slow >= 1 && slow <= drops,
@@ -418,9 +445,10 @@ fn listen_drops_per_port_equal_the_namespaces_listen_drops_and_connects_wait_a_s
         .collect();
     assert_eq!(named.len(), 1, "{found:#?}");
     assert!(
-        named[0]
-            .title
-            .starts_with("server port 9002: the accept queue (backlog 4) overflowed"),
+        named[0].title.starts_with(&format!(
+            "{} port 9002: the accept queue (backlog 4) overflowed",
+            name_of(&sampler, &pair.server)
+        )),
         "{}",
         named[0].title
     );
