@@ -359,6 +359,23 @@ pub(crate) enum SideConn {
 }
 
 impl SideConn {
+    /// A handle on the shared or pooled multiplexed connection a call goes out on (the
+    /// connection (re)opened first if it is gone); `None` for the side's own connection.
+    async fn shared(
+        &mut self,
+        transport: &dyn Transport,
+        counters: &Counters,
+    ) -> Result<Option<Box<dyn Connection>>, TransportError> {
+        let slot = match self {
+            Self::Shared(slot) => slot,
+            Self::Pool(p) => &p.slots[p.next.fetch_add(1, SeqCst) % p.slots.len()],
+            Self::Own(_) => return Ok(None),
+        };
+        let mut slot = slot.lock().await;
+        let conn = slot.ready(transport, counters).await?;
+        Ok(Some(conn.share().expect("a multiplexed connection shares")))
+    }
+
     /// Sends `req` and returns at the response head; the connection is (re)opened first if
     /// it is gone.
     pub async fn open(
@@ -367,27 +384,17 @@ impl SideConn {
         counters: &Counters,
         req: Request,
     ) -> Result<Streaming, TransportError> {
-        let mut handle = match self {
-            Self::Shared(slot) => {
-                let mut slot = slot.lock().await;
-                let conn = slot.ready(transport, counters).await?;
-                conn.share().expect("a multiplexed connection shares")
-            }
-            Self::Pool(p) => {
-                let i = p.next.fetch_add(1, SeqCst) % p.slots.len();
-                let mut slot = p.slots[i].lock().await;
-                let conn = slot.ready(transport, counters).await?;
-                conn.share().expect("a multiplexed connection shares")
-            }
-            Self::Own(slot) => {
-                let mut guard = FailGuard(slot, true);
-                let conn = guard.0.ready(transport, counters).await?;
-                let r = conn.open(req).await;
-                guard.1 = r.is_err();
-                return r;
-            }
+        if let Some(mut handle) = self.shared(transport, counters).await? {
+            return handle.open(req).await;
+        }
+        let Self::Own(slot) = self else {
+            unreachable!("only an own connection is not shared")
         };
-        handle.open(req).await
+        let mut guard = FailGuard(slot, true);
+        let conn = guard.0.ready(transport, counters).await?;
+        let r = conn.open(req).await;
+        guard.1 = r.is_err();
+        r
     }
 
     /// Opens `req` as a duplex stream (a gRPC bidi stream op), as [`SideConn::open`] opens
@@ -398,27 +405,17 @@ impl SideConn {
         counters: &Counters,
         req: Request,
     ) -> Result<Duplex, TransportError> {
-        let mut handle = match self {
-            Self::Shared(slot) => {
-                let mut slot = slot.lock().await;
-                let conn = slot.ready(transport, counters).await?;
-                conn.share().expect("a multiplexed connection shares")
-            }
-            Self::Pool(p) => {
-                let i = p.next.fetch_add(1, SeqCst) % p.slots.len();
-                let mut slot = p.slots[i].lock().await;
-                let conn = slot.ready(transport, counters).await?;
-                conn.share().expect("a multiplexed connection shares")
-            }
-            Self::Own(slot) => {
-                let mut guard = FailGuard(slot, true);
-                let conn = guard.0.ready(transport, counters).await?;
-                let r = conn.duplex(req).await;
-                guard.1 = r.is_err();
-                return r;
-            }
+        if let Some(mut handle) = self.shared(transport, counters).await? {
+            return handle.duplex(req).await;
+        }
+        let Self::Own(slot) = self else {
+            unreachable!("only an own connection is not shared")
         };
-        handle.duplex(req).await
+        let mut guard = FailGuard(slot, true);
+        let conn = guard.0.ready(transport, counters).await?;
+        let r = conn.duplex(req).await;
+        guard.1 = r.is_err();
+        r
     }
 }
 
