@@ -40,8 +40,8 @@ pub use histogram::{HistogramError, Latency, LatencyHistogram};
 pub use outcome::{Outcome, TlsProblem, TransportErrorKind};
 pub use probe::{
     ContainerInterval, CountMap, Counts, CpuCell, CpuInterval, InboundCell, Log2Summary, Memory,
-    PairGauges, PairInterval, ProbeInterval, ProbeTotals, PublishedPort, Service, SocketCell,
-    Throttling,
+    OTHER_REMOTE, PairGauges, PairInterval, ProbeInterval, ProbeTotals, PublishedPort, Service,
+    SocketCell, Throttling,
 };
 pub use probe_common::{Counter, HIST_BUCKETS, Log2Hist, Loss, N_COUNTERS, PairStats, RunqStats};
 pub use rollup::{RolledUp, RollupError};

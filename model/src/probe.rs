@@ -528,13 +528,21 @@ pub enum Memory {
     },
 }
 
+/// The destination under which a container's running pair totals sum the destinations
+/// beyond its busiest (see the probe's `MAX_PAIR_TOTALS`): `remote="other"` in Prometheus.
+pub const OTHER_REMOTE: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(
+    std::net::Ipv4Addr::UNSPECIFIED,
+    0,
+));
+
 /// The probe's cumulative counters since it started: what a live endpoint exposes between
 /// intervals (`herd probe --listen`, `herd run --listen`).
 #[derive(Clone, Debug, Default)]
 pub struct ProbeTotals {
-    /// Counter totals per container, `host` last.
+    /// Counter totals per container (running, or among the most recently ended), `host` last.
     pub containers: Vec<(String, Counts)>,
-    /// Totals per (source container, destination, destination's container).
+    /// Totals per (source container, destination, destination's container); destinations
+    /// beyond a container's busiest are summed under [`OTHER_REMOTE`].
     pub pairs: Vec<(String, SocketAddr, Option<String>, PairStats)>,
     /// Events the kernel programs could not record, by [`Loss`].
     pub losses: [u64; Loss::Count as usize],

@@ -67,8 +67,9 @@ pub enum ContainerError {
     Duplicate(String),
 }
 
-/// Named containers and the mapping from cgroup ids to them. Containers are only ever
-/// appended (an ended one keeps its row), so indices stay valid across a run.
+/// Named containers and the mapping from cgroup ids to them. Containers are appended as they
+/// appear; an ended one stays until the sampler retires it ([`Self::retire`]), so indices
+/// are valid from one retirement to the next (one interval's attribution).
 #[derive(Debug, Default)]
 pub struct ContainerSet {
     containers: Vec<Container>,
@@ -81,6 +82,12 @@ pub struct ContainerSet {
     this_engine_only: bool,
     /// Cgroups of other engines' containers, left to `host` (asked once each).
     other_engines: std::collections::HashSet<u64>,
+    /// Cgroup ids of retired containers the kernel still lists as created: never
+    /// rediscovered as new containers.
+    retired_ids: std::collections::HashSet<u64>,
+    /// Names of retired containers: a later container with the same name still gets a
+    /// suffix, so rows of a long run never merge two containers.
+    retired_names: std::collections::HashSet<String>,
 }
 
 impl ContainerSet {
@@ -162,7 +169,11 @@ impl ContainerSet {
         if self.discover {
             let mut found: Vec<(&u64, &PathBuf)> = paths
                 .iter()
-                .filter(|(id, _)| !self.by_id.contains_key(id) && !self.other_engines.contains(id))
+                .filter(|(id, _)| {
+                    !self.by_id.contains_key(id)
+                        && !self.other_engines.contains(id)
+                        && !self.retired_ids.contains(id)
+                })
                 .collect();
             // Stable order: by path.
             found.sort_by(|a, b| a.1.cmp(b.1));
@@ -196,7 +207,10 @@ impl ContainerSet {
                 // A reused name (a restarted service) gets a suffix: rows never merge.
                 let base = c.name.clone();
                 let mut n = 2;
-                while c.name == HOST || self.containers.iter().any(|x| x.name == c.name) {
+                while c.name == HOST
+                    || self.retired_names.contains(&c.name)
+                    || self.containers.iter().any(|x| x.name == c.name)
+                {
                     c.name = format!("{base}#{n}");
                     n += 1;
                 }
@@ -235,6 +249,33 @@ impl ContainerSet {
             return Vec::new();
         }
         d.services(&names).unwrap_or_default()
+    }
+
+    /// Forgets the ended container `name` (its rows are over and its running totals folded):
+    /// an hours-long run on a host where containers come and go keeps only the containers
+    /// that are running or ended recently. Only its name stays, for the suffix rule. Returns
+    /// whether it was in the set.
+    pub fn retire(&mut self, name: &str) -> bool {
+        let Some(i) = self
+            .containers
+            .iter()
+            .position(|c| c.name == name && c.ended_ns.is_some())
+        else {
+            return false;
+        };
+        let c = self.containers.remove(i);
+        self.retired_ids.insert(c.cgroup_id);
+        self.retired_names.insert(c.name);
+        self.by_id = (self.containers.iter().enumerate())
+            .map(|(i, c)| (c.cgroup_id, i))
+            .collect();
+        true
+    }
+
+    /// Keeps the retired cgroup ids for which `listed` holds (those the kernel's record of
+    /// created cgroups still has); the others cannot come back.
+    pub fn prune_retired_ids(&mut self, listed: impl Fn(u64) -> bool) {
+        self.retired_ids.retain(|id| listed(*id));
     }
 
     /// Report names: every container, then `host`.

@@ -3,7 +3,7 @@
 //! demo and the run recorder all consume this one typed stream.
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::{BTreeMap, HashMap, VecDeque},
     net::{IpAddr, SocketAddr},
     os::unix::fs::MetadataExt as _,
     path::PathBuf,
@@ -33,6 +33,26 @@ use herd_model::{
 /// the interval): the busiest by sockets (docs/probes-sockets.md).
 pub const MAX_GAUGE_PAIRS: usize = 16;
 
+/// Most ended containers whose running totals are kept by name (the Prometheus counters,
+/// `herd probe`'s totals table). Older ones are summed into one row of the table and leave
+/// the container set: an hours-long run on a host where containers come and go keeps a
+/// bounded state (docs/probes.md, "Long runs").
+pub const MAX_ENDED_TOTALS: usize = 64;
+
+/// Most destinations per container with running totals of their own; beyond them, the
+/// destination counted least recently is summed into the container's
+/// [`herd_model::OTHER_REMOTE`].
+pub const MAX_PAIR_TOTALS: usize = 64;
+
+/// A pair's running totals.
+#[derive(Default)]
+struct PairTotal {
+    remote_container: Option<String>,
+    stats: PairStats,
+    /// The interval it last counted in ([`Sampler::seq`]).
+    last: u64,
+}
+
 /// Samples the kernel maps into intervals.
 pub struct Sampler {
     /// The kernel probe, or a fake in tests; read once per interval, so a virtual call is
@@ -44,7 +64,14 @@ pub struct Sampler {
     owners: HashMap<IpAddr, String>,
     prev: Snapshot,
     totals: Vec<(String, Counts)>,
-    pair_totals: BTreeMap<(String, SocketAddr), (Option<String>, PairStats)>,
+    /// Ended containers with totals of their own, oldest first (at most
+    /// [`MAX_ENDED_TOTALS`]).
+    ended: VecDeque<String>,
+    /// How many ended containers were retired, and their totals summed.
+    retired: (usize, Counts),
+    pair_totals: BTreeMap<(String, SocketAddr), PairTotal>,
+    /// Intervals sampled.
+    seq: u64,
     /// CPU samplers by container name; `host` samples the root cgroup (the whole machine).
     cpu: HashMap<String, CpuSampler<HostFiles>>,
     /// Why a container has no CPU sampler.
@@ -107,7 +134,10 @@ impl Sampler {
             layout,
             prev,
             totals: Vec::new(),
+            ended: VecDeque::new(),
+            retired: (0, Counts::default()),
             pair_totals: BTreeMap::new(),
+            seq: 0,
             cpu: HashMap::new(),
             cpu_missing: HashMap::new(),
             netns: NetnsCache::default(),
@@ -333,6 +363,10 @@ impl Sampler {
                 self.created.entry(*id).or_insert_with(|| path.clone());
             }
         }
+        // The kernel's record is an LRU map: what it no longer lists is not kept here either.
+        self.created.retain(|id, _| cur.created.contains_key(id));
+        self.set
+            .prune_retired_ids(|id| cur.created.contains_key(&id));
         // Every interval: a container that makes no TCP event (idle, CPU-only) has no cgroup
         // id in the maps, yet must appear within one interval (one readdir per cgroup
         // directory and a few procfs reads per container).
@@ -395,7 +429,13 @@ impl Sampler {
             self.cpu_missing.remove(name);
             self.wait_sources.remove(name);
             self.wait_prev.remove(name);
+            // Every interval until it is retired: once in the queue.
+            if !self.ended.contains(name) {
+                self.ended.push_back(name.clone());
+            }
         }
+        self.retire_ended();
+        self.seq += 1;
         for c in &iv.containers {
             match self.totals.iter_mut().find(|(n, _)| *n == c.container) {
                 Some((_, t)) => {
@@ -416,11 +456,63 @@ impl Sampler {
         {
             let key = (p.container.clone(), p.remote);
             let slot = self.pair_totals.entry(key).or_default();
-            slot.0 = p.remote_container.clone();
-            slot.1.add(&p.stats());
+            slot.remote_container = p.remote_container.clone();
+            slot.stats.add(&p.stats());
+            slot.last = self.seq;
+        }
+        for c in &iv.containers {
+            self.cap_pairs(&c.container);
         }
         self.prev = cur;
         Ok(iv)
+    }
+
+    /// Sums the totals of the ended containers beyond the [`MAX_ENDED_TOTALS`] most recent
+    /// into the retired row, drops their pairs' totals and retires them from the set.
+    fn retire_ended(&mut self) {
+        while self.ended.len() > MAX_ENDED_TOTALS {
+            let Some(name) = self.ended.pop_front() else {
+                break;
+            };
+            if let Some(i) = self.totals.iter().position(|(n, _)| *n == name) {
+                let (_, counts) = self.totals.remove(i);
+                self.retired.0 += 1;
+                for (t, v) in self.retired.1.iter_mut().zip(counts) {
+                    *t += v;
+                }
+            }
+            self.pair_totals.retain(|(c, _), _| *c != name);
+            self.set.retire(&name);
+        }
+    }
+
+    /// Keeps a container's [`MAX_PAIR_TOTALS`] most recently counted destinations and sums
+    /// the others into its [`herd_model::OTHER_REMOTE`].
+    fn cap_pairs(&mut self, container: &str) {
+        let other = herd_model::OTHER_REMOTE;
+        let mut own: Vec<(u64, SocketAddr)> = self
+            .pair_totals
+            .range((container.to_owned(), other)..)
+            .take_while(|((c, _), _)| c == container)
+            .filter(|((_, r), _)| *r != other)
+            .map(|((_, r), t)| (t.last, *r))
+            .collect();
+        if own.len() <= MAX_PAIR_TOTALS {
+            return;
+        }
+        own.sort_unstable();
+        let excess = own.len() - MAX_PAIR_TOTALS;
+        for (_, r) in own.into_iter().take(excess) {
+            let Some(t) = self.pair_totals.remove(&(container.to_owned(), r)) else {
+                continue;
+            };
+            let slot = self
+                .pair_totals
+                .entry((container.to_owned(), other))
+                .or_default();
+            slot.stats.add(&t.stats);
+            slot.last = slot.last.max(t.last);
+        }
     }
 
     /// Which network namespace a container's row reads: host reads this process's; a
@@ -696,21 +788,35 @@ impl Sampler {
         }
     }
 
-    /// Cumulative counters for the Prometheus endpoint.
+    /// Cumulative counters for the Prometheus endpoint: running containers and the most
+    /// recently ended ones (a retired container's series ends, as a scraped target's would).
     pub fn running_totals(&self) -> ProbeTotals {
         ProbeTotals {
-            containers: self.totals(),
+            containers: self.totals_kept(),
             pairs: self
                 .pair_totals
                 .iter()
-                .map(|((c, r), (rc, st))| (c.clone(), *r, rc.clone(), *st))
+                .map(|((c, r), t)| (c.clone(), *r, t.remote_container.clone(), t.stats))
                 .collect(),
             losses: self.prev.losses,
         }
     }
 
-    /// Totals per container since the sampler started, host last.
+    /// Totals per container since the sampler started, host last; the ended containers
+    /// retired from the set (beyond the [`MAX_ENDED_TOTALS`] most recent) summed in one row
+    /// before host, named for how many they are.
     pub fn totals(&self) -> Vec<(String, Counts)> {
+        let mut t = self.totals_kept();
+        if self.retired.0 > 0 {
+            let n = self.retired.0;
+            let row = (format!("({n} earlier ended)"), self.retired.1);
+            t.insert(t.len().saturating_sub(1), row);
+        }
+        t
+    }
+
+    /// Totals of the containers kept by name, host last.
+    fn totals_kept(&self) -> Vec<(String, Counts)> {
         let mut t = self.totals.clone();
         if let Some(i) = t.iter().position(|(n, _)| n == crate::containers::HOST) {
             let host = t.remove(i);

@@ -507,3 +507,103 @@ fn retransmits_merge_per_pair_and_their_windows_stay_on_it() {
         "{text}"
     );
 }
+
+#[test]
+fn a_long_run_on_a_busy_host_keeps_bounded_totals_that_still_add_up() {
+    // 70 one-shot containers that each connect once and end, and a gateway that talks to 70
+    // destinations, one a second: the kind of churn a host running a test suite makes.
+    let t = Tree::new();
+    let gw = t.id("gw");
+    let n = MAX_ENDED_TOTALS + 6;
+    let mut set = ContainerSet::default();
+    let mut ids = Vec::new();
+    for i in 0..n {
+        let name = format!("job{i}");
+        std::fs::create_dir_all(t.dir.join(&name)).unwrap();
+        ids.push(t.id(&name));
+        set.add(Container {
+            name: name.clone(),
+            cgroup: Path::new("/").join(&name),
+            cgroup_id: t.id(&name),
+            kind: Kind::Explicit,
+            started_ns: None,
+            ended_ns: None,
+        })
+        .unwrap();
+    }
+    set.add(Container {
+        name: "gw".into(),
+        cgroup: Path::new("/gw").into(),
+        cgroup_id: gw,
+        kind: Kind::Explicit,
+        started_ns: None,
+        ended_ns: None,
+    })
+    .unwrap();
+    let fake = FakeCounters::new();
+    fake.push(Snapshot::at(S));
+    let mut sampler = Sampler::new(fake.clone(), set, t.layout()).unwrap();
+    let backends: Vec<SocketAddr> = (0..n)
+        .map(|i| addr(&format!("198.18.0.2:{}", 8000 + i)))
+        .collect();
+    let mut snap = Snapshot::at(S);
+    for k in 0..n {
+        // Interval k: job k connects once, then its cgroup goes; gw makes one connection to
+        // backend k.
+        snap = snap
+            .with_count(ids[k], Counter::Connects, 1)
+            .with_pair(gw, backends[k], pair(1, 1));
+        snap.at_ns = (k as u64 + 2) * S;
+        fake.push(snap.clone());
+        sampler.sample().unwrap();
+        std::fs::remove_dir(t.dir.join(format!("job{k}"))).unwrap();
+    }
+    // Two more intervals: the last job ends and leaves the rows.
+    for k in [n + 2, n + 3] {
+        snap.at_ns = k as u64 * S;
+        fake.push(snap.clone());
+        sampler.sample().unwrap();
+    }
+
+    let totals = sampler.totals();
+    let names: Vec<&str> = totals.iter().map(|(n, _)| n.as_str()).collect();
+    let kept = names.iter().filter(|n| n.starts_with("job")).count();
+    assert_eq!(kept, MAX_ENDED_TOTALS, "{names:?}");
+    let retired = n - MAX_ENDED_TOTALS;
+    let row = totals
+        .iter()
+        .find(|(name, _)| *name == format!("({retired} earlier ended)"))
+        .unwrap_or_else(|| panic!("the retired row: {names:?}"));
+    assert_eq!(row.1[Counter::Connects as usize], retired as u64);
+    assert_eq!(names.last(), Some(&"host"));
+    let all: u64 = totals
+        .iter()
+        .map(|(_, c)| c[Counter::Connects as usize])
+        .sum();
+    assert_eq!(all, n as u64, "every connect is in exactly one row");
+    // The set forgot the retired containers; the oldest kept one is job6.
+    let set_names = sampler.containers().names();
+    assert!(!set_names.contains(&"job0"), "{set_names:?}");
+    assert!(set_names.contains(&format!("job{retired}").as_str()));
+    // The Prometheus counters have no retired row; the pairs: 64 destinations and `other`.
+    let e = sampler.running_totals();
+    assert!(e.containers.iter().all(|(n, _)| !n.starts_with('(')));
+    let gw_pairs: Vec<_> = e.pairs.iter().filter(|p| p.0 == "gw").collect();
+    assert_eq!(gw_pairs.len(), MAX_PAIR_TOTALS + 1);
+    let other = gw_pairs
+        .iter()
+        .find(|p| p.1 == herd_model::OTHER_REMOTE)
+        .expect("the other destination");
+    assert_eq!(other.3.connects, (n - MAX_PAIR_TOTALS) as u64);
+    assert_eq!(gw_pairs.iter().map(|p| p.3.connects).sum::<u64>(), n as u64);
+    // The least recently counted went to `other`: backend 0 did, the last one did not.
+    assert!(gw_pairs.iter().all(|p| p.1 != backends[0]));
+    assert!(gw_pairs.iter().any(|p| p.1 == backends[n - 1]));
+    let text = herd_report::export::prometheus::counters(&e);
+    assert!(
+        text.contains(
+            r#"herd_pair_connects_total{container="gw",remote="other",remote_container=""} 6"#
+        ),
+        "{text}"
+    );
+}

@@ -125,8 +125,14 @@ pub fn counters(totals: &ProbeTotals) -> String {
         ),
     ];
     let labels = |c: &str, r: &std::net::SocketAddr, rc: &Option<String>| {
+        // Destinations beyond a container's busiest are summed under one series.
+        let remote = if *r == herd_model::OTHER_REMOTE {
+            "other".to_owned()
+        } else {
+            r.to_string()
+        };
         format!(
-            "container=\"{}\",remote=\"{r}\",remote_container=\"{}\"",
+            "container=\"{}\",remote=\"{remote}\",remote_container=\"{}\"",
             esc(c),
             esc(rc.as_deref().unwrap_or(""))
         )
@@ -197,11 +203,36 @@ pub struct Gauges {
     latest: Option<herd_model::ProbeInterval>,
     /// Run-queue delay, PSI, OOM kills, listen drops, conntrack drops, summed.
     waits: super::waits::WaitTotals,
+    /// Intervals added, and the last one each container was in: the containers gone longest
+    /// beyond [`ENDED_KEPT`] are forgotten.
+    seq: u64,
+    seen: std::collections::BTreeMap<String, u64>,
 }
+
+/// Containers no longer in the intervals whose summed series are kept (the probe keeps its
+/// running counters for as many): an hours-long run on a host where containers come and go
+/// exposes, and holds, a bounded number of series.
+pub const ENDED_KEPT: usize = 64;
 
 impl Gauges {
     /// Adds an interval and keeps it as the latest.
     pub fn add(&mut self, iv: &herd_model::ProbeInterval) {
+        self.seq += 1;
+        for c in &iv.containers {
+            self.seen.insert(c.container.clone(), self.seq);
+        }
+        let mut gone: Vec<(u64, String)> = (self.seen.iter())
+            .filter(|(_, at)| **at < self.seq)
+            .map(|(n, at)| (*at, n.clone()))
+            .collect();
+        if gone.len() > ENDED_KEPT {
+            gone.sort_unstable();
+            for (_, name) in gone.into_iter().rev().skip(ENDED_KEPT) {
+                self.seen.remove(&name);
+                self.cpu.remove(&name);
+                self.waits.forget(&name);
+            }
+        }
         for c in &iv.containers {
             if let herd_model::CpuCell::Measured(cpu) = &c.cpu {
                 let e = self.cpu.entry(c.container.clone()).or_default();
@@ -475,5 +506,39 @@ mod tests {
                 .trim_end_matches("_count");
             assert!(t.contains(&format!("# TYPE {family} ")), "{name}");
         }
+    }
+
+    #[test]
+    fn gauges_keep_the_series_of_a_bounded_number_of_ended_containers() {
+        let row = |name: &str| herd_model::ContainerInterval {
+            container: name.into(),
+            counts: herd_model::CountMap::default(),
+            cpu: CpuCell::Unavailable { reason: "-".into() },
+            sockets: SocketCell::Unavailable { reason: "-".into() },
+            started_ns: None,
+            ended_ns: None,
+            waits: herd_model::waits::ContainerWaits::default(),
+        };
+        let mut g = Gauges::default();
+        // A one-shot container per interval beside one that runs throughout.
+        for i in 0..(ENDED_KEPT + 30) {
+            g.add(&herd_model::ProbeInterval {
+                at_ns: i as u64,
+                interval_ns: 1,
+                containers: vec![row("gw"), row(&format!("job{i}"))],
+                pairs: Vec::new(),
+                lost: 0,
+                services: Vec::new(),
+                rolled_up: None,
+            });
+        }
+        assert_eq!(
+            g.seen.len(),
+            ENDED_KEPT + 2,
+            "gw, the current job and 64 ended"
+        );
+        assert!(g.seen.contains_key("gw"));
+        assert!(!g.seen.contains_key("job0"));
+        assert!(g.seen.contains_key(&format!("job{}", 29)));
     }
 }

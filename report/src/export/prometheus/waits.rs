@@ -33,6 +33,11 @@ pub(super) struct WaitTotals {
 }
 
 impl WaitTotals {
+    /// Drops a container's totals (it ended long ago).
+    pub(super) fn forget(&mut self, container: &str) {
+        self.by_container.remove(container);
+    }
+
     /// Adds one interval's deltas.
     pub(super) fn add(&mut self, iv: &ProbeInterval) {
         for c in &iv.containers {
