@@ -415,8 +415,24 @@ impl RunqStats {
 /// this id (kernfs ids are inode numbers, far below it).
 pub const OWN_TGID_KEY: u64 = u64::MAX;
 
-/// Capacity of the per-thread `RUNQ_BASE` map (an LRU: the threads switched in most recently
-/// are kept).
+/// Direct-mapped run-queue slots per CPU in `RUNQ_SLOTS`: CPU `c`'s slot for key `k` is
+/// `c * RUNQ_SLOTS_PER_CPU + k % RUNQ_SLOTS_PER_CPU`. The first key to reach a slot keeps it;
+/// a key whose slot another holds is counted in `RUNQ` instead. A power of two.
+pub const RUNQ_SLOTS_PER_CPU: u32 = 256;
+
+/// One slot of `RUNQ_SLOTS`: the key that holds it (0: free; kernfs ids start at 1) and its
+/// run-queue delay on that slot's CPU.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunqSlot {
+    /// A cgroup v2 id or [`OWN_TGID_KEY`]; 0 while the slot is free.
+    pub key: u64,
+    /// The key's waits on this CPU.
+    pub stats: RunqStats,
+}
+
+/// Capacity of the fallback programs' per-thread `RUNQ_TASKS` map (an LRU: the threads
+/// switched in most recently are kept).
 pub const MAX_RUNQ_TASKS: u32 = 32_768;
 
 /// One thread's state in `RUNQ_TASKS`, the fallback run-queue programs' map.
@@ -431,7 +447,11 @@ pub struct RunqTask {
     pub pending: u64,
 }
 
-/// One thread's entry in `RUNQ_BASE`: its `sched_info.run_delay` right after its last
+/// Most slots of `RUNQ_BASE` (16 MiB): the loader sizes it to the kernel's `pid_max`
+/// rounded up to a power of two, up to this.
+pub const MAX_RUNQ_BASE_SLOTS: u32 = 1 << 20;
+
+/// One thread's slot in `RUNQ_BASE`: its `sched_info.run_delay` right after its last
 /// switch-in, and which thread that was.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -549,6 +569,10 @@ pub mod globals {
     pub const RQ_CLOCK: &str = "RQ_CLOCK_OFF";
     /// `offsetof(struct rq, idle)`: the CPU's idle task.
     pub const RQ_IDLE: &str = "RQ_IDLE_OFF";
+    /// `offsetof(struct task_struct, pid)`: the thread id.
+    pub const TASK_PID: &str = "TASK_PID_OFF";
+    /// Not an offset: `RUNQ_BASE`'s slots minus one.
+    pub const RUNQ_BASE_MASK: &str = "RUNQ_BASE_MASK";
     /// `offsetof(struct task_struct, tgid)`.
     pub const TASK_TGID: &str = "TASK_TGID_OFF";
     /// `offsetof(struct task_struct, cgroups)`.

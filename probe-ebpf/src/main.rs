@@ -20,14 +20,14 @@ use aya_ebpf::{
         bpf_probe_read_kernel, bpf_probe_read_kernel_str_bytes, bpf_probe_read_user,
     },
     macros::{btf_tracepoint, map, raw_tracepoint, tracepoint},
-    maps::{HashMap, LruHashMap, PerCpuArray, PerCpuHashMap},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap},
     programs::{BtfTracePointContext, RawTracePointContext, TracePointContext},
 };
 use probe_common::{
     CGROUP_PATH_LEN, CgroupCounters, CgroupPath, Counter, Loss, MAX_CGROUPS, MAX_CREATED,
     MAX_PAIRS, MAX_RETRANS_WINDOWS, MAX_RUNQ_TASKS, MAX_SOCKS, OWN_TGID_KEY, PairKey, PairStats,
-    RETRANS_WINDOW_NS, RetransWindow, RetransWindowKey, RunqBase, RunqStats, RunqTask, SockInfo,
-    errno, log2_bucket, tcp_state,
+    RETRANS_WINDOW_NS, RUNQ_SLOTS_PER_CPU, RetransWindow, RetransWindowKey, RunqBase, RunqSlot,
+    RunqStats, RunqTask, SockInfo, errno, log2_bucket, tcp_state,
 };
 
 /// Per-cgroup TCP counters, keyed by cgroup v2 id. Per-CPU so increments need no atomics
@@ -120,6 +120,11 @@ static RQ_IDLE_OFF: u64 = 0;
 #[unsafe(no_mangle)]
 static TASK_TGID_OFF: u64 = 0;
 #[unsafe(no_mangle)]
+static TASK_PID_OFF: u64 = 0;
+/// `RUNQ_BASE`'s slots minus one (a power of two minus one).
+#[unsafe(no_mangle)]
+static RUNQ_BASE_MASK: u64 = 0;
+#[unsafe(no_mangle)]
 static TASK_CGROUPS_OFF: u64 = 0;
 #[unsafe(no_mangle)]
 static CSS_SET_DFL_CGRP_OFF: u64 = 0;
@@ -128,14 +133,14 @@ static CSS_SET_DFL_CGRP_OFF: u64 = 0;
 #[unsafe(no_mangle)]
 static OWN_TGID: u64 = 0;
 
-/// Each thread's `sched_info.run_delay` right after its last switch-in, keyed by its
-/// `task_struct` address: what the run delay grew by since then, besides the wait that ends
-/// at the next switch-in, is the part of that wait the kernel accounted when a migration
-/// took the queued thread to another CPU. Written in place at every switch-in that ends a
-/// wait; LRU (preallocated: nothing is allocated under the run-queue lock), so exited
-/// threads age out.
+/// Each thread's `sched_info.run_delay` right after its last switch-in, direct-mapped by its
+/// thread id (slot `pid & RUNQ_BASE_MASK`; the loader sizes the array to the kernel's
+/// `pid_max`, at most 2^20 slots): what the run delay grew by since then, besides the wait
+/// that ends at the next switch-in, is the part of that wait the kernel accounted when a
+/// migration took the queued thread to another CPU. An inlined array lookup on every
+/// switch-in that ends a wait, where a hash lookup cost about twice the rest of the program.
 #[map]
-static RUNQ_BASE: LruHashMap<u64, RunqBase> = LruHashMap::with_max_entries(MAX_RUNQ_TASKS, 0);
+static RUNQ_BASE: Array<RunqBase> = Array::with_max_entries(1, 0);
 
 /// The fallback programs' per-thread state (`sched_wakeup`, `sched_switch`), keyed by its
 /// `task_struct` address: when it became runnable, and the wait it ended at its last
@@ -143,6 +148,18 @@ static RUNQ_BASE: LruHashMap<u64, RunqBase> = LruHashMap::with_max_entries(MAX_R
 /// to 1 entry by the loader when [`runq_switch`] runs instead.
 #[map]
 static RUNQ_TASKS: LruHashMap<u64, RunqTask> = LruHashMap::with_max_entries(MAX_RUNQ_TASKS, 0);
+
+/// `BPF_F_MMAPABLE` (`include/uapi/linux/bpf.h`, 5.5).
+const BPF_F_MMAPABLE: u32 = 1 << 10;
+
+/// Run-queue delay per CPU and cgroup v2 id (and `OWN_TGID_KEY`), direct-mapped
+/// ([`RUNQ_SLOTS_PER_CPU`] slots per CPU, sized by the loader to the possible CPUs): an
+/// array lookup, which the verifier inlines, instead of a hash lookup on every context
+/// switch. Only the slot's CPU writes it (the programs run under its run-queue lock), so no
+/// atomics; user space reads it through a read-only mapping, without a system call per
+/// slot. A key whose slot another key holds is counted in [`RUNQ`].
+#[map]
+static RUNQ_SLOTS: Array<RunqSlot> = Array::with_max_entries(RUNQ_SLOTS_PER_CPU, BPF_F_MMAPABLE);
 
 /// Run-queue delay per cgroup v2 id (and `OWN_TGID_KEY`): count, total, log2 histogram.
 #[map]
@@ -630,45 +647,56 @@ pub fn runq_switch(ctx: BtfTracePointContext) -> i32 {
     }
     let clock: u64 = unsafe { load(rq, global(&RQ_CLOCK_OFF)) };
     let mut waited = clock.wrapping_sub(queued);
-    let run_delay: u64 = unsafe { load(next, global(&TASK_RUN_DELAY_OFF)) };
-    let started: u64 = unsafe { load(next, global(&TASK_START_TIME_OFF)) };
-    let base = RunqBase {
-        run_delay: run_delay.wrapping_add(waited),
-        start_time: started,
-    };
-    match RUNQ_BASE.get_ptr_mut(next as u64) {
-        // SAFETY: a map value of this CPU's lookup; only this task's switch-in writes it,
-        // under its run queue's lock.
-        Some(b) => unsafe {
-            // The same thread (not a new one at a freed task's address) whose run delay
-            // grew while it waited: migrations while queued.
-            if (*b).start_time == started && run_delay > (*b).run_delay {
-                waited += run_delay - (*b).run_delay;
-            }
-            *b = base;
-        },
-        None => {
-            // First switch-in seen: a migration before it (while the probe was not
-            // looking, or not) cannot be told apart; from now on it can.
-            if RUNQ_BASE.insert(next as u64, base, 0).is_err() {
-                lose(Loss::RunqStartFull);
-            }
-        }
-    }
-    let own = global(&OWN_TGID) as u64;
-    let key = if own != 0 && u64::from(unsafe { load::<u32>(next, global(&TASK_TGID_OFF)) }) == own
-    {
-        OWN_TGID_KEY
-    } else {
-        // `cgroup_id(task_dfl_cgroup(next))`: what `bpf_get_current_cgroup_id()` returns
-        // once `next` runs.
-        let cset: *const u8 = unsafe { load(next, global(&TASK_CGROUPS_OFF)) };
-        let cgrp: *const u8 = unsafe { load(cset, global(&CSS_SET_DFL_CGRP_OFF)) };
-        let kn: *const u8 = unsafe { load(cgrp, global(&CGROUP_KN_OFF)) };
-        unsafe { load(kn, global(&KERNFS_NODE_ID_OFF)) }
-    };
+    waited += migrated_part(next, waited);
+    let key = task_key(next);
     record_wait(key, waited);
     0
+}
+
+/// The part of `next`'s wait that a migration while it was queued accounted (the growth of
+/// its `run_delay` since its previous switch-in beyond the wait ending now), from
+/// [`RUNQ_BASE`].
+#[inline(always)]
+fn migrated_part(next: *const u8, waited: u64) -> u64 {
+    // SAFETY: BTF-checked loads from the task being switched in.
+    let pid: u32 = unsafe { load(next, global(&TASK_PID_OFF)) };
+    let Some(b) = RUNQ_BASE.get_ptr_mut(pid & global(&RUNQ_BASE_MASK) as u32) else {
+        return 0;
+    };
+    let run_delay: u64 = unsafe { load(next, global(&TASK_RUN_DELAY_OFF)) };
+    let started: u64 = unsafe { load(next, global(&TASK_START_TIME_OFF)) };
+    // SAFETY: a slot of the array; written at this thread's switch-ins (under its run
+    // queue's lock) and, where ids collide, another thread's.
+    unsafe {
+        // The same thread (not another one of the slot, or a new one reusing the id) whose
+        // run delay grew while it waited: migrations while queued. A thread seen for the
+        // first time cannot tell a migration before it apart; from now on it can.
+        let part = if (*b).start_time == started && run_delay > (*b).run_delay {
+            run_delay - (*b).run_delay
+        } else {
+            0
+        };
+        (*b).run_delay = run_delay.wrapping_add(waited);
+        (*b).start_time = started;
+        part
+    }
+}
+
+/// Where a thread's run-queue wait counts: `OWN_TGID_KEY` for herd's own threads, else its
+/// cgroup v2 id.
+#[inline(always)]
+fn task_key(task: *const u8) -> u64 {
+    let own = global(&OWN_TGID) as u64;
+    // SAFETY (all loads): BTF-checked loads from a task the run-queue lock keeps alive.
+    if own != 0 && u64::from(unsafe { load::<u32>(task, global(&TASK_TGID_OFF)) }) == own {
+        return OWN_TGID_KEY;
+    }
+    // `cgroup_id(task_dfl_cgroup(task))`: what `bpf_get_current_cgroup_id()` returns once
+    // the task runs.
+    let cset: *const u8 = unsafe { load(task, global(&TASK_CGROUPS_OFF)) };
+    let cgrp: *const u8 = unsafe { load(cset, global(&CSS_SET_DFL_CGRP_OFF)) };
+    let kn: *const u8 = unsafe { load(cgrp, global(&CGROUP_KN_OFF)) };
+    unsafe { load(kn, global(&KERNFS_NODE_ID_OFF)) }
 }
 
 /// `TASK_RUNNING` (`include/linux/sched.h`).
@@ -792,28 +820,47 @@ fn current_key() -> u64 {
 /// Adds one wait to `key`'s row (a cgroup v2 id or `OWN_TGID_KEY`).
 #[inline(always)]
 fn record_wait(key: u64, waited_ns: u64) {
-    let slot = match RUNQ.get_ptr_mut(key) {
-        Some(s) => s,
-        None => {
-            let Some(zero) = ZERO_RUNQ.get_ptr(0) else {
-                return;
-            };
-            // BPF_NOEXIST: another CPU's insert meanwhile is as good as ours.
-            insert_zero_runq(key, zero);
-            match RUNQ.get_ptr_mut(key) {
-                Some(s) => s,
-                None => {
-                    lose(Loss::RunqMapFull);
-                    return;
-                }
-            }
-        }
+    let Some(slot) = runq_slot(key) else {
+        return;
     };
     unsafe {
         (*slot).count += 1;
         (*slot).total_ns += waited_ns;
         (*slot).delay_us.0[log2_bucket(waited_ns / 1_000)] += 1;
     }
+}
+
+/// `key`'s run-queue stats on this CPU: its slot in [`RUNQ_SLOTS`], or its entry in [`RUNQ`]
+/// (created zeroed if new) when another key holds the slot.
+#[inline(always)]
+fn runq_slot(key: u64) -> Option<*mut RunqStats> {
+    let cpu = unsafe { aya_ebpf::helpers::generated::bpf_get_smp_processor_id() };
+    let index = cpu
+        .wrapping_mul(RUNQ_SLOTS_PER_CPU)
+        .wrapping_add(key as u32 & (RUNQ_SLOTS_PER_CPU - 1));
+    if let Some(slot) = RUNQ_SLOTS.get_ptr_mut(index) {
+        // SAFETY: this CPU's slot; only this CPU's programs write it, one at a time.
+        unsafe {
+            if (*slot).key == key {
+                return Some(&raw mut (*slot).stats);
+            }
+            if (*slot).key == 0 {
+                (*slot).key = key;
+                return Some(&raw mut (*slot).stats);
+            }
+        }
+    }
+    if let Some(s) = RUNQ.get_ptr_mut(key) {
+        return Some(s);
+    }
+    let zero = ZERO_RUNQ.get_ptr(0)?;
+    // BPF_NOEXIST: another CPU's insert meanwhile is as good as ours.
+    insert_zero_runq(key, zero);
+    let slot = RUNQ.get_ptr_mut(key);
+    if slot.is_none() {
+        lose(Loss::RunqMapFull);
+    }
+    slot
 }
 
 #[cfg(not(test))]

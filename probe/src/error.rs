@@ -23,6 +23,10 @@ pub enum ProbeError {
     /// The embedded eBPF object could not be parsed or its maps created.
     #[error("loading herd's eBPF object: {0}")]
     Object(#[source] EbpfError),
+    /// The number of possible CPUs (what the per-CPU run-queue slots are sized by) could not
+    /// be read.
+    #[error("herd's kernel probe could not count this machine's CPUs ({0}); is /sys mounted?")]
+    Cpus(#[source] std::io::Error),
     /// The object lacks a program the loader expects (a build mismatch).
     #[error("the embedded eBPF object has no program `{0}`; rebuild herd")]
     MissingProgram(&'static str),

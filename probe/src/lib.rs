@@ -20,6 +20,7 @@ mod error;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
 pub mod netstat;
+mod runq_slots;
 pub mod sample;
 pub mod sampler;
 pub mod sockdiag;
@@ -244,6 +245,8 @@ pub struct KernelProbe {
     runq_hook: Option<&'static str>,
     /// `RETRANS_WINDOWS`, taken out of `ebpf`: reading it also removes what was read.
     retrans_windows: std::sync::Mutex<RetransWindows>,
+    /// `RUNQ_SLOTS`, mapped; `None` when the run-queue programs are not attached.
+    runq_slots: Option<runq_slots::RunqSlots>,
 }
 
 type RetransWindows = PerCpuHashMap<MapData, RetransWindowKey, RetransWindow>;
@@ -365,6 +368,15 @@ impl KernelProbe {
         for (name, value) in offsets {
             loader.override_global(name, value, true);
         }
+        // One slot per thread id the kernel can hand out (up to 2^20): no two live threads
+        // share a slot where pid_max is within it (32768 on a kernel's default).
+        let base_slots = std::fs::read_to_string("/proc/sys/kernel/pid_max")
+            .ok()
+            .and_then(|s| s.trim().parse::<u32>().ok())
+            .unwrap_or(probe_common::MAX_RUNQ_BASE_SLOTS)
+            .clamp(1, probe_common::MAX_RUNQ_BASE_SLOTS)
+            .next_power_of_two();
+        let base_mask = u64::from(base_slots - 1);
         // The per-thread map of the programs that do not run holds one entry.
         match &runq {
             Runq::Btf(fields) => {
@@ -372,6 +384,8 @@ impl KernelProbe {
                     loader.override_global(name, value, true);
                 }
                 loader.map_max_entries("RUNQ_TASKS", 1);
+                loader.map_max_entries("RUNQ_BASE", base_slots);
+                loader.override_global(globals::RUNQ_BASE_MASK, &base_mask, true);
             }
             Runq::Raw(state, _) => {
                 loader.override_global(globals::TASK_STATE, state, true);
@@ -383,6 +397,8 @@ impl KernelProbe {
             }
         }
         loader.override_global(globals::OWN_TGID, &own_tgid, true);
+        let slots = runq_slots::entries().map_err(ProbeError::Cpus)?;
+        loader.map_max_entries("RUNQ_SLOTS", slots);
         let mut ebpf = loader.load(EBPF_OBJECT).map_err(ProbeError::Object)?;
         for &(program, hook, needs) in PROGRAMS {
             attach(&mut ebpf, program, hook, needs, kbtf.as_ref())?;
@@ -406,7 +422,23 @@ impl KernelProbe {
             .ok_or(ProbeError::MissingMap("RETRANS_WINDOWS"))?;
         let retrans_windows = RetransWindows::try_from(map)
             .map_err(|source| ProbeError::Map("RETRANS_WINDOWS", source))?;
+        let mut runq_unavailable = runq_unavailable;
+        let runq_slots = match (&runq_unavailable, ebpf.map("RUNQ_SLOTS")) {
+            (None, Some(aya::maps::Map::Array(data))) => {
+                match runq_slots::RunqSlots::map(data.fd(), slots) {
+                    Ok(m) => Some(m),
+                    Err(e) => {
+                        runq_unavailable = Some(format!(
+                            "the run-queue slots (RUNQ_SLOTS) could not be mapped: {e}"
+                        ));
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
         Ok(Self {
+            runq_slots,
             ebpf,
             runq_unavailable,
             runq_hook,
@@ -419,7 +451,7 @@ impl KernelProbe {
 #[allow(clippy::large_enum_variant)] // one value per load, on the stack
 enum Runq {
     /// `runq_switch`, with the offsets it reads.
-    Btf([(&'static str, u64); 10]),
+    Btf([(&'static str, u64); 11]),
     /// The raw tracepoints, with `task_struct.__state`'s offset and why `runq_switch` is not
     /// used.
     Raw(u64, String),
@@ -476,7 +508,7 @@ fn sched_info_on() -> Result<(), String> {
 
 /// The offsets `runq_switch` reads, or why this kernel's BTF cannot give them (with the
 /// kernel option that provides the field).
-fn runq_offsets(btf: &btf::Btf) -> Result<[(&'static str, u64); 10], String> {
+fn runq_offsets(btf: &btf::Btf) -> Result<[(&'static str, u64); 11], String> {
     let field = |st: &str, path: &[&str], config: Option<&str>| {
         btf.member_offset(st, path).map_err(|e| {
             let needs = config.map_or(String::new(), |c| format!(", which needs {c}"));
@@ -519,6 +551,7 @@ fn runq_offsets(btf: &btf::Btf) -> Result<[(&'static str, u64); 10], String> {
         (globals::RQ_CLOCK, field("rq", &["clock"], None)?),
         (globals::RQ_IDLE, field("rq", &["idle"], None)?),
         (globals::TASK_TGID, field("task_struct", &["tgid"], None)?),
+        (globals::TASK_PID, field("task_struct", &["pid"], None)?),
         (
             globals::TASK_CGROUPS,
             field("task_struct", &["cgroups"], Some("CONFIG_CGROUPS"))?,
@@ -603,8 +636,9 @@ impl KernelProbe {
         self.runq_hook
     }
 
-    /// Run-queue delay totals by cgroup v2 id: one walk of the per-CPU `RUNQ` map, cheap
-    /// enough for every 100 ms poll.
+    /// Run-queue delay totals by cgroup v2 id: one walk of the per-CPU `RUNQ` map (the keys
+    /// whose direct-mapped slot another key holds) and one read of the mapped `RUNQ_SLOTS`,
+    /// cheap enough for every 100 ms poll.
     pub fn runq(&self) -> Result<HashMap<u64, RunqStats>, ProbeError> {
         let map = self
             .ebpf
@@ -620,6 +654,9 @@ impl KernelProbe {
                 total.add(cpu);
             }
             out.insert(key, total);
+        }
+        if let Some(slots) = &self.runq_slots {
+            slots.add_to(&mut out);
         }
         Ok(out)
     }
