@@ -37,6 +37,23 @@ fn steps(h: &Log2Hist) -> (u64, u64, u64) {
     (b[19] + b[20], b[21], b[22..].iter().sum::<u64>())
 }
 
+/// SYNs (or handshake ACKs) each container's listening port dropped at its full accept queue
+/// over the load, where it dropped any.
+pub(super) fn listener_drops(ats: &[super::waits::At<'_>]) -> BTreeMap<(String, u16), u64> {
+    let mut out = BTreeMap::new();
+    for a in ats {
+        for c in &a.iv.containers {
+            let ListenerCell::Measured { ports } = &c.waits.listeners else {
+                continue;
+            };
+            for p in ports.iter().filter(|p| p.drops > 0) {
+                *out.entry((c.container.clone(), p.local_port)).or_default() += p.drops;
+            }
+        }
+    }
+    out
+}
+
 /// A listening port of a container that dropped SYNs (or handshake ACKs) at its full accept
 /// queue in the load: named with its drops, its backlog and the fullest queue seen, and the
 /// connect latency of the pairs toward it in the steps a SYN retry makes (~1 s, ~3 s, more),

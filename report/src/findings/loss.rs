@@ -84,17 +84,57 @@ pub fn packet_loss(d: &RunData) -> Vec<Finding> {
             }
         }
     }
+    // SYN retries a full accept queue at the destination explains are its overflow
+    // (accept_queue_overflow), not loss: each pair toward a listener that dropped SYNs is
+    // credited its share of those drops, the pairs' SYN retries toward it in proportion.
+    let drops = super::listen::listener_drops(&ats);
+    let listener = |remote: &str, rc: &Option<String>| -> Option<(String, u16)> {
+        let port = remote.parse::<std::net::SocketAddr>().ok()?.port();
+        match rc {
+            Some(c) => drops
+                .contains_key(&(c.clone(), port))
+                .then(|| (c.clone(), port)),
+            // An unresolved destination, matched by its port as accept_queue_overflow does,
+            // when exactly one listener with drops has it.
+            None => {
+                let mut on_port = drops.keys().filter(|(_, p)| *p == port);
+                match (on_port.next(), on_port.next()) {
+                    (Some(k), None) => Some(k.clone()),
+                    _ => None,
+                }
+            }
+        }
+    };
+    let mut syn_toward: BTreeMap<(String, u16), u64> = BTreeMap::new();
+    for ((_, remote), e) in &acc {
+        if let Some(l) = listener(remote, &e.remote_container) {
+            *syn_toward.entry(l).or_default() += e.syn.min(e.retrans);
+        }
+    }
     let mut found: Vec<(f64, Finding)> = Vec::new();
     for ((src, remote), e) in acc {
-        let rate = e.retrans as f64 / wall.max(1e-9);
-        if e.retrans < MIN_RETRANS || rate < MIN_PER_S {
+        let all_syn = e.syn.min(e.retrans);
+        let overflow = listener(&remote, &e.remote_container).map(|l| {
+            let (d, s) = (drops[&l], syn_toward[&l]);
+            let explained = if s == 0 {
+                0
+            } else {
+                (u128::from(all_syn) * u128::from(d.min(s)) / u128::from(s)) as u64
+            };
+            (l, d, explained)
+        });
+        let explained = overflow.as_ref().map_or(0, |o| o.2);
+        let syn = all_syn - explained;
+        let data = e.retrans - all_syn;
+        let lost = syn + data;
+        let rate = lost as f64 / wall.max(1e-9);
+        if lost < MIN_RETRANS || rate < MIN_PER_S {
             continue;
         }
         let dest = match &e.remote_container {
             Some(rc) => format!("{rc} ({remote})"),
             None => remote.clone(),
         };
-        let data = e.retrans - e.syn.min(e.retrans);
         let slow = slow_connects(&e.latency);
         let phase = e
             .phases
@@ -102,14 +142,27 @@ pub fn packet_loss(d: &RunData) -> Vec<Finding> {
             .max_by_key(|(_, v)| **v)
             .map_or(WHOLE_RUN.to_owned(), |(k, _)| k.clone());
         let mut evidence = vec![format!(
-            "pair {src} → {dest}, over {} of load: {} segments retransmitted ({rate:.2}/s), of \
+            "pair {src} → {dest}, over {} of load: {} segments retransmitted ({:.2}/s), of \
              which {} SYN retries and {} data retransmits; {} connects",
             secs(wall),
             n(e.retrans),
+            e.retrans as f64 / wall.max(1e-9),
             n(e.syn),
             n(data),
             n(e.connects)
         )];
+        if let Some(((c, port), d, explained)) = &overflow
+            && *explained > 0
+        {
+            evidence.push(format!(
+                "{} of its SYN retries match the {} SYNs {c}:{port} dropped at its full \
+                 accept queue (accept_queue_overflow); the other {} retransmits ({rate:.2}/s) \
+                 are loss",
+                n(*explained),
+                n(*d),
+                n(lost)
+            ));
+        }
         if e.latency.count() > 0 {
             evidence.push(format!(
                 "{src} → {dest} connect latency: {} of {} connects took 512ms or more (a SYN \
@@ -140,11 +193,17 @@ pub fn packet_loss(d: &RunData) -> Vec<Finding> {
         }
         let mut title = format!(
             "{src} → {dest}: {} segments retransmitted ({rate:.2}/s over {} of load) — {}, {}",
-            n(e.retrans),
+            n(lost),
             secs(wall),
-            count(e.syn, "SYN retry", "SYN retries"),
+            count(syn, "SYN retry", "SYN retries"),
             count(data, "data retransmit", "data retransmits")
         );
+        if explained > 0 {
+            title.push_str(&format!(
+                " (besides {} the destination's full accept queue explains)",
+                count(explained, "SYN retry", "SYN retries")
+            ));
+        }
         if slow > 0 {
             title.push_str(&format!(
                 "; {} of {} connects took 512ms or more",
@@ -180,6 +239,7 @@ pub fn packet_loss(d: &RunData) -> Vec<Finding> {
         .in_phase(&phase)
         .number("retrans_segs", e.retrans as f64)
         .number("syn_retrans", e.syn as f64)
+        .number("overflow_syn_retrans", explained as f64)
         .number("data_retrans", data as f64)
         .number("retrans_per_s", rate)
         .number("slow_connects", slow as f64);

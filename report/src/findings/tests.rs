@@ -1297,3 +1297,50 @@ fn requests_at_the_delayed_ack_timer_on_a_sub_millisecond_path_are_named_as_nagl
     blind.pairs[0].srtt_p50_us = Cell::Missing("not sampled".into());
     assert!(nagle_delayed_ack(&blind).is_empty());
 }
+
+#[test]
+fn syn_retries_a_full_accept_queue_explains_are_not_named_packet_loss() {
+    // The listener drops 6 SYNs; its client retried `syn` SYNs toward it.
+    let run = |syn: u64| {
+        let mut d = overflowing();
+        for iv in &mut d.probe {
+            for c in &mut iv.containers {
+                if let ListenerCell::Measured { ports } = &mut c.waits.listeners {
+                    ports[0].drops = ports[0].drops.min(1) * 6;
+                }
+            }
+            let p = &mut iv.pairs[0];
+            if p.connects > 0 {
+                p.waits.retrans_segs = syn;
+                p.waits.syn_retrans = syn;
+                let mono0 = crate::model::tests::data().meta.mono_start_ns as u64;
+                p.waits.windows = vec![RetransWindowCell {
+                    start_ns: mono0 + 300_000_000,
+                    end_ns: mono0 + 400_000_000,
+                    retrans_segs: syn,
+                    syn_retrans: syn,
+                }];
+            }
+        }
+        d
+    };
+    // Every retry is the overflow's: accept_queue_overflow names it, packet_loss does not.
+    assert!(packet_loss(&run(6)).is_empty());
+    assert_eq!(accept_queue_overflow(&run(6)).len(), 1);
+    // 4 beyond the drops: under the 5 a finding needs.
+    assert!(packet_loss(&run(10)).is_empty());
+    // 8 beyond them: loss, said apart from the overflow's.
+    let f = packet_loss(&run(14));
+    assert_eq!(f.len(), 1, "{f:#?}");
+    assert!(
+        f[0].title.starts_with(
+            "client → server (198.18.0.2:9002): 8 segments retransmitted (4.00/s over 2.0 s of \
+             load) — 8 SYN retries, 0 data retransmits (besides 6 SYN retries the \
+             destination's full accept queue explains)"
+        ),
+        "{}",
+        f[0].title
+    );
+    assert_eq!(f[0].numbers["overflow_syn_retrans"], 6.0);
+    numbers_stand_in_the_evidence(&f[0]);
+}
