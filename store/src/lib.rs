@@ -457,7 +457,7 @@ impl Store {
     /// sharded run's shards merged into one ([`merge_shards`]).
     pub async fn load_run(&self, id: Option<i64>) -> Result<RunData> {
         let mut meta = self.meta(id).await?;
-        let mut by_shard: BTreeMap<u32, Vec<Row>> = BTreeMap::new();
+        let mut by_shard: BTreeMap<u32, Vec<(String, u64, String)>> = BTreeMap::new();
         let mut node_probe = Vec::new();
         let rows = sqlx::query(
             "SELECT shard, source, seq, body FROM herd_rows WHERE run_id = $1 ORDER BY shard, source, seq",
@@ -482,16 +482,10 @@ impl Store {
                 node_probe.push(iv);
                 continue;
             }
-            let body = serde_json::from_str(&body).with_context(bad)?;
             by_shard
                 .entry(r.try_get::<i64, _>("shard")? as u32)
                 .or_default()
-                .push(Row {
-                    source,
-                    seq: seq as u64,
-                    at_ns: 0,
-                    body,
-                });
+                .push((source, seq as u64, body));
         }
         let with_nodes = |mut d: RunData| {
             if !node_probe.is_empty() {
@@ -505,21 +499,13 @@ impl Store {
         };
         if meta.shards.is_empty() {
             let rows = by_shard.into_values().flatten().collect();
-            return Ok(with_nodes(
-                Rows {
-                    meta,
-                    rows,
-                    continues: None,
-                }
-                .run_data()?,
-            ));
+            return Ok(with_nodes(rows::TextRows { meta, rows }.run_data()?));
         }
         let mut parts = Vec::new();
         for (index, rows) in by_shard {
-            let data = Rows {
+            let data = rows::TextRows {
                 meta: meta.clone(),
                 rows,
-                continues: None,
             }
             .run_data()?;
             if let Some(s) = meta.shards.iter_mut().find(|s| s.index == index) {
