@@ -319,18 +319,8 @@ impl Session {
                 // recorded: a timed out or aborted exchange retires its connection then
                 // (`conns.rs`).
                 let exchange = Box::pin(async {
-                    if let Some((until, mut halt, mut retire)) = held {
-                        let retired = async {
-                            match &mut retire {
-                                Some(r) => until_true(r).await,
-                                None => std::future::pending().await,
-                            }
-                        };
-                        tokio::select! {
-                            () = tokio::time::sleep_until(until.into()) => {}
-                            () = until_true(&mut halt) => return None,
-                            () = retired => return None,
-                        }
+                    if !wait_held(held).await {
+                        return None;
                     }
                     Some(conns.send(&*shared.transport, &shared.counters, req).await)
                 });
@@ -376,24 +366,44 @@ impl Session {
                 let sent = Instant::now();
                 let start = intended.unwrap_or(sent);
                 let deadline = crate::units::deadline(sent, o.timeout);
+                // As for HTTP: a connect the backoff holds back is waited for inside the op,
+                // where a stop ends the wait.
+                let held = self
+                    .conns
+                    .held(&shared.counters)
+                    .map(|until| (until, self.halt.clone(), self.retire.clone()));
                 let watchdog = self
                     .watchdog
                     .get_or_insert_with(|| Watchdog::new(shared.abort.clone()));
-                let exchange = Box::pin(crate::grpc::exchange(
-                    &mut self.conns,
-                    &*shared.transport,
-                    &shared.counters,
-                    call,
-                    req,
-                    frames,
-                ));
+                let conns = &mut self.conns;
+                let exchange = Box::pin(async {
+                    if !wait_held(held).await {
+                        return None;
+                    }
+                    Some(
+                        crate::grpc::exchange(
+                            conns,
+                            &*shared.transport,
+                            &shared.counters,
+                            call,
+                            req,
+                            frames,
+                        )
+                        .await,
+                    )
+                });
                 let result = watchdog.guard(deadline, exchange).await;
                 let latency = start.elapsed();
                 let want_body = !o.then.is_empty() || shared.lobby.is_some();
                 let (outcome, status, body) = match result {
                     Err(ended) => (ended.outcome(), None, Bytes::new()),
-                    Ok(Err(e)) => (crate::transport::outcome(&e), None, Bytes::new()),
-                    Ok(Ok(answer)) => crate::grpc::judge_answer(
+                    // Stopped while the backoff held its connect back: nothing was sent.
+                    Ok(None) => {
+                        shared.started[phase].fetch_sub(1, SeqCst);
+                        return Err(Stopped);
+                    }
+                    Ok(Some(Err(e))) => (crate::transport::outcome(&e), None, Bytes::new()),
+                    Ok(Some(Ok(answer))) => crate::grpc::judge_answer(
                         o,
                         call,
                         target,
@@ -604,6 +614,32 @@ impl Watchdog {
 }
 
 /// Resolves when `rx` holds true; never, if its sender is gone without saying so.
+/// Waits out a connect the backoff holds back ([`crate::conns::Conns::held`]: until when, and
+/// the player's stop and retire signals); false when a stop or the step retiring the player
+/// came first (nothing was sent).
+async fn wait_held(
+    held: Option<(
+        Instant,
+        watch::Receiver<bool>,
+        Option<watch::Receiver<bool>>,
+    )>,
+) -> bool {
+    let Some((until, mut halt, mut retire)) = held else {
+        return true;
+    };
+    let retired = async {
+        match &mut retire {
+            Some(r) => until_true(r).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        () = tokio::time::sleep_until(until.into()) => true,
+        () = until_true(&mut halt) => false,
+        () = retired => false,
+    }
+}
+
 async fn until_true(rx: &mut watch::Receiver<bool>) {
     if rx.wait_for(|v| *v).await.is_err() {
         std::future::pending::<()>().await;

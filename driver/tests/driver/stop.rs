@@ -75,17 +75,30 @@ async fn a_stop_wakes_a_player_waiting_out_the_connect_backoff() {
         l.local_addr().unwrap().port()
     };
     // One player on a closed port fails at 0, 50, 150, 350 and 750 ms, then waits 800 ms:
-    // a stop at 1 s (or the plan's end at 1 s) lands 550 ms into the wait.
-    let src = |duration: &str| {
+    // a stop at 1 s (or the plan's end at 1 s) lands 550 ms into the wait. The same for a
+    // gRPC player, whose calls wait out the backoff the same way.
+    let proto = herd_testkit::py::arena_proto().display().to_string();
+    let src = |grpc: bool, duration: &str| {
+        let (target, op) = if grpc {
+            (
+                format!("grpc://127.0.0.1:{port}\"\nproto = \"{proto}"),
+                "call = \"herd.arena.Arena/Join\"\nbody = '{\"player\": \"p\"}'",
+            )
+        } else {
+            (format!("http://127.0.0.1:{port}"), "path = \"/\"")
+        };
         format!(
-            "[target]\nurl = \"http://127.0.0.1:{port}\"\n[[op]]\nname = \"a\"\npath = \"/\"\n\
+            "[target]\nurl = \"{target}\"\n[[op]]\nname = \"a\"\n{op}\n\
              [[step]]\nplayers = 1\nduration = \"{duration}\"\n"
         )
     };
-    for by_signal in [true, false] {
-        let s =
-            herd_driver::Scenario::parse("t.toml", &src(if by_signal { "10s" } else { "1s" }), &[])
-                .unwrap();
+    for (grpc, by_signal) in [(false, true), (false, false), (true, true), (true, false)] {
+        let s = herd_driver::Scenario::parse(
+            "t.toml",
+            &src(grpc, if by_signal { "10s" } else { "1s" }),
+            &[],
+        )
+        .unwrap();
         let (tx, rx) = tokio::sync::watch::channel(false);
         if by_signal {
             tokio::spawn(async move {
@@ -103,7 +116,7 @@ async fn a_stop_wakes_a_player_waiting_out_the_connect_backoff() {
         let took = t.elapsed();
         assert!(
             took < Duration::from_millis(1_300),
-            "by signal {by_signal}: took {took:?}: the backoff held the stop"
+            "grpc {grpc}, by signal {by_signal}: took {took:?}: the backoff held the stop"
         );
         let failed = report.outcome_count("a", "transport_error.connect");
         assert!((4..=6).contains(&failed), "{failed} connects tried");
