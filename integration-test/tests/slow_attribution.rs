@@ -105,11 +105,30 @@ impl Drop for Flag {
     }
 }
 
+/// One test at a time: the throttled server's windows must not share the host with the
+/// other test's load.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// The venv `cargo xtask setup` makes (the servers need nothing beyond the standard library).
+fn python() -> &'static std::path::Path {
+    let python = std::path::Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../target/py/bin/python"
+    ));
+    assert!(
+        python.exists(),
+        "{} is missing: run `cargo xtask setup`",
+        python.display()
+    );
+    python
+}
+
 #[test]
 fn the_share_of_slow_requests_in_flight_while_the_server_was_throttled_is_what_the_test_knows() {
     if !privileged("the_share_of_slow_requests_in_flight_while_the_server_was_throttled") {
         return;
     }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let t0 = Instant::now();
     let dir = TempDir::new("it-slow");
     let mut sandbox = herd_testbed::Sandbox::new("slow-attribution").unwrap();
@@ -130,18 +149,7 @@ fn the_share_of_slow_requests_in_flight_while_the_server_was_throttled_is_what_t
     quota.set(None);
     let (_, server_ip) = sandbox.link_host(&server).unwrap();
     let flag = Flag(dir.join("sleep"));
-    // The venv `cargo xtask setup` makes (the server needs nothing beyond the standard
-    // library).
-    let python = std::path::Path::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../target/py/bin/python"
-    ));
-    assert!(
-        python.exists(),
-        "{} is missing: run `cargo xtask setup`",
-        python.display()
-    );
-    let mut py = std::process::Command::new(python);
+    let mut py = std::process::Command::new(python());
     py.args(["-c", SERVER, &server_ip.to_string(), &PORT.to_string()])
         .arg(&flag.0)
         .stdout(Stdio::piped());
@@ -306,5 +314,110 @@ fn the_share_of_slow_requests_in_flight_while_the_server_was_throttled_is_what_t
         );
     }
     drop(quota);
+    drop(sandbox);
+}
+
+/// Python's `http.server` as it comes: HTTP/1.1 keep-alive, its headers and its body in two
+/// writes, Nagle on (the module's default). On a sub-millisecond path every response's body
+/// waits for the client's delayed ACK of the headers: ~40 ms a request.
+const NAGLE_SERVER: &str = r#"
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+    def log_message(self, *a):
+        pass
+class S(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+s = S((sys.argv[1], int(sys.argv[2])), H)
+print("ready", flush=True)
+s.serve_forever()
+"#;
+
+/// The Nagle × delayed-ACK stall named on a real server that makes it: `http.server` in a
+/// container on a veth (srtt in µs), driven by `herd run` with the probe.
+#[test]
+fn a_server_writing_headers_and_body_apart_is_named_a_nagle_delayed_ack_stall() {
+    if !privileged("a_server_writing_headers_and_body_apart_is_named_a_nagle_delayed_ack_stall") {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = TempDir::new("it-nagle");
+    let mut sandbox = herd_testbed::Sandbox::new("nagle").unwrap();
+    let server = sandbox.container("server", None).unwrap();
+    let (_, server_ip) = sandbox.link_host(&server).unwrap();
+    let mut py = std::process::Command::new(python());
+    py.args([
+        "-c",
+        NAGLE_SERVER,
+        &server_ip.to_string(),
+        &PORT.to_string(),
+    ])
+    .stdout(Stdio::piped());
+    let h = sandbox.spawn(&server, py).unwrap();
+    let mut out = BufReader::new(sandbox.child(h).stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready", "the test server did not start");
+    let scenario = dir.write(
+        "nagle.toml",
+        format!(
+            "[target]\nurl = \"http://{server_ip}:{PORT}\"\ntransport = \"h1\"\n\
+             [[op]]\nname = \"get\"\npath = \"/\"\n\
+             [[step]]\nplayers = 4\nduration = \"5s\"\n"
+        ),
+    );
+    let st = herd_cmd()
+        .args(["run", "--quiet", "--interval", "1s", "--grace", "1s"])
+        .arg("--container")
+        .arg(format!("server={}", server.cgroup.display()))
+        .arg("--out")
+        .arg(dir.join("out"))
+        .arg(&scenario)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "herd run failed: {}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let d = rt.block_on(async {
+        let store = Store::open(&herd_store::default_url(&dir.join("out")))
+            .await
+            .unwrap();
+        store.load_run(None).await.unwrap()
+    });
+    let r = Report::build(&d);
+    let get = r.ops.iter().find(|o| o.op == "get").expect("op get");
+    eprintln!(
+        "get: {} requests, p50 {} µs, p90 {} µs; findings: {:?}",
+        get.count,
+        get.latency.p50_us,
+        get.latency.p90_us,
+        r.findings.iter().map(|f| &f.title).collect::<Vec<_>>()
+    );
+    // The stall itself, as the driver measured it: the delayed-ACK timer, every request.
+    assert!(
+        (38_000..52_000).contains(&get.latency.p50_us),
+        "p50 {} µs: the server did not stall on the delayed ACK",
+        get.latency.p50_us
+    );
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.kind == "nagle_delayed_ack")
+        .unwrap_or_else(|| panic!("no nagle_delayed_ack finding: {:#?}", r.findings));
+    assert!(f.title.contains("get"), "{}", f.title);
     drop(sandbox);
 }

@@ -2,7 +2,8 @@
 //! (headers, then body) on a socket without TCP_NODELAY holds the second write until the
 //! first is acknowledged, and the client delays that ACK up to 40 ms — so requests take
 //! about 40 ms on a path whose round trip is far under a millisecond. What the rows show is
-//! the signature (a tight ~40 ms latency over a sub-millisecond srtt), not the writes.
+//! the signature (a tight ~40 ms latency over a path whose srtt is a tenth of that or less),
+//! not the writes.
 
 use super::Finding;
 use crate::model::Report;
@@ -20,12 +21,13 @@ const TIGHT: f64 = 1.25;
 /// Requests of an op in a phase under which its percentiles say little.
 const MIN_COUNT: u64 = 50;
 
-/// A request-path pair's srtt p50 under this (µs) is a sub-millisecond path.
-const SUB_MS_US: f64 = 1_000.0;
+/// A request-path pair's srtt p50 under this (µs), a tenth of the timer, cannot explain a
+/// 40 ms request (a loopback or veth path's is µs; a datacenter's, one or two ms).
+const SUB_MS_US: f64 = 4_000.0;
 
 /// An op whose p50 sits at the delayed-ACK timer (39–50 ms) with its p90 within 25 % of it,
 /// in a phase of at least 50 requests, while every request-path pair with an srtt reading
-/// has an srtt p50 under 1 ms: named as the likely Nagle × delayed-ACK stall, once per op
+/// has an srtt p50 under 4 ms: named as the likely Nagle × delayed-ACK stall, once per op
 /// (its first such phase).
 pub fn nagle_delayed_ack(r: &Report) -> Vec<Finding> {
     let paths: Vec<(String, f64)> = r
