@@ -123,6 +123,58 @@ fn python() -> &'static std::path::Path {
     python
 }
 
+/// Starts `script` (a Python server printing `ready`, then serving on `ip:PORT`) in `server`,
+/// with `extra` arguments; returns its stdout past `ready`.
+fn serve(
+    sandbox: &mut herd_testbed::Sandbox,
+    server: &herd_testbed::Container,
+    script: &str,
+    ip: std::net::Ipv4Addr,
+    extra: &[&std::ffi::OsStr],
+) -> BufReader<std::process::ChildStdout> {
+    let mut py = std::process::Command::new(python());
+    py.args(["-c", script, &ip.to_string(), &PORT.to_string()])
+        .args(extra)
+        .stdout(Stdio::piped());
+    let h = sandbox.spawn(server, py).unwrap();
+    let mut out = BufReader::new(sandbox.child(h).stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready", "the test server did not start");
+    out
+}
+
+/// `herd run` of `scenario` with the probe, `server` named, at 1 s intervals, into `out`.
+fn herd_run(
+    scenario: &std::path::Path,
+    server: &herd_testbed::Container,
+    out: &std::path::Path,
+) -> std::process::Command {
+    let mut c = herd_cmd();
+    c.args(["run", "--quiet", "--interval", "1s", "--grace", "1s"])
+        .arg("--container")
+        .arg(format!("server={}", server.cgroup.display()))
+        .arg("--out")
+        .arg(out)
+        .arg(scenario)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    c
+}
+
+/// The run `herd run` stored in `out`.
+fn stored_run(out: &std::path::Path) -> herd_model::RunData {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let store = Store::open(&herd_store::default_url(out)).await.unwrap();
+        store.load_run(None).await.unwrap()
+    })
+}
+
 #[test]
 fn the_share_of_slow_requests_in_flight_while_the_server_was_throttled_is_what_the_test_knows() {
     if !privileged("the_share_of_slow_requests_in_flight_while_the_server_was_throttled") {
@@ -149,15 +201,13 @@ fn the_share_of_slow_requests_in_flight_while_the_server_was_throttled_is_what_t
     quota.set(None);
     let (_, server_ip) = sandbox.link_host(&server).unwrap();
     let flag = Flag(dir.join("sleep"));
-    let mut py = std::process::Command::new(python());
-    py.args(["-c", SERVER, &server_ip.to_string(), &PORT.to_string()])
-        .arg(&flag.0)
-        .stdout(Stdio::piped());
-    let h = sandbox.spawn(&server, py).unwrap();
-    let mut out = BufReader::new(sandbox.child(h).stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), "ready", "the test server did not start");
+    let mut out = serve(
+        &mut sandbox,
+        &server,
+        SERVER,
+        server_ip,
+        &[flag.0.as_os_str()],
+    );
 
     let scenario = dir.write(
         "slow.toml",
@@ -167,16 +217,7 @@ fn the_share_of_slow_requests_in_flight_while_the_server_was_throttled_is_what_t
              [[step]]\nplayers = 4\nduration = \"11s\"\n"
         ),
     );
-    let run = herd_cmd()
-        .args(["run", "--quiet", "--interval", "1s", "--grace", "1s"])
-        .arg("--container")
-        .arg(format!("server={}", server.cgroup.display()))
-        .arg("--out")
-        .arg(dir.join("out"))
-        .arg(&scenario)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
+    let run = herd_run(&scenario, &server, &dir.join("out"))
         .spawn()
         .unwrap();
     // The windows start from the first request the server sees: the driver is running. A
@@ -214,16 +255,7 @@ fn the_share_of_slow_requests_in_flight_while_the_server_was_throttled_is_what_t
         String::from_utf8_lossy(&st.stderr)
     );
 
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let d = rt.block_on(async {
-        let store = Store::open(&herd_store::default_url(&dir.join("out")))
-            .await
-            .unwrap();
-        store.load_run(None).await.unwrap()
-    });
+    let d = stored_run(&dir.join("out"));
     let r = Report::build(&d);
     let total = r.totals.iter().find(|t| t.op == "get").expect("op get");
     let slow = total
@@ -350,19 +382,7 @@ fn a_server_writing_headers_and_body_apart_is_named_a_nagle_delayed_ack_stall() 
     let mut sandbox = herd_testbed::Sandbox::new("nagle").unwrap();
     let server = sandbox.container("server", None).unwrap();
     let (_, server_ip) = sandbox.link_host(&server).unwrap();
-    let mut py = std::process::Command::new(python());
-    py.args([
-        "-c",
-        NAGLE_SERVER,
-        &server_ip.to_string(),
-        &PORT.to_string(),
-    ])
-    .stdout(Stdio::piped());
-    let h = sandbox.spawn(&server, py).unwrap();
-    let mut out = BufReader::new(sandbox.child(h).stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), "ready", "the test server did not start");
+    let _out = serve(&mut sandbox, &server, NAGLE_SERVER, server_ip, &[]);
     let scenario = dir.write(
         "nagle.toml",
         format!(
@@ -371,16 +391,7 @@ fn a_server_writing_headers_and_body_apart_is_named_a_nagle_delayed_ack_stall() 
              [[step]]\nplayers = 4\nduration = \"5s\"\n"
         ),
     );
-    let st = herd_cmd()
-        .args(["run", "--quiet", "--interval", "1s", "--grace", "1s"])
-        .arg("--container")
-        .arg(format!("server={}", server.cgroup.display()))
-        .arg("--out")
-        .arg(dir.join("out"))
-        .arg(&scenario)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
+    let st = herd_run(&scenario, &server, &dir.join("out"))
         .output()
         .unwrap();
     assert!(
@@ -388,16 +399,7 @@ fn a_server_writing_headers_and_body_apart_is_named_a_nagle_delayed_ack_stall() 
         "herd run failed: {}",
         String::from_utf8_lossy(&st.stderr)
     );
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let d = rt.block_on(async {
-        let store = Store::open(&herd_store::default_url(&dir.join("out")))
-            .await
-            .unwrap();
-        store.load_run(None).await.unwrap()
-    });
+    let d = stored_run(&dir.join("out"));
     let r = Report::build(&d);
     let get = r.ops.iter().find(|o| o.op == "get").expect("op get");
     eprintln!(
