@@ -163,8 +163,13 @@ fn herd_run(
     c
 }
 
-/// The run `herd run` stored in `out`.
-fn stored_run(out: &std::path::Path) -> herd_model::RunData {
+/// The run `herd run` (which exited with `st`) stored in `out`.
+fn stored_run(st: &std::process::Output, out: &std::path::Path) -> herd_model::RunData {
+    assert!(
+        st.status.success(),
+        "herd run failed: {}",
+        String::from_utf8_lossy(&st.stderr)
+    );
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -249,13 +254,8 @@ fn the_share_of_slow_requests_in_flight_while_the_server_was_throttled_is_what_t
     std::thread::sleep(Duration::from_secs(1));
     throttled.push(quota.throttle_for(Duration::from_secs(2)));
     let st = run.wait_with_output().unwrap();
-    assert!(
-        st.status.success(),
-        "herd run failed: {}",
-        String::from_utf8_lossy(&st.stderr)
-    );
 
-    let d = stored_run(&dir.join("out"));
+    let d = stored_run(&st, &dir.join("out"));
     let r = Report::build(&d);
     let total = r.totals.iter().find(|t| t.op == "get").expect("op get");
     let slow = total
@@ -394,12 +394,7 @@ fn a_server_writing_headers_and_body_apart_is_named_a_nagle_delayed_ack_stall() 
     let st = herd_run(&scenario, &server, &dir.join("out"))
         .output()
         .unwrap();
-    assert!(
-        st.status.success(),
-        "herd run failed: {}",
-        String::from_utf8_lossy(&st.stderr)
-    );
-    let d = stored_run(&dir.join("out"));
+    let d = stored_run(&st, &dir.join("out"));
     let r = Report::build(&d);
     let get = r.ops.iter().find(|o| o.op == "get").expect("op get");
     eprintln!(
