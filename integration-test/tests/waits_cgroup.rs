@@ -6,6 +6,11 @@
 //! kernel's `oom_kill` (v2 `memory.events`, or v1 `memory.oom_control` on hybrid hosts),
 //! and each PSI delta must lie between the file's totals read just before and just after
 //! the sampler read it.
+//!
+//! A second container with a 16 MiB limit writes a 128 MiB file to disk and reads it again
+//! and again: its page cache cannot hold it, so every read reclaims and refaults (PSI
+//! memory). The probe's memory stall must lie between the file's readings, and the report
+//! must name `memory_pressure` for it with that number.
 
 use std::{
     os::unix::process::CommandExt as _,
@@ -72,9 +77,13 @@ fn row<'a>(iv: &'a ProbeInterval, name: &str) -> &'a ContainerInterval {
 }
 
 fn set_limit(c: &Container) {
+    set_limit_to(c, LIMIT);
+}
+
+fn set_limit_to(c: &Container, limit: u64) {
     let (file, value) = match &c.memory_v1 {
-        Some(v1) => (v1.join("memory.limit_in_bytes"), LIMIT.to_string()),
-        None => (c.cgroup.join("memory.max"), LIMIT.to_string()),
+        Some(v1) => (v1.join("memory.limit_in_bytes"), limit.to_string()),
+        None => (c.cgroup.join("memory.max"), limit.to_string()),
     };
     std::fs::write(&file, value).unwrap_or_else(|e| panic!("writing {}: {e}", file.display()));
     // No swap to escape into (cgroup v2 only; v1 without swap accounting has no such file).
@@ -229,4 +238,88 @@ fn oom_kills_equal_the_memory_cgroups_count_and_psi_deltas_match_the_pressure_fi
         "{:?}",
         host.waits.psi
     );
+}
+
+#[test]
+fn a_container_thrashing_its_page_cache_stalls_on_memory_as_its_pressure_file_says() {
+    if !privileged("a_container_thrashing_its_page_cache_stalls_on_memory") {
+        return;
+    }
+    let mut slot: Option<Sampler> = None;
+    let mut sb = Sandbox::new("thrash").unwrap();
+    let c = sb.container("reader", None).unwrap();
+    set_limit_to(&c, 16 << 20);
+    if psi(&c).is_none() {
+        // No PSI on this kernel: nothing to compare (the OOM test checks the reason).
+        eprintln!("PSI off on Linux {}", kernel_release());
+        return;
+    }
+    let dir = herd_testkit::TempDir::new("it-thrash");
+    let file = dir.join("big");
+    let probe = KernelProbe::load(&ProbeOptions::default())
+        .unwrap_or_else(|e| panic!("loading the probe on Linux {}: {e}", kernel_release()));
+    let sampler = slot.insert(
+        Sampler::new(
+            probe,
+            ContainerSet::default().with_discovery(),
+            sb.layout().clone(),
+        )
+        .unwrap(),
+    );
+    let before_first = psi(&c).unwrap();
+    sampler.sample().unwrap();
+    let after_first = psi(&c).unwrap();
+    // Written from inside the container, so its pages are the container's to reclaim.
+    let h = sb
+        .spawn(&c, {
+            let mut cmd = Command::new("sh");
+            cmd.arg("-c").arg(format!(
+                "dd if=/dev/zero of={f} bs=1M count=128 status=none && sync && \
+                 end=$(($(date +%s) + 4)); while [ $(date +%s) -lt $end ]; do cat {f} > /dev/null; done",
+                f = file.display()
+            ));
+            cmd
+        })
+        .unwrap();
+    let st = sb.child(h).wait().unwrap();
+    assert!(st.success(), "the reader failed: {st}");
+    let before_second = psi(&c).unwrap();
+    let iv = sampler.sample().unwrap();
+    let after_second = psi(&c).unwrap();
+    let row = row(&iv, "reader");
+    let PsiCell::Measured {
+        memory: Some(memory),
+        ..
+    } = &row.waits.psi
+    else {
+        panic!("memory pressure unavailable: {:?}", row.waits.psi);
+    };
+    let m = PSI_RESOURCES.iter().position(|r| *r == "memory").unwrap();
+    let lo = before_second[m]
+        .some_us
+        .saturating_sub(after_first[m].some_us);
+    let hi = after_second[m].some_us - before_first[m].some_us;
+    let wall_s = iv.interval_ns as f64 / 1e9;
+    eprintln!(
+        "reader: memory some {} µs in {wall_s:.1} s (files {lo}..{hi} µs)",
+        memory.some_us
+    );
+    assert!(
+        (lo..=hi).contains(&memory.some_us),
+        "memory some: probe {} µs, files say {lo}..{hi}",
+        memory.some_us
+    );
+    // The premise: re-reading a file eight times the limit stalls on reclaim (about 15 %
+    // of the time here).
+    assert!(
+        lo as f64 / 1e6 >= 0.10 * wall_s,
+        "the reader stalled on memory only {lo} µs in {wall_s:.1} s: the test made no pressure"
+    );
+    let found = integration_test::findings::of_probe(vec![iv.clone()]);
+    let named = found
+        .iter()
+        .find(|f| f.kind == "memory_pressure" && f.container.as_deref() == Some("reader"))
+        .unwrap_or_else(|| panic!("no memory_pressure for reader: {found:#?}"));
+    eprintln!("{}", named.title);
+    let _ = std::fs::remove_file(&file);
 }
