@@ -35,6 +35,7 @@ pub mod cmd;
 pub mod demo;
 pub mod launch;
 pub mod log;
+mod memory;
 pub mod output;
 pub mod session;
 pub mod signals;
@@ -203,6 +204,12 @@ pub fn run(cli: Cli) -> ExitCode {
     log::init();
     signals::install();
     herd_driver::limits::raise_nofile();
+    if matches!(
+        cli.command,
+        Command::Drive(_) | Command::Probe(_) | Command::Run(_)
+    ) {
+        memory::trim_periodically();
+    }
     let result = match &cli.command {
         Command::Compare(a) => cmd::compare::run(a),
         #[cfg(feature = "demo")]
