@@ -162,6 +162,11 @@ impl Store {
             .with_context(|| format!("opening the run store {shown}"))?;
         let store = Self { pool, url: shown };
         if sqlite {
+            // A new store gives the pages that roll-ups free back to the file system
+            // (`Store::release_free_pages`): an hours-long run's file holds what it keeps,
+            // not its busiest ten minutes at full resolution. No effect on an existing store
+            // (it takes a VACUUM to turn on).
+            store.exec("PRAGMA auto_vacuum=INCREMENTAL").await?;
             store.exec("PRAGMA journal_mode=WAL").await?;
             store.exec("PRAGMA synchronous=NORMAL").await?;
         }
@@ -349,6 +354,16 @@ impl Store {
         if self.url.starts_with("sqlite:") {
             // Everything into runs.db itself, so the file alone (copied, mailed) holds the run.
             self.exec("PRAGMA wal_checkpoint(TRUNCATE)").await?;
+        }
+        Ok(())
+    }
+
+    /// Gives the pages that deleted rows left free back to the file system (SQLite stores
+    /// made with incremental auto-vacuum; nothing otherwise, and nothing for PostgreSQL,
+    /// whose autovacuum reuses them).
+    pub(crate) async fn release_free_pages(&self) -> Result<()> {
+        if self.url.starts_with("sqlite:") {
+            self.exec("PRAGMA incremental_vacuum").await?;
         }
         Ok(())
     }

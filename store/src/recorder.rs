@@ -356,7 +356,10 @@ impl Recorder {
                 continue;
             }
             match tokio::time::timeout(WRITE_TIMEOUT * 4, r.pass(&self.store, self.run)).await {
-                Ok(Ok(_)) => {}
+                Ok(Ok(_)) => {
+                    // What the pass deleted leaves the file; a failure only keeps the pages.
+                    let _ = self.store.release_free_pages().await;
+                }
                 Ok(Err(e)) if !self.rollup_failed => {
                     self.rollup_failed = true;
                     tracing::warn!("rolling up the run's older rows: {e:#}; they stay as they are");

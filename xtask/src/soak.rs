@@ -112,11 +112,14 @@ duration = \"{}\"
     )
 }
 
-fn rss_kib(pid: u32) -> Option<u64> {
+/// A `/proc/PID/status` field in kB: `VmRSS:` (what the table and the goal use), or
+/// `RssAnon:` (the process's own memory, without the pages of its executable and libraries
+/// it has touched so far).
+fn status_kib(pid: u32, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
@@ -168,7 +171,7 @@ pub fn soak(herd: &Path, args: &Args) -> Result<String> {
     let pid = herd_run.0.id();
     let db = dir.join("runs.db");
     let wal = dir.join("runs.db-wal");
-    let mut samples = String::from("t_s,rss_kib,store_bytes\n");
+    let mut samples = String::from("t_s,rss_kib,rss_anon_kib,store_bytes\n");
     let mut rows: Vec<(u64, u64, u64)> = Vec::new();
     let mut next = Instant::now();
     let status = loop {
@@ -177,9 +180,10 @@ pub fn soak(herd: &Path, args: &Args) -> Result<String> {
         }
         if Instant::now() >= next {
             let t = started.elapsed().as_secs();
-            let rss = rss_kib(pid).unwrap_or(0);
+            let rss = status_kib(pid, "VmRSS:").unwrap_or(0);
+            let anon = status_kib(pid, "RssAnon:").unwrap_or(0);
             let store = file_len(&db) + file_len(&wal);
-            writeln!(samples, "{t},{rss},{store}")?;
+            writeln!(samples, "{t},{rss},{anon},{store}")?;
             std::fs::write(dir.join("samples.csv"), &samples)?;
             rows.push((t, rss, store));
             next += Duration::from_secs(60);
