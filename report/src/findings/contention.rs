@@ -20,6 +20,12 @@ const MIN_SHARE: f64 = 0.10;
 /// to show in a request's latency: 4096 is waits over 2 ms.
 const MIN_P99_LE_US: u64 = 4096;
 
+/// Thread-time waiting per second of wall time from which a container contends whatever
+/// the length of each wait: half a thread always waiting. Many short waits (a pipeline of
+/// threads handing work to each other on a busy CPU) add up inside one request as surely as
+/// a few long ones.
+const MANY_SHORT_SHARE: f64 = 0.5;
+
 /// An interval throttled in this share of its CFS periods or more is the quota's: its
 /// run-queue delay counts for the throttling findings, not for contention.
 const THROTTLED: f64 = 0.05;
@@ -72,7 +78,9 @@ impl Contention {
 
     /// True when it meets the thresholds.
     pub fn contended(&self) -> bool {
-        self.wall_s >= 1.0 && self.share() >= MIN_SHARE && self.p99_le() >= MIN_P99_LE_US
+        self.wall_s >= 1.0
+            && self.share() >= MIN_SHARE
+            && (self.p99_le() >= MIN_P99_LE_US || self.share() >= MANY_SHORT_SHARE)
     }
 
     /// The quota it was under, in words.

@@ -878,6 +878,19 @@ fn threads_waiting_for_a_cpu_without_a_quota_are_contention_and_not_latency_not_
     numbers_stand_in_the_evidence(&f[0]);
     // Throttled, its waits are the quota's: the throttling findings name those.
     assert!(cpu_contention(&contended(0.6)).is_empty());
+    // Many short waits: 0.8 s a second in waits of 256–512 µs is contention too (a TCG
+    // guest's pipe ping-pong waited so), 0.3 s a second of them is not.
+    for (ms, named) in [(800, true), (300, false)] {
+        let d = waits_run(|_| {
+            let w = ContainerWaits {
+                runq: runq(ms, 2_000, 8),
+                ..ContainerWaits::default()
+            };
+            (vec![row("victim", cpu_cell(0.3, None, 0.0), w)], vec![])
+        });
+        let f = cpu_contention(&d);
+        assert_eq!(f.len(), usize::from(named), "{ms} ms/s: {f:#?}");
+    }
 
     // An objective broken while every capped container is far under its cap: without
     // run-queue delay that is latency_not_cpu; with victim waiting for a CPU in that phase,
