@@ -552,6 +552,7 @@ fn a_long_run_on_a_busy_host_keeps_bounded_totals_that_still_add_up() {
         // backend k.
         snap = snap
             .with_count(ids[k], Counter::Connects, 1)
+            .with_pair(ids[k], addr("198.18.0.9:80"), pair(1, 1))
             .with_pair(gw, backends[k], pair(1, 1));
         snap.at_ns = (k as u64 + 2) * S;
         fake.push(snap.clone());
@@ -588,6 +589,8 @@ fn a_long_run_on_a_busy_host_keeps_bounded_totals_that_still_add_up() {
     // The Prometheus counters have no retired row; the pairs: 64 destinations and `other`.
     let e = sampler.running_totals();
     assert!(e.containers.iter().all(|(n, _)| !n.starts_with('(')));
+    // An ended container's destinations leave with it.
+    assert!(e.pairs.iter().all(|p| !p.0.starts_with("job")), "{:?}", e.pairs);
     let gw_pairs: Vec<_> = e.pairs.iter().filter(|p| p.0 == "gw").collect();
     assert_eq!(gw_pairs.len(), MAX_PAIR_TOTALS + 1);
     let other = gw_pairs
