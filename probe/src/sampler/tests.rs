@@ -590,7 +590,11 @@ fn a_long_run_on_a_busy_host_keeps_bounded_totals_that_still_add_up() {
     let e = sampler.running_totals();
     assert!(e.containers.iter().all(|(n, _)| !n.starts_with('(')));
     // An ended container's destinations leave with it.
-    assert!(e.pairs.iter().all(|p| !p.0.starts_with("job")), "{:?}", e.pairs);
+    assert!(
+        e.pairs.iter().all(|p| !p.0.starts_with("job")),
+        "{:?}",
+        e.pairs
+    );
     let gw_pairs: Vec<_> = e.pairs.iter().filter(|p| p.0 == "gw").collect();
     assert_eq!(gw_pairs.len(), MAX_PAIR_TOTALS + 1);
     let other = gw_pairs
