@@ -396,9 +396,10 @@ fn emulation_fault(report: &GuestReport) -> Option<&'static str> {
         return None;
     }
     let seen = |what: &str| report.problems.iter().any(|p| p.contains(what));
-    if seen("Kernel panic") {
+    let [panic, lockups @ ..] = qemu::KERNEL_FAULTS;
+    if seen(panic) {
         Some("panicked")
-    } else if seen("soft lockup") || seen("hard LOCKUP") || seen("detected stalls") {
+    } else if lockups.iter().any(|l| seen(l)) {
         Some("locked up")
     } else {
         None

@@ -145,9 +145,31 @@ pub(super) fn wait_booted(boot: &mut Boot, timeout: Duration) -> Result<String, 
     }
 }
 
+/// What a guest kernel prints when it faults itself: a panic, a lockup, an RCU stall.
+pub(super) const KERNEL_FAULTS: [&str; 4] = [
+    "Kernel panic",
+    "soft lockup",
+    "hard LOCKUP",
+    "detected stalls",
+];
+
+/// The last `n` lines of a console, after the lines above them that name a kernel fault:
+/// what says why a guest stopped is often further up than its backtrace (a 6.1 guest's
+/// soft-lockup line was above the 40 lines kept, and the stage did not boot it again).
 pub(super) fn tail(text: &str, n: usize) -> String {
     let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
+    let from = lines.len().saturating_sub(n);
+    let faults: Vec<&str> = lines[..from]
+        .iter()
+        .copied()
+        .filter(|l| KERNEL_FAULTS.iter().any(|f| l.contains(f)))
+        .take(4)
+        .collect();
+    let mut out = String::new();
+    if !faults.is_empty() {
+        out = faults.join("\n") + "\n…\n";
+    }
+    out + &lines[from..].join("\n")
 }
 
 pub(super) fn run_guest(

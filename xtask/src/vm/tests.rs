@@ -112,4 +112,18 @@ fn a_tcg_guest_that_panicked_or_locked_up_is_an_emulation_fault_and_a_failed_tes
     assert_eq!(emulation_fault(&report("kvm", panic)), None);
     let failed = "lifecycle failed (exit code 101); its output in the guest:\nassertion failed";
     assert_eq!(emulation_fault(&report("tcg", failed)), None);
+    // A lockup whose line is above the console's last 40 lines (a 6.1 guest in CI): the
+    // tail keeps it, so the guest is booted again.
+    let console = format!(
+        "[ 52.1] watchdog: BUG: soft lockup - CPU#1 stuck for 22s!\n{}",
+        "[ 80.5]  ? do_syscall_64+0x69/0x90\n".repeat(60)
+    );
+    let kept = super::qemu::tail(&console, 40);
+    assert!(
+        kept.starts_with("[ 52.1] watchdog: BUG: soft lockup"),
+        "{kept}"
+    );
+    assert_eq!(kept.lines().count(), 42);
+    let stopped = format!("the guest stopped before it finished; qemu: ; its console:\n{kept}");
+    assert_eq!(emulation_fault(&report("tcg", &stopped)), Some("locked up"));
 }
