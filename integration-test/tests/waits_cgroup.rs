@@ -69,6 +69,21 @@ fn psi(c: &Container) -> Option<Vec<PressureTotals>> {
         .collect()
 }
 
+/// The probe loaded and sampling the whole host, kept in `slot` (declared before the
+/// sandbox, so that it is dropped after it).
+fn sampler<'a>(slot: &'a mut Option<Sampler>, sb: &Sandbox) -> &'a mut Sampler {
+    let probe = KernelProbe::load(&ProbeOptions::default())
+        .unwrap_or_else(|e| panic!("loading the probe on Linux {}: {e}", kernel_release()));
+    slot.insert(
+        Sampler::new(
+            probe,
+            ContainerSet::default().with_discovery(),
+            sb.layout().clone(),
+        )
+        .unwrap(),
+    )
+}
+
 fn row<'a>(iv: &'a ProbeInterval, name: &str) -> &'a ContainerInterval {
     iv.containers
         .iter()
@@ -123,16 +138,7 @@ fn oom_kills_equal_the_memory_cgroups_count_and_psi_deltas_match_the_pressure_fi
     for _ in 0..2 {
         sb.spawn(&c, pinned("while :; do :; done")).unwrap();
     }
-    let probe = KernelProbe::load(&ProbeOptions::default())
-        .unwrap_or_else(|e| panic!("loading the probe on Linux {}: {e}", kernel_release()));
-    let sampler = slot.insert(
-        Sampler::new(
-            probe,
-            ContainerSet::default().with_discovery(),
-            sb.layout().clone(),
-        )
-        .unwrap(),
-    );
+    let sampler = sampler(&mut slot, &sb);
     let (kills0, file) = oom_kills(&c);
     let psi_before_first = psi(&c);
     sampler.sample().unwrap();
@@ -256,16 +262,7 @@ fn a_container_thrashing_its_page_cache_stalls_on_memory_as_its_pressure_file_sa
     }
     let dir = herd_testkit::TempDir::new("it-thrash");
     let file = dir.join("big");
-    let probe = KernelProbe::load(&ProbeOptions::default())
-        .unwrap_or_else(|e| panic!("loading the probe on Linux {}: {e}", kernel_release()));
-    let sampler = slot.insert(
-        Sampler::new(
-            probe,
-            ContainerSet::default().with_discovery(),
-            sb.layout().clone(),
-        )
-        .unwrap(),
-    );
+    let sampler = sampler(&mut slot, &sb);
     let before_first = psi(&c).unwrap();
     sampler.sample().unwrap();
     let after_first = psi(&c).unwrap();
