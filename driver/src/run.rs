@@ -234,12 +234,19 @@ where
                 tasks.push(h);
             }
         }
+        // One reading of the connection counters is the previous phase's close and this
+        // one's open, taken as the gate turns and before this phase's players start.
+        let counters = shared.counters.read();
         step_gate.open(k);
         if let Some(prev) = last_opened {
-            let _ = tx.send(Msg::PhaseClosed { phase: prev });
+            let _ = tx.send(Msg::PhaseClosed {
+                phase: prev,
+                counters,
+            });
         }
         let _ = tx.send(Msg::PhaseOpened {
             phase: k,
+            counters,
             players: match phase.work {
                 PhaseWork::Players(i) => {
                     let want = scenario.steps[i].players;
@@ -320,10 +327,11 @@ where
         step_start += step.duration;
         sleep_until(step_start, &mut halt_rx).await;
     }
+    let counters = shared.counters.read();
     step_gate.close();
     tasks.push(open.finish());
     if let Some(k) = last_opened {
-        let _ = tx.send(Msg::PhaseClosed { phase: k });
+        let _ = tx.send(Msg::PhaseClosed { phase: k, counters });
     }
     // A hammer that outlasts the steps runs to its own end.
     sleep_until(t0 + scenario.duration(), &mut halt_rx).await;
@@ -447,9 +455,11 @@ async fn hammer(
         return;
     }
     let phase = shared.scenario.plan().len();
+    let counters = shared.counters.read();
     gate.open(phase);
     let _ = shared.tx.send(Msg::PhaseOpened {
         phase,
+        counters,
         players: shard.share(h.workers as u64) as usize,
     });
     let workers: Vec<JoinHandle<()>> = (0..h.workers)
@@ -482,8 +492,9 @@ async fn hammer(
         &mut halt,
     )
     .await;
+    let counters = shared.counters.read();
     gate.close();
-    let _ = shared.tx.send(Msg::PhaseClosed { phase });
+    let _ = shared.tx.send(Msg::PhaseClosed { phase, counters });
     for w in workers {
         let _ = w.await;
     }

@@ -34,10 +34,17 @@ pub(crate) enum Msg {
         latency_us: u64,
         ended: Instant,
     },
-    /// A phase (step or hammer) began with this many players.
-    PhaseOpened { phase: usize, players: usize },
-    /// A phase stopped starting ops.
-    PhaseClosed { phase: usize },
+    /// A phase (step or hammer) began with this many players. `counters` is the connection
+    /// counters read when its gate opened, before any of its players ran: read when the
+    /// message arrives, a player's first connect could already be in them, and the phase's
+    /// connect errors would fall one short of its ops' `transport_error.connect`.
+    PhaseOpened {
+        phase: usize,
+        players: usize,
+        counters: [u64; 3],
+    },
+    /// A phase stopped starting ops; `counters` as read when its gate closed.
+    PhaseClosed { phase: usize, counters: [u64; 3] },
     /// An open-model phase's arrivals: sent, late and dropped starts (before its close).
     Open { phase: usize, stats: Box<OpenStats> },
     /// Every player has ended; nothing follows.
@@ -56,7 +63,7 @@ pub(crate) struct Counters {
 }
 
 impl Counters {
-    fn read(&self) -> [u64; 3] {
+    pub fn read(&self) -> [u64; 3] {
         [
             self.connects.load(SeqCst),
             self.reconnects.load(SeqCst),
@@ -380,17 +387,21 @@ impl Aggregator {
                     }
                 }
             }
-            Msg::PhaseOpened { phase, players } => {
+            Msg::PhaseOpened {
+                phase,
+                players,
+                counters,
+            } => {
                 let acc = &mut self.phases[phase];
                 acc.opened = Some(Instant::now());
                 acc.players = players;
-                acc.counters_at_open = self.s.counters.read();
+                acc.counters_at_open = counters;
             }
-            Msg::PhaseClosed { phase } => {
+            Msg::PhaseClosed { phase, counters } => {
                 let acc = &mut self.phases[phase];
                 if acc.opened.is_some() && acc.closed.is_none() {
                     acc.closed = Some(Instant::now());
-                    acc.counters_at_close = self.s.counters.read();
+                    acc.counters_at_close = counters;
                 }
             }
             Msg::Open { phase, stats } => self.phases[phase].open = Some(*stats),
@@ -713,11 +724,13 @@ mod tests {
         tx.send(Msg::PhaseOpened {
             phase: 0,
             players: 3,
+            counters: [0; 3],
         })
         .unwrap();
         tx.send(Msg::PhaseOpened {
             phase: 1,
             players: 2,
+            counters: [0; 3],
         })
         .unwrap();
         started[0].store(4, SeqCst);
@@ -737,7 +750,11 @@ mod tests {
             })
             .unwrap();
         }
-        tx.send(Msg::PhaseClosed { phase: 0 }).unwrap();
+        tx.send(Msg::PhaseClosed {
+            phase: 0,
+            counters: [0; 3],
+        })
+        .unwrap();
         tokio::time::sleep(Duration::from_millis(120)).await;
         // Step 0 has one op still in flight (started 4, recorded 3): no PhaseEnd yet.
         let mut early = Vec::new();
