@@ -4,15 +4,14 @@
 use anyhow::Result;
 use herd_probe::{KernelProbe, ProbeOptions, WaitOptions};
 
-/// Loads and attaches the probe's programs; `verbose` prints the verifier's log of a program
-/// the kernel rejects. `driving`: this process drives the load, so its own threads'
-/// run-queue delay gets a row of its own (`herd`), and a driver starved of CPU shows in
-/// kernel truth.
-pub fn probe(verbose: bool, driving: bool) -> Result<KernelProbe> {
+/// Loads and attaches the probe's programs; with `opts.verifier_log`, prints the verifier's
+/// log of a program the kernel rejects. `driving`: this process drives the load, so its own
+/// threads' run-queue delay gets a row of its own (`herd`), and a driver starved of CPU shows
+/// in kernel truth.
+pub fn probe(opts: &ProbeOptions, driving: bool) -> Result<KernelProbe> {
+    let verbose = opts.verifier_log;
     KernelProbe::load_with(
-        &ProbeOptions {
-            verifier_log: verbose,
-        },
+        opts,
         &WaitOptions {
             own_tgid: driving.then(std::process::id),
             ..WaitOptions::default()

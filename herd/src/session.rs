@@ -48,6 +48,8 @@ pub struct RunConfig {
     pub containers: Vec<String>,
     /// Attach the kernel probe.
     pub probe: bool,
+    /// Attach its connect() syscall tracepoints too (`--connect-syscalls`).
+    pub connect_syscalls: bool,
     /// Length of one interval of both timelines.
     pub interval: Duration,
     /// How long requests in flight may take once the plan ends or a stop arrives.
@@ -82,6 +84,7 @@ impl RunConfig {
             out,
             containers: Vec::new(),
             probe: true,
+            connect_syscalls: false,
             interval: Duration::from_secs(1),
             grace: Duration::from_secs(5),
             live: true,
@@ -715,7 +718,13 @@ fn start_probe(
 ) -> Result<std::thread::JoinHandle<Result<()>>> {
     let layout = CgroupLayout::detect()?;
     let set = ContainerSet::from_args(&layout, &config.containers)?.with_discovery();
-    let probe = attach::probe(false, true)?;
+    let probe = attach::probe(
+        &herd_probe::ProbeOptions {
+            verifier_log: false,
+            connect_syscalls: config.connect_syscalls,
+        },
+        true,
+    )?;
     // After the probe loads: a missing capability is the one line herd prints then.
     crate::note_docker_names(&layout);
     let mut sampler = Sampler::new(probe, set, layout)?;

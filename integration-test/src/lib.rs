@@ -40,7 +40,20 @@ pub fn privileged(test: &str) -> bool {
 /// program and the verifier's log, or the BTF struct member this kernel lacks, and the kernel
 /// release (the VM tests run the same binary on several kernels).
 pub fn load_probe() -> KernelProbe {
-    KernelProbe::load(&ProbeOptions::default()).unwrap_or_else(|e| {
+    load_probe_with(&ProbeOptions::default())
+}
+
+/// [`load_probe`] with the connect() syscall tracepoints attached too
+/// ([`ProbeOptions::connect_syscalls`]).
+pub fn load_probe_with_connect_syscalls() -> KernelProbe {
+    load_probe_with(&ProbeOptions {
+        connect_syscalls: true,
+        ..ProbeOptions::default()
+    })
+}
+
+fn load_probe_with(opts: &ProbeOptions) -> KernelProbe {
+    KernelProbe::load(opts).unwrap_or_else(|e| {
         let log = e
             .verifier_log()
             .map(|l| format!("\nverifier log:\n{l}"))

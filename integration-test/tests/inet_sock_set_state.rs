@@ -7,7 +7,9 @@ use std::{
 };
 
 use herd_probe::{KernelProbe, Snapshot};
-use integration_test::{Pair, kernel_at_least, load_probe, privileged};
+use integration_test::{
+    Pair, kernel_at_least, load_probe, load_probe_with_connect_syscalls, privileged,
+};
 use probe_common::{Counter, HIST_BUCKETS, Loss};
 
 /// Waits for the softirq half of the last handshakes and closes, then reads the maps: 300 ms,
@@ -189,7 +191,8 @@ fn failed_af_unix_connects_are_not_connect_errors() {
     }
     const N: u64 = 30;
     let mut pair = Pair::new("test").unwrap();
-    let probe = load_probe();
+    // Only the connect() syscall tracepoints see AF_UNIX connects at all.
+    let probe = load_probe_with_connect_syscalls();
     let before = probe.snapshot().unwrap();
     let said = pair
         .run_workload_in_client(&[
@@ -225,17 +228,22 @@ fn an_exhausted_ephemeral_range_shows_as_eaddrnotavail() {
     let client = pair.client.clone();
     pair.sysctl(&client, "net.ipv4.ip_local_port_range", "40000 40009")
         .unwrap();
-    let probe = load_probe();
-    let before = probe.snapshot().unwrap();
+    // The failure shows as a SYN_SENT → CLOSE that sent no SYN; with the syscall tracepoints
+    // attached as well it must still count once.
+    let probes = [load_probe(), load_probe_with_connect_syscalls()];
+    let before = probes.each_ref().map(|p| p.snapshot().unwrap());
     pair.start_server(9002, &["--max-conns", "10"]).unwrap();
     let said = pair.run_client(9002, 15, &[]).unwrap();
     assert_eq!(said, "connected 10 failed 5");
-    let after = settle(&probe);
-    let expect = Expect::new(&before, &after);
     let cli = pair.client.cgroup_id;
-    expect.count(cli, Counter::ConnectAddrNotAvail, 5);
-    expect.count(cli, Counter::TimeWaitEntries, 10);
-    expect.count(cli, Counter::ConnectRefused, 0);
+    for (probe, before) in probes.iter().zip(&before) {
+        let after = settle(probe);
+        let expect = Expect::new(before, &after);
+        expect.count(cli, Counter::ConnectAddrNotAvail, 5);
+        expect.count(cli, Counter::TimeWaitEntries, 10);
+        expect.count(cli, Counter::ConnectRefused, 0);
+        expect.count(cli, Counter::ConnectOtherError, 0);
+    }
 }
 
 #[test]
@@ -244,19 +252,25 @@ fn a_destination_without_route_shows_as_enetunreach() {
         return;
     }
     let mut pair = Pair::new("test").unwrap();
-    let probe = load_probe();
-    let before = probe.snapshot().unwrap();
+    let probes = [load_probe_with_connect_syscalls(), load_probe()];
+    let before = probes.each_ref().map(|p| p.snapshot().unwrap());
     // The client's netns has only its /30 link: the route lookup fails inside connect(), so no
-    // packet is ever sent.
+    // packet is ever sent and the socket never leaves CLOSE.
     let said = pair
         .run_workload_in_client(&["tcp-client", "--target", "198.19.255.1:80", "--count", "7"])
         .unwrap();
     assert_eq!(said, "connected 0 failed 7");
-    let after = settle(&probe);
-    let expect = Expect::new(&before, &after);
     let cli = pair.client.cgroup_id;
-    expect.count(cli, Counter::ConnectNetUnreach, 7);
-    expect.count(cli, Counter::Connects, 0);
+    // Only the syscall tracepoints see it; without them (the default) nothing is counted,
+    // not a wrong errno.
+    for (probe, before, unreach) in [(&probes[0], &before[0], 7), (&probes[1], &before[1], 0)] {
+        let after = settle(probe);
+        let expect = Expect::new(before, &after);
+        expect.count(cli, Counter::ConnectNetUnreach, unreach);
+        expect.count(cli, Counter::ConnectAddrNotAvail, 0);
+        expect.count(cli, Counter::ConnectOtherError, 0);
+        expect.count(cli, Counter::Connects, 0);
+    }
 }
 
 #[test]

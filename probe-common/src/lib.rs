@@ -585,6 +585,10 @@ pub mod globals {
     pub const TCP_SKB_CB_FLAGS: &str = "TCP_SKB_CB_FLAGS_OFF";
     /// `offsetof(struct tcp_skb_cb, tcp_gso_segs)`: `tcp_skb_pcount()`.
     pub const TCP_SKB_CB_GSO_SEGS: &str = "TCP_SKB_CB_GSO_SEGS_OFF";
+    /// `offsetof(struct tcp_sock, segs_out)`: segments the socket sent, its SYN included.
+    pub const TCP_SEGS_OUT: &str = "TCP_SEGS_OUT_OFF";
+    /// Not an offset: 1 when the connect() syscall tracepoints are attached.
+    pub const CONNECT_SYSCALLS: &str = "CONNECT_SYSCALLS";
     /// Not an offset: the process (tgid) whose threads' run-queue delay is counted under
     /// [`super::OWN_TGID_KEY`], 0 for none.
     pub const OWN_TGID: &str = "OWN_TGID";

@@ -2,9 +2,10 @@
 //!
 //! Only program types that load on locked-down hosts are used (see `docs/build.md`): raw
 //! tracepoints, which need neither kprobes nor tracefs, and classic tracepoints where no raw
-//! one carries the data: `syscalls/sys_exit_connect` (the only place a synchronous connect()
-//! error is visible), `sys_enter_connect` (which tells it the address family) and
-//! `cgroup/cgroup_mkdir` (a new cgroup's id and path).
+//! one carries the data: `cgroup/cgroup_mkdir` (a new cgroup's id and path) and, only when
+//! asked for (`--connect-syscalls`: they slow every syscall on the host),
+//! `syscalls/sys_exit_connect` (the only place a connect() error that precedes any TCP state
+//! is visible) with `sys_enter_connect` (which tells it the address family).
 //! Every struct offset they dereference is resolved from the running kernel's BTF by the loader
 //! and handed in as a read-only global, so nothing of the build machine's kernel is baked in.
 //!
@@ -52,8 +53,9 @@ static ZERO_PAIR: PerCpuArray<PairStats> = PerCpuArray::with_max_entries(1, 0);
 static SOCKS: HashMap<u64, SockInfo> = HashMap::with_max_entries(MAX_SOCKS, 0);
 
 /// Threads inside connect() whose socket reached SYN_SENT, so `sys_exit_connect` can tell a
-/// failure already counted from the socket's own error from one it must count itself. LRU: an
-/// entry whose syscall exit never comes (io_uring, TCP fast open via sendmsg) ages out.
+/// failure already counted at the socket's SYN_SENT → CLOSE from one it must count itself.
+/// Written only when the syscall programs are attached (`CONNECT_SYSCALLS`). LRU: an entry
+/// whose syscall exit never comes (io_uring, TCP fast open via sendmsg) ages out.
 #[map]
 static CONNECTING: LruHashMap<u64, u64> = LruHashMap::with_max_entries(16_384, 0);
 
@@ -102,6 +104,11 @@ static TASK_STATE_OFF: u64 = 0;
 static TCP_SKB_CB_FLAGS_OFF: u64 = 0;
 #[unsafe(no_mangle)]
 static TCP_SKB_CB_GSO_SEGS_OFF: u64 = 0;
+#[unsafe(no_mangle)]
+static TCP_SEGS_OUT_OFF: u64 = 0;
+/// Not an offset: 1 when `sys_enter_connect`/`sys_exit_connect` are attached.
+#[unsafe(no_mangle)]
+static CONNECT_SYSCALLS: u64 = 0;
 // The scheduler's fields `runq_switch` reads (see `probe_common::globals`).
 #[unsafe(no_mangle)]
 static TASK_LAST_QUEUED_OFF: u64 = 0;
@@ -318,7 +325,9 @@ fn on_connect(sk: *const u8) {
         return;
     };
     count(cgroup, Counter::Connects);
-    let _ = CONNECTING.insert(bpf_get_current_pid_tgid(), sk as u64, 0);
+    if global(&CONNECT_SYSCALLS) != 0 {
+        let _ = CONNECTING.insert(bpf_get_current_pid_tgid(), sk as u64, 0);
+    }
     let Some(pair) = pair_key(sk, cgroup) else {
         return;
     };
@@ -373,9 +382,17 @@ fn on_close(sk: *const u8, old: i32) {
         count_sock(sk, Counter::TimeWaitEntries);
     } else if old == tcp_state::SYN_SENT && err != 0 {
         // Asynchronous connect failure: RST (ECONNREFUSED), SYN retries (ETIMEDOUT), ICMP
-        // unreachable. A synchronous one (EADDRNOTAVAIL) leaves sk_err 0 and is counted at
-        // syscall exit.
+        // unreachable.
         count_sock(sk, Counter::for_connect_errno(err));
+    } else if old == tcp_state::SYN_SENT && read::<u32>(sk, global(&TCP_SEGS_OUT_OFF)) == Some(0) {
+        // No error and no segment ever sent: tcp_v4_connect/tcp_v6_connect's own failure path,
+        // which runs right after the CLOSE → SYN_SENT above when inet_hash_connect finds no
+        // free local port (EADDRNOTAVAIL) — the only way out of connect() between the state
+        // change and the SYN but a route that vanished meanwhile or an allocation failure. A
+        // connect the application abandons (close() in SYN_SENT) has sent its SYN. Counted
+        // here, in the connecting thread, instead of at syscall exit: the syscall tracepoints
+        // slow every syscall on the host (`--connect-syscalls`).
+        count_sock(sk, Counter::ConnectAddrNotAvail);
     }
     let Some(info) = (unsafe { SOCKS.get(sk as u64) }) else {
         return;
@@ -464,16 +481,13 @@ pub fn sys_exit_connect(ctx: TracePointContext) -> u32 {
         let _ = NON_INET_CONNECT.remove(tid);
         return 0;
     }
-    if ret >= 0 {
+    // A socket that reached SYN_SENT failed through its SYN_SENT → CLOSE, which on_close
+    // counted (from sk_err, or as EADDRNOTAVAIL when no SYN went out).
+    if ret >= 0 || reached_syn_sent {
         return 0;
     }
     let e = (-ret) as i32;
     if e == errno::EINPROGRESS || e == errno::EALREADY || e == errno::EINTR || e == errno::EISCONN {
-        return 0;
-    }
-    // A socket that reached SYN_SENT and failed with anything but EADDRNOTAVAIL failed through
-    // its own sk_err, which on_close already counted.
-    if reached_syn_sent && e != errno::EADDRNOTAVAIL {
         return 0;
     }
     count(

@@ -83,6 +83,13 @@ const PROGRAMS: &[(&str, Hook, &str)] = &[
         Hook::Classic("cgroup", "cgroup_mkdir"),
         "the cgroup_mkdir tracepoint (5.5 for its u64 id) and tracefs",
     ),
+];
+
+/// The connect() syscall tracepoints, attached only with
+/// [`ProbeOptions::connect_syscalls`]: while any syscall tracepoint is attached, every syscall
+/// of every task on the host takes the kernel's traced entry and exit path (measured: 13 %
+/// more time per round trip of a pipe ping-pong, docs/benchmarks.md).
+const SYSCALL_PROGRAMS: &[(&str, Hook, &str)] = &[
     (
         "sys_enter_connect",
         Hook::Classic("syscalls", "sys_enter_connect"),
@@ -153,6 +160,12 @@ pub enum RunqPrograms {
 pub struct ProbeOptions {
     /// Ask the verifier for its full log when a program is rejected (costly; for `--verbose`).
     pub verifier_log: bool,
+    /// Also attach the connect() syscall tracepoints, which count the connect failures that
+    /// precede any TCP state change (no route: ENETUNREACH/EHOSTUNREACH; a policy's
+    /// EACCES/EPERM; any other errno). Without them, connect errors are the ones a socket
+    /// shows: refused, timed out, ICMP unreachable, and no free local port (EADDRNOTAVAIL).
+    /// Costly: see [`SYSCALL_PROGRAMS`].
+    pub connect_syscalls: bool,
 }
 
 /// Options of the run-queue program ([`KernelProbe::load_with`]).
@@ -307,6 +320,10 @@ impl KernelProbe {
                 globals::TCP_SKB_CB_GSO_SEGS,
                 btf.member_offset("tcp_skb_cb", &["tcp_gso_segs"])?,
             ),
+            (
+                globals::TCP_SEGS_OUT,
+                btf.member_offset("tcp_sock", &["segs_out"])?,
+            ),
         ];
         // The run-queue programs: `runq_switch` where the kernel has what it reads, else the
         // raw ones; a kernel refusing both loses only the run-queue delay.
@@ -397,10 +414,21 @@ impl KernelProbe {
             }
         }
         loader.override_global(globals::OWN_TGID, &own_tgid, true);
+        let connect_syscalls = u64::from(opts.connect_syscalls);
+        loader.override_global(globals::CONNECT_SYSCALLS, &connect_syscalls, true);
+        if !opts.connect_syscalls {
+            loader.map_max_entries("CONNECTING", 1);
+            loader.map_max_entries("NON_INET_CONNECT", 1);
+        }
         let slots = runq_slots::entries().map_err(ProbeError::Cpus)?;
         loader.map_max_entries("RUNQ_SLOTS", slots);
         let mut ebpf = loader.load(EBPF_OBJECT).map_err(ProbeError::Object)?;
-        for &(program, hook, needs) in PROGRAMS {
+        let syscalls = if opts.connect_syscalls {
+            SYSCALL_PROGRAMS
+        } else {
+            &[]
+        };
+        for &(program, hook, needs) in PROGRAMS.iter().chain(syscalls) {
             attach(&mut ebpf, program, hook, needs, kbtf.as_ref())?;
         }
         let (runq_hook, runq_unavailable) = match runq {

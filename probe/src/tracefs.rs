@@ -40,7 +40,7 @@ pub(crate) fn with_tracefs<T>(f: impl FnOnce() -> T) -> Result<T, String> {
     if rc != 0 {
         return Err(format!(
             "tracefs is not mounted and mounting it at {MOUNT_POINT} failed ({}); herd needs it \
-             to attach syscalls/sys_exit_connect: mount it with `mount -t tracefs nodev {MOUNT_POINT}`",
+             to attach the classic tracepoints (cgroup/cgroup_mkdir): mount it with `mount -t tracefs nodev {MOUNT_POINT}`",
             std::io::Error::last_os_error()
         ));
     }

@@ -41,6 +41,14 @@ pub struct ProbeArgs {
     /// Print the kernel verifier's log if a program is rejected.
     #[arg(long)]
     pub verbose: bool,
+    /// Also count the connect() failures that precede any TCP state: no route (ENETUNREACH,
+    /// EHOSTUNREACH), a policy's EACCES/EPERM, any other errno. It attaches the connect()
+    /// syscall tracepoints, which put every syscall on the host on the kernel's slower traced
+    /// path (13 % more time per pipe round trip measured, docs/benchmarks.md). Without it the
+    /// connect errors are those a socket shows: refused, timed out, ICMP unreachable, no free
+    /// local port.
+    #[arg(long)]
+    pub connect_syscalls: bool,
     /// Serve Prometheus metrics at http://ADDR/metrics while the probe runs (e.g.
     /// 127.0.0.1:9464; port 0 picks a free one, printed at start).
     #[arg(long, value_name = "ADDR")]
@@ -251,7 +259,13 @@ pub fn run(args: &ProbeArgs) -> Result<()> {
     let store = super::store_or_file(&args.store, &args.store_file)?;
     // Attached before waiting for the run: a probe per node counts from the shards' first
     // connection, however soon after the first shard's registration they start.
-    let probe = attach::probe(args.verbose, false)?;
+    let probe = attach::probe(
+        &herd_probe::ProbeOptions {
+            verifier_log: args.verbose,
+            connect_syscalls: args.connect_syscalls,
+        },
+        false,
+    )?;
     if store.is_some() {
         errln!("{ATTACHED}");
     }

@@ -53,6 +53,11 @@ pub struct RunArgs {
     /// Do not attach the kernel probe (the report says so in every probe cell).
     #[arg(long)]
     pub no_probe: bool,
+    /// Also count the connect() failures that precede any TCP state (no route, a policy's
+    /// EACCES/EPERM) with the connect() syscall tracepoints, which slow every syscall on the
+    /// host (see `herd probe --help`).
+    #[arg(long, conflicts_with = "no_probe")]
+    pub connect_syscalls: bool,
     /// Length of one interval of both timelines (100ms or more).
     #[arg(long, default_value = "1s", value_parser = parse_interval)]
     pub interval: Duration,
@@ -168,6 +173,7 @@ impl RunArgs {
         }
         c.containers.clone_from(&self.containers);
         c.probe = !self.no_probe;
+        c.connect_syscalls = self.connect_syscalls;
         c.interval = self.interval;
         c.grace = self.grace;
         c.live = !self.quiet;
