@@ -7,13 +7,14 @@ use herd_probe::{KernelProbe, ProbeOptions, WaitOptions};
 /// Loads and attaches the probe's programs; with `opts.verifier_log`, prints the verifier's
 /// log of a program the kernel rejects. `driving`: this process drives the load, so its own
 /// threads' run-queue delay gets a row of its own (`herd`), and a driver starved of CPU shows
-/// in kernel truth.
-pub fn probe(opts: &ProbeOptions, driving: bool) -> Result<KernelProbe> {
+/// in kernel truth. `no_runq`: leave the run-queue program out (`--no-runq`).
+pub fn probe(opts: &ProbeOptions, no_runq: bool, driving: bool) -> Result<KernelProbe> {
     let verbose = opts.verifier_log;
     KernelProbe::load_with(
         opts,
         &WaitOptions {
             own_tgid: driving.then(std::process::id),
+            no_runq,
             ..WaitOptions::default()
         },
     )

@@ -121,3 +121,64 @@ fn scenario_errors_exit_2_and_say_each_cause_once() {
         }
     }
 }
+
+/// `herd probe --no-runq`: nothing is attached to the scheduler's switch (the one hook that
+/// costs every context switch of the host), and every container's run-queue cell says why
+/// instead of showing 0; the rest of the probe runs as usual.
+#[test]
+fn no_runq_leaves_the_switch_alone_and_every_cell_says_why() {
+    if !privileged("no_runq_leaves_the_switch_alone_and_every_cell_says_why") {
+        return;
+    }
+    let dir = herd_testkit::TempDir::new("cli-no-runq");
+    let out = dir.join("probe.jsonl");
+    let mut child = herd_cmd()
+        .args([
+            "probe",
+            "--no-runq",
+            "--duration",
+            "3s",
+            "--interval",
+            "1s",
+            "--out",
+        ])
+        .arg(&out)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // The links the running probe holds, by the tracepoint they hang on.
+    std::thread::sleep(std::time::Duration::from_millis(1_500));
+    let fdinfo = std::path::PathBuf::from(format!("/proc/{}/fdinfo", child.id()));
+    let hooks: Vec<String> = std::fs::read_dir(&fdinfo)
+        .unwrap()
+        .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+        .filter_map(|info| {
+            let tp = info.lines().find_map(|l| l.strip_prefix("tp_name:"))?;
+            Some(tp.trim().to_owned())
+        })
+        .collect();
+    assert!(child.wait().unwrap().success());
+    assert!(
+        hooks.iter().any(|h| h == "inet_sock_set_state"),
+        "the socket programs stay: {hooks:?}"
+    );
+    assert!(
+        !hooks.iter().any(|h| h.starts_with("sched_")),
+        "--no-runq attached {hooks:?}"
+    );
+    let text = std::fs::read_to_string(&out).unwrap();
+    let mut cells = 0;
+    for line in text.lines() {
+        let iv: serde_json::Value = serde_json::from_str(line).unwrap();
+        for c in iv["containers"].as_array().unwrap() {
+            let runq = &c["waits"]["runq"];
+            assert_eq!(runq["state"], "unavailable", "{c}");
+            assert!(
+                runq["reason"].as_str().unwrap().contains("--no-runq"),
+                "{runq}"
+            );
+            cells += 1;
+        }
+    }
+    assert!(cells >= 2, "{text}");
+}

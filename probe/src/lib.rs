@@ -332,7 +332,7 @@ impl KernelProbe {
         let own_tgid = u64::from(waits.own_tgid.unwrap_or(0));
         raise_memlock();
         if waits.no_runq {
-            let why = "the run-queue program was left out".to_owned();
+            let why = "the run-queue program was left out (--no-runq)".to_owned();
             return Self::load_once(opts, &offsets, own_tgid, Runq::Off(why));
         }
         let btf_refused = if raw_forced {

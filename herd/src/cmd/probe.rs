@@ -49,6 +49,11 @@ pub struct ProbeArgs {
     /// local port.
     #[arg(long)]
     pub connect_syscalls: bool,
+    /// Leave out the run-queue program, which runs on every context switch of the host
+    /// (measured 150–180 ns per switch here, docs/benchmarks.md): no run-queue delay, no
+    /// `cpu_contention` from it (PSI cpu stays), nothing else lost.
+    #[arg(long)]
+    pub no_runq: bool,
     /// Serve Prometheus metrics at http://ADDR/metrics while the probe runs (e.g.
     /// 127.0.0.1:9464; port 0 picks a free one, printed at start).
     #[arg(long, value_name = "ADDR")]
@@ -264,6 +269,7 @@ pub fn run(args: &ProbeArgs) -> Result<()> {
             verifier_log: args.verbose,
             connect_syscalls: args.connect_syscalls,
         },
+        args.no_runq,
         false,
     )?;
     if store.is_some() {

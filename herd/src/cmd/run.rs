@@ -58,6 +58,10 @@ pub struct RunArgs {
     /// host (see `herd probe --help`).
     #[arg(long, conflicts_with = "no_probe")]
     pub connect_syscalls: bool,
+    /// Leave out the probe's run-queue program, which runs on every context switch of the
+    /// host: no run-queue delay in the report (see `herd probe --help`).
+    #[arg(long, conflicts_with = "no_probe")]
+    pub no_runq: bool,
     /// Length of one interval of both timelines (100ms or more).
     #[arg(long, default_value = "1s", value_parser = parse_interval)]
     pub interval: Duration,
@@ -174,6 +178,7 @@ impl RunArgs {
         c.containers.clone_from(&self.containers);
         c.probe = !self.no_probe;
         c.connect_syscalls = self.connect_syscalls;
+        c.no_runq = self.no_runq;
         c.interval = self.interval;
         c.grace = self.grace;
         c.live = !self.quiet;
