@@ -245,6 +245,45 @@ fn table(rows: &[(u64, u64, u64)], ran: Duration, store_end: u64, report_s: f64)
             l.1 as f64 / 1024.0,
             l.0 / 60
         );
+        // The trim thread hands memory back once a minute, so one sample can sit anywhere in
+        // a ±2 MiB sawtooth, and the last one is taken while the run writes its result: a
+        // trend is the mean of whole windows and the slope through every sample in between.
+        let steady: Vec<(f64, f64)> = rows
+            .iter()
+            .filter(|r| r.0 >= w.0 && r.0 < l.0)
+            .map(|r| (r.0 as f64 / 3600.0, r.1 as f64 / 1024.0))
+            .collect();
+        let mean = |lo: f64, hi: f64| {
+            let v: Vec<f64> = steady
+                .iter()
+                .filter(|(h, _)| *h >= lo && *h < hi)
+                .map(|(_, m)| *m)
+                .collect();
+            (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+        };
+        let (first_h, end_h) = (w.0 as f64 / 3600.0, l.0 as f64 / 3600.0);
+        if let (Some(a), Some(b)) = (
+            mean(first_h, first_h + 1.0 / 6.0),
+            mean(end_h - 1.0 / 6.0, end_h),
+        ) && steady.len() > 2
+        {
+            let n = steady.len() as f64;
+            let (sx, sy) = steady
+                .iter()
+                .fold((0.0, 0.0), |(x, y), (h, m)| (x + h, y + m));
+            let (mx, my) = (sx / n, sy / n);
+            let (num, den) = steady.iter().fold((0.0, 0.0), |(u, v), (h, m)| {
+                (u + (h - mx) * (m - my), v + (h - mx) * (h - mx))
+            });
+            let _ = writeln!(
+                out,
+                "RSS mean of the 10 minutes from minute {} {a:.1} MiB, of the last 10 before the \
+                 end {b:.1} MiB: {:+.1} %; slope through the samples between: {:+.2} MiB/h",
+                w.0 / 60,
+                (b / a - 1.0) * 100.0,
+                if den > 0.0 { num / den } else { 0.0 }
+            );
+        }
         let hours = (l.0 - w.0) as f64 / 3600.0;
         if hours > 0.0 {
             let per_h = (l.2 as f64 - w.2 as f64) / hours;
@@ -265,4 +304,38 @@ fn table(rows: &[(u64, u64, u64)], ran: Duration, store_end: u64, report_s: f64)
         report_s
     );
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A flat sawtooth (the minute's trim) with a high last sample: the endpoints say +10 %,
+    /// the windows and the slope say flat.
+    #[test]
+    fn a_flat_sawtooth_is_flat_and_a_rise_is_a_rise() {
+        let kib = |mib: f64| (mib * 1024.0) as u64;
+        let saw = |t: u64| if (t / 60) % 2 == 0 { 34.0 } else { 36.0 };
+        let mut rows: Vec<(u64, u64, u64)> =
+            (0..60).map(|m| (m * 60, kib(saw(m * 60)), 0)).collect();
+        rows.push((3600, kib(37.4), 0));
+        let t = table(&rows, Duration::from_secs(3600), 0, 1.0);
+        assert!(
+            t.contains("34.0 MiB at 10 min → 37.4 MiB at 60 min: +10.0 %"),
+            "{t}"
+        );
+        assert!(
+            t.contains(": +0.0 %; slope through the samples between: +0.14 MiB/h"),
+            "{t}"
+        );
+        // 1 MiB more every 10 minutes.
+        let rows: Vec<(u64, u64, u64)> = (0..=60)
+            .map(|m| (m * 60, kib(30.0 + m as f64 / 10.0), 0))
+            .collect();
+        let t = table(&rows, Duration::from_secs(3600), 0, 1.0);
+        assert!(
+            t.contains("slope through the samples between: +6.00 MiB/h"),
+            "{t}"
+        );
+    }
 }
