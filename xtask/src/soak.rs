@@ -315,7 +315,13 @@ mod tests {
     #[test]
     fn a_flat_sawtooth_is_flat_and_a_rise_is_a_rise() {
         let kib = |mib: f64| (mib * 1024.0) as u64;
-        let saw = |t: u64| if (t / 60) % 2 == 0 { 34.0 } else { 36.0 };
+        let saw = |t: u64| {
+            if (t / 60).is_multiple_of(2) {
+                34.0
+            } else {
+                36.0
+            }
+        };
         let mut rows: Vec<(u64, u64, u64)> =
             (0..60).map(|m| (m * 60, kib(saw(m * 60)), 0)).collect();
         rows.push((3600, kib(37.4), 0));
