@@ -132,7 +132,21 @@ const LINES: &[Line] = &[
 /// arguments. Tests that need what the guest lacks (Docker, PostgreSQL) or that take minutes
 /// under emulation stay on the host.
 const SUITE: &[(&str, &[&str])] = &[
-    ("inet_sock_set_state", &[]),
+    // The tests of `--connect-syscalls` stay on the host: with syscall tracepoints attached a
+    // 6.1 guest under TCG locks up now and then (twice in a row in one CI run, right after the
+    // first such test; an earlier lockup's backtrace was in `syscall_trace_enter`), and their
+    // record layout is unchanged since 2.6.33. The default probe's tests all run here.
+    (
+        "inet_sock_set_state",
+        &[
+            "--skip",
+            "a_destination_without_route_shows_as_enetunreach",
+            "--skip",
+            "failed_af_unix_connects_are_not_connect_errors",
+            "--skip",
+            "an_exhausted_ephemeral_range_counts_once_with_connect_syscalls",
+        ],
+    ),
     // 28 000 connections take minutes under TCG. The 300-socket IPv4 gauge test stays on the
     // host too: in about one run in five under TCG one of its connections never showed up in
     // TIME-WAIT (299 of 300 by ss, PAWSEstab 1 in that netns), which breaks the test's
