@@ -50,7 +50,7 @@ pub struct ProbeArgs {
     #[arg(long)]
     pub connect_syscalls: bool,
     /// Leave out the run-queue program, which runs on every context switch of the host
-    /// (measured 150–180 ns per switch here, docs/benchmarks.md): no run-queue delay, no
+    /// (150–180 ns per switch measured on a 2-vCPU VM, docs/benchmarks.md): no run-queue delay, no
     /// `cpu_contention` from it (PSI cpu stays), nothing else lost.
     #[arg(long)]
     pub no_runq: bool,
