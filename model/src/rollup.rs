@@ -618,8 +618,17 @@ fn container_waits(acc: &mut ContainerWaits, w: &ContainerWaits) {
         ) => {
             *ac += count;
             *at += total_ns;
-            ab.add(delay_buckets);
-            *ad = Log2Summary::of(ab);
+            // A histogram describes the merged waits only when every part timed its own.
+            match (ab.as_mut(), delay_buckets) {
+                (Some(ab), Some(b)) => {
+                    ab.add(b);
+                    *ad = Some(Log2Summary::of(ab));
+                }
+                _ => {
+                    *ab = None;
+                    *ad = None;
+                }
+            }
         }
         (RunqCell::Unavailable { .. }, r) => acc.runq = r.clone(),
         (RunqCell::Measured { .. }, RunqCell::Unavailable { .. }) => {}

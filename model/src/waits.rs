@@ -45,17 +45,23 @@ pub struct ContainerWaits {
     reason = "one cell per container and interval; the histogram is the measurement"
 )]
 pub enum RunqCell {
-    /// Measured by the scheduler programs.
+    /// Measured: by default from the scheduler's per-thread counters, read once per poll
+    /// (count and total); with `--runq-waits` by a program on every context switch, which
+    /// also times each wait (the histogram).
     Measured {
         /// Waits that ended in the interval (switch-ins after a wakeup or a preemption).
         count: u64,
         /// Their sum, ns: thread-time spent waiting for a CPU (two threads waiting 1 s
         /// each are 2 s).
         total_ns: u64,
-        /// Percentiles of one wait, µs (log2 bucket upper bounds).
-        delay_us: Log2Summary,
-        /// The histogram of one wait, µs, for merging intervals exactly.
-        delay_buckets: Log2Hist,
+        /// Percentiles of one wait, µs (log2 bucket upper bounds); `None` when the waits
+        /// were not timed one by one (without `--runq-waits`, or merged with such an
+        /// interval): see [`NO_PER_WAIT`].
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        delay_us: Option<Log2Summary>,
+        /// The histogram of one wait, µs, for merging intervals exactly; `None` as above.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        delay_buckets: Option<Log2Hist>,
     },
     /// Not measured, with the reason.
     Unavailable {
@@ -72,14 +78,29 @@ impl Default for RunqCell {
     }
 }
 
+/// Why a measured run-queue cell has no per-wait percentiles.
+pub const NO_PER_WAIT: &str = "the waits were counted from the scheduler's per-thread totals, \
+     not timed one by one: per-wait percentiles need `--runq-waits` (a program on every \
+     context switch)";
+
 impl RunqCell {
-    /// The cell for one interval's delta.
+    /// The cell for one interval's delta, with its per-wait histogram.
     pub fn of(d: &RunqStats) -> Self {
         RunqCell::Measured {
             count: d.count,
             total_ns: d.total_ns,
-            delay_us: Log2Summary::of(&d.delay_us),
-            delay_buckets: d.delay_us,
+            delay_us: Some(Log2Summary::of(&d.delay_us)),
+            delay_buckets: Some(d.delay_us),
+        }
+    }
+
+    /// The cell for one interval's delta counted from totals: no per-wait histogram.
+    pub fn totals(d: &RunqStats) -> Self {
+        RunqCell::Measured {
+            count: d.count,
+            total_ns: d.total_ns,
+            delay_us: None,
+            delay_buckets: None,
         }
     }
 

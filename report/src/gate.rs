@@ -354,6 +354,19 @@ pub fn check_containers(
     verdicts(&gates, containers, ContainerFigures::get, "container")
 }
 
+/// What a figure's absence usually means, for the verdict: the run-queue p99 exists only
+/// for runs probed with `--runq-waits`.
+fn why_missing(m: Metric) -> &'static str {
+    match m {
+        Metric::RunqP99 => {
+            " (a run-queue wait p99 needs `herd run --runq-waits`: by default the probe counts \
+             the waits and sums them, it does not time each one; `runq` gates the delay per \
+             second)"
+        }
+        _ => "",
+    }
+}
+
 fn verdicts<F>(
     gates: &[&Gate],
     subjects: &[(String, Option<F>, Option<F>)],
@@ -382,7 +395,11 @@ fn verdicts<F>(
                 gate: g.text.clone(),
                 op: "every container".into(),
                 pass: false,
-                detail: format!("no container has {} in either run", g.metric.name()),
+                detail: format!(
+                    "no container has {} in either run{}",
+                    g.metric.name(),
+                    why_missing(g.metric)
+                ),
             });
         } else if matching.is_empty() {
             out.push(Verdict {
@@ -402,7 +419,7 @@ fn verdicts<F>(
                 let which = match (before.is_some(), after.is_some()) {
                     (false, _) => format!("the run before has no such {kind}"),
                     (_, false) => format!("the run after has no such {kind}"),
-                    _ => "a run has no value for it".into(),
+                    _ => format!("a run has no value for it{}", why_missing(m)),
                 };
                 out.push(Verdict {
                     gate: g.text.clone(),

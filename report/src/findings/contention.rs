@@ -57,8 +57,11 @@ pub(super) struct Contention {
     pub throttled: usize,
     /// Run-queue delay summed over them, ns.
     pub total_ns: u64,
-    /// One wait's histogram, µs.
-    pub hist: Log2Hist,
+    /// Waits that ended in them.
+    pub waits: u64,
+    /// One wait's histogram, µs; `None` when an interval counted had none (the waits were
+    /// counted from the scheduler's totals, not timed one by one).
+    pub hist: Option<Log2Hist>,
     /// The container's CPU quota (cores), when it had one.
     pub quota: Option<f64>,
     /// Other rows' CPU over the same intervals: core-seconds by name.
@@ -71,16 +74,41 @@ impl Contention {
         self.total_ns as f64 / 1e9 / self.wall_s.max(1e-9)
     }
 
-    /// One wait's p99, µs (bucket upper bound).
-    pub fn p99_le(&self) -> u64 {
-        self.hist.quantile_le(990).unwrap_or(0)
+    /// One wait's p99, µs (bucket upper bound), when the waits were timed one by one.
+    pub fn p99_le(&self) -> Option<u64> {
+        self.hist.as_ref().and_then(|h| h.quantile_le(990))
     }
 
-    /// True when it meets the thresholds.
+    /// The mean wait, µs.
+    pub fn mean_us(&self) -> f64 {
+        self.total_ns as f64 / 1e3 / self.waits.max(1) as f64
+    }
+
+    /// True when it meets the thresholds. Without a per-wait histogram the waits are long
+    /// when their mean is over 2 ms (which puts the p99 past it too).
     pub fn contended(&self) -> bool {
+        let long = match self.p99_le() {
+            Some(p99) => p99 >= MIN_P99_LE_US,
+            None => self.mean_us() >= MIN_P99_LE_US as f64 / 2.0,
+        };
         self.wall_s >= 1.0
             && self.share() >= MIN_SHARE
-            && (self.p99_le() >= MIN_P99_LE_US || self.share() >= MANY_SHORT_SHARE)
+            && (long || self.share() >= MANY_SHORT_SHARE)
+    }
+
+    /// One wait's length in words: p50 and p99 when timed, else the mean.
+    fn wait_words(&self) -> String {
+        match &self.hist {
+            Some(h) => format!(
+                "p50 {}, p99 {}",
+                bound(h.quantile_le(500).unwrap_or(0), 1),
+                bound(self.p99_le().unwrap_or(0), 1)
+            ),
+            None => format!(
+                "mean {} (no per-wait p99 without --runq-waits)",
+                mean_words(self.mean_us())
+            ),
+        }
     }
 
     /// The quota it was under, in words.
@@ -96,10 +124,9 @@ impl Contention {
 
     /// The evidence row of this phase.
     fn row(&self) -> String {
-        let n = self.hist.count();
+        let n = self.waits;
         format!(
-            "{} in {}, {} ({} s, {} intervals{}): run-queue delay {} in {n} waits, p50 {}, p99 \
-             {}, {}",
+            "{} in {}, {} ({} s, {} intervals{}): run-queue delay {} in {n} waits, {}, {}",
             self.container,
             self.phase,
             span(self.from_s, self.to_s),
@@ -111,8 +138,7 @@ impl Contention {
                 String::new()
             },
             secs(self.total_ns as f64 / 1e9),
-            bound(self.hist.quantile_le(500).unwrap_or(0), 1),
-            bound(self.p99_le(), 1),
+            self.wait_words(),
             self.quota_words()
         )
     }
@@ -133,6 +159,15 @@ impl Contention {
 
 fn fmt1(v: f64) -> String {
     format!("{v:.1}")
+}
+
+/// A mean wait in µs, in words (µs below a millisecond, else ms).
+fn mean_words(us: f64) -> String {
+    if us < 1000.0 {
+        format!("{us:.0} µs")
+    } else {
+        format!("{:.1} ms", us / 1000.0)
+    }
 }
 
 /// The container's throttled share and quota in an interval: (share, quota cores).
@@ -158,6 +193,7 @@ pub(super) fn per_phase(d: &RunData) -> Vec<Contention> {
     for a in &ats {
         for c in &a.iv.containers {
             let RunqCell::Measured {
+                count,
                 total_ns,
                 delay_buckets,
                 ..
@@ -183,7 +219,8 @@ pub(super) fn per_phase(d: &RunData) -> Vec<Contention> {
                         intervals: 0,
                         throttled: 0,
                         total_ns: 0,
-                        hist: Log2Hist::default(),
+                        waits: 0,
+                        hist: Some(Log2Hist::default()),
                         quota: None,
                         others: BTreeMap::new(),
                     });
@@ -196,14 +233,28 @@ pub(super) fn per_phase(d: &RunData) -> Vec<Contention> {
                 x.throttled += 1;
                 continue;
             }
-            add(x, a, c.container.as_str(), *total_ns, delay_buckets, quota);
+            add(
+                x,
+                a,
+                c.container.as_str(),
+                (*count, *total_ns),
+                delay_buckets.as_ref(),
+                quota,
+            );
         }
     }
     out.retain(|x| x.intervals > 0);
     out
 }
 
-fn add(x: &mut Contention, a: &At<'_>, name: &str, total: u64, h: &Log2Hist, q: Option<f64>) {
+fn add(
+    x: &mut Contention,
+    a: &At<'_>,
+    name: &str,
+    (waits, total): (u64, u64),
+    h: Option<&Log2Hist>,
+    q: Option<f64>,
+) {
     if x.intervals == 0 {
         x.from_s = a.start_s;
     }
@@ -211,7 +262,11 @@ fn add(x: &mut Contention, a: &At<'_>, name: &str, total: u64, h: &Log2Hist, q: 
     x.wall_s += a.secs();
     x.intervals += 1;
     x.total_ns += total;
-    x.hist.add(h);
+    x.waits += waits;
+    match (x.hist.as_mut(), h) {
+        (Some(acc), Some(h)) => acc.add(h),
+        _ => x.hist = None,
+    }
     x.quota = x.quota.or(q);
     for o in &a.iv.containers {
         // herd's own row holds only its threads' waits: its CPU is in its cgroup's row.
@@ -270,13 +325,16 @@ pub fn cpu_contention(d: &RunData) -> Vec<Finding> {
             evidence.push(p.row());
         }
         let title = format!(
-            "{name}'s threads waited {} for a CPU over {} s of {} ({}) {}: one wait's p99 {}{}",
+            "{name}'s threads waited {} for a CPU over {} s of {} ({}) {}: one wait's {}{}",
             secs(total),
             fmt1(worst.wall_s),
             worst.phase,
             span(worst.from_s, worst.to_s),
             worst.quota_words(),
-            bound(p99, 1),
+            match p99 {
+                Some(p99) => format!("p99 {}", bound(p99, 1)),
+                None => format!("mean {}", mean_words(worst.mean_us())),
+            },
             if others_words.is_empty() {
                 String::new()
             } else {
@@ -310,11 +368,14 @@ pub fn cpu_contention(d: &RunData) -> Vec<Finding> {
             .about(name)
             .in_phase(&worst.phase)
             .number("runq_total_s", total)
-            .number("runq_p99_le_us", p99 as f64)
+            .number("runq_mean_us", worst.mean_us())
             .number("runq_share", worst.share())
             .number("seconds", worst.wall_s);
         if let Some(q) = worst.quota {
             f = f.number("quota_cores", q);
+        }
+        if let Some(p99) = p99 {
+            f = f.number("runq_p99_le_us", p99 as f64);
         }
         found.push((worst.share(), f));
     }

@@ -254,7 +254,8 @@ pub(crate) fn row(
     lossy: &BTreeSet<(String, String)>,
 ) -> WaitsRow {
     let (mut runq_ms, mut runq_waits) = (Acc::default(), Acc::default());
-    let mut hist = Log2Hist::default();
+    // `None` once an interval without a per-wait histogram is counted.
+    let mut hist = Some(Log2Hist::default());
     let mut runq_secs = 0.0;
     let mut psi: [Acc; 6] = Default::default();
     let (mut oom, mut drops) = (Acc::default(), Acc::default());
@@ -281,7 +282,10 @@ pub(crate) fn row(
             } => {
                 runq_ms.add(Some(*total_ns as f64 / 1e6), String::new);
                 runq_waits.add(Some(*count as f64), String::new);
-                hist.add(delay_buckets);
+                match (hist.as_mut(), delay_buckets) {
+                    (Some(h), Some(b)) => h.add(b),
+                    _ => hist = None,
+                }
                 runq_secs += s;
                 points.push(WaitPoint {
                     t_s: mid,
@@ -393,7 +397,7 @@ pub(crate) fn row(
     let [cpu_some, cpu_full, mem_some, mem_full, io_some, io_full] = psi;
     let mut retransmits: Vec<RetransRow> = retrans.into_values().collect();
     retransmits.sort_by_key(|r| std::cmp::Reverse(r.syn + r.data));
-    let p99 = hist.quantile_le(990);
+    let p99 = hist.as_ref().map(|h| h.quantile_le(990));
     let runq_total_ms = runq_ms.cell("run-queue");
     WaitsRow {
         runq_ms_per_s: match &runq_total_ms {
@@ -402,8 +406,9 @@ pub(crate) fn row(
         },
         runq_p99_le_us: match (&runq_total_ms, p99) {
             (Cell::Missing(_), _) => runq_total_ms.clone(),
-            (Cell::Value(_), Some(v)) => Cell::Value(v as f64),
-            (Cell::Value(_), None) => Cell::Missing("no thread waited for a CPU".into()),
+            (Cell::Value(_), Some(Some(v))) => Cell::Value(v as f64),
+            (Cell::Value(_), Some(None)) => Cell::Missing("no thread waited for a CPU".into()),
+            (Cell::Value(_), None) => Cell::Missing(herd_model::waits::NO_PER_WAIT.into()),
         },
         runq_total_ms,
         runq_waits: runq_waits.cell("run-queue"),
@@ -667,6 +672,33 @@ mod tests {
         assert_eq!(w.retransmit_sums(), Some((1, 2)));
         // Nothing read PSI: the reason, not a zero.
         assert_eq!(w.psi_cpu_some_ms, Cell::Missing("not sampled".into()));
+    }
+
+    /// The default probe counts waits from the scheduler's totals: no histogram, so no p99
+    /// (and why), and a step mixing such an interval with timed ones has none either; the
+    /// table says the mean instead.
+    #[test]
+    fn waits_counted_from_totals_have_a_mean_and_no_p99() {
+        let totals = |n: u64, us: u64| {
+            RunqCell::totals(&RunqStats {
+                count: n,
+                total_ns: n * us * 1_000,
+                ..Default::default()
+            })
+        };
+        let a = interval(1, totals(40, 300), (0, 0));
+        let b = interval(2, runq(&[5_000, 5_000]), (0, 0));
+        let w = row(&[(&a, 0), (&b, 0)], 0, &BTreeSet::new());
+        assert_eq!(w.runq_total_ms.value(), Some(22.0));
+        assert_eq!(w.runq_waits.value(), Some(42.0));
+        assert_eq!(
+            w.runq_p99_le_us,
+            Cell::Missing(herd_model::waits::NO_PER_WAIT.into())
+        );
+        assert_eq!(crate::sections::runq_wait(&w).text, "mean 524 µs");
+        // Timed alone, the p99 is there.
+        let w = row(&[(&b, 0)], 0, &BTreeSet::new());
+        assert_eq!(w.runq_p99_le_us.value(), Some(8_192.0));
     }
 
     #[test]

@@ -11,6 +11,8 @@ mod timeline;
 mod waits;
 
 pub(crate) use timeline::*;
+#[cfg(test)]
+pub(crate) use waits::runq_wait;
 
 use crate::{
     chart::{Band, Chart, Series, Stroke},

@@ -20,6 +20,24 @@ fn runq_total(w: &WaitsRow) -> Value {
     }
 }
 
+/// One wait's p99 when the waits were timed one by one (`--runq-waits`), else their mean
+/// (total over count), said as such.
+pub(crate) fn runq_wait(w: &WaitsRow) -> Value {
+    match (&w.runq_p99_le_us, &w.runq_total_ms, &w.runq_waits) {
+        (Cell::Missing(why), Cell::Value(t), Cell::Value(n))
+            if why == herd_model::waits::NO_PER_WAIT && *n > 0.0 =>
+        {
+            let us = t * 1e3 / n;
+            if us < 1000.0 {
+                Value::plain(format!("mean {us:.0} µs"))
+            } else {
+                Value::plain(format!("mean {:.1} ms", us / 1e3))
+            }
+        }
+        _ => le_cell(&w.runq_p99_le_us),
+    }
+}
+
 fn listen_drops(w: &WaitsRow) -> Value {
     let Cell::Value(total) = &w.listen_drops else {
         return num(&w.listen_drops, 0);
@@ -52,11 +70,9 @@ fn conntrack(w: &WaitsRow) -> Value {
 
 const COLUMNS: [WaitColumn; 9] = [
     ("run-queue delay", runq_total, |w| &w.runq_total_ms),
-    (
-        "run-queue wait p99 (log2 bound)",
-        |w| le_cell(&w.runq_p99_le_us),
-        |w| &w.runq_total_ms,
-    ),
+    ("run-queue wait p99 (log2 bound) or mean", runq_wait, |w| {
+        &w.runq_total_ms
+    }),
     (
         "PSI cpu some",
         |w| ms(&w.psi_cpu_some_ms),

@@ -430,8 +430,15 @@ fn top_containers(iv: &ProbeInterval, n: usize) -> Vec<String> {
             {
                 let ms_per_s = *total_ns as f64 / 1e6 / (iv.interval_ns.max(1) as f64 / 1e9);
                 let _ = write!(l, ", run-queue {ms_per_s:.1} ms/s");
-                if *count > 0 {
-                    let _ = write!(l, " (p99 {})", crate::units::bound(delay_us.p99_le, 1));
+                match delay_us {
+                    Some(d) if *count > 0 => {
+                        let _ = write!(l, " (p99 {})", crate::units::bound(d.p99_le, 1));
+                    }
+                    None if *count > 0 => {
+                        let mean_us = *total_ns as f64 / 1e3 / *count as f64;
+                        let _ = write!(l, " (mean {mean_us:.0} µs)");
+                    }
+                    _ => {}
                 }
             }
             if let SocketCell::Measured {

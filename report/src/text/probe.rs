@@ -162,15 +162,21 @@ pub fn totals_table(totals: &[(String, Counts)]) -> String {
 pub fn waits_text(w: &ContainerWaits, interval_ns: u64) -> Option<String> {
     let mut parts = Vec::new();
     if let RunqCell::Measured {
-        total_ns, delay_us, ..
+        count,
+        total_ns,
+        delay_us,
+        ..
     } = &w.runq
         && *total_ns > 0
     {
-        parts.push(format!(
-            "runq {:.0} ms/s (p99 <= {} us)",
-            *total_ns as f64 / 1e6 / (interval_ns.max(1) as f64 / 1e9),
-            delay_us.p99_le
-        ));
+        let per_s = *total_ns as f64 / 1e6 / (interval_ns.max(1) as f64 / 1e9);
+        parts.push(match delay_us {
+            Some(d) => format!("runq {per_s:.0} ms/s (p99 <= {} us)", d.p99_le),
+            None => format!(
+                "runq {per_s:.0} ms/s (mean {:.0} us)",
+                *total_ns as f64 / 1e3 / (*count).max(1) as f64
+            ),
+        });
     }
     if let PsiCell::Measured { cpu, memory, io } = &w.psi {
         for (name, p) in [("cpu", cpu), ("mem", memory), ("io", io)] {

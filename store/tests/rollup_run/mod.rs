@@ -193,8 +193,8 @@ fn waits(i: u64, k: u64, at_ns: u64) -> ContainerWaits {
         runq: RunqCell::Measured {
             count: (0..delay.0.len()).map(|b| delay.0[b]).sum(),
             total_ns,
-            delay_us: Log2Summary::of(&delay),
-            delay_buckets: delay,
+            delay_us: Some(Log2Summary::of(&delay)),
+            delay_buckets: Some(delay),
         },
         windows: vec![WaitWindow {
             start_ns: at_ns - 100 * MS,
@@ -594,6 +594,38 @@ pub async fn recorded_and_checked(url: &str) {
         assert_eq!(sum(&rolled, c), sum(&full, c), "{}", c.name());
     }
     assert_eq!(waits_totals(&rolled), waits_totals(&full));
+
+    // `herd compact`: the finished run rolled up whole to 10 s rows, the same numbers.
+    let store = Store::open(url).await.unwrap();
+    let done = store.compact(rolled.meta.id, 10 * s).await.unwrap();
+    store.vacuum().await.unwrap();
+    let compacted = store.load_run(Some(rolled.meta.id)).await.unwrap();
+    store.close().await;
+    assert!(done.written > 0 && done.read > done.written, "{done:?}");
+    assert_eq!(stands_for(&compacted.driver), INTERVALS);
+    // 10 s rows, but where a phase starts inside one (each part merged on its own).
+    let short = compacted
+        .driver
+        .iter()
+        .filter(|i| i.duration_ms < 10_000)
+        .count();
+    assert!(
+        compacted.driver.len() <= (INTERVALS / 100) as usize + 4 && short <= 4,
+        "{} driver rows, {short} shorter than 10 s",
+        compacted.driver.len()
+    );
+    assert!(
+        compacted.probe.len() < rolled.probe.len() / 3,
+        "{} probe rows",
+        compacted.probe.len()
+    );
+    assert_eq!(merged(&compacted), merged(&full));
+    for c in Counter::ALL {
+        assert_eq!(sum(&compacted, c), sum(&full, c), "{}", c.name());
+    }
+    assert_eq!(waits_totals(&compacted), waits_totals(&full));
+    let c = Report::build(&compacted);
+    assert_eq!(json(&c.ops), json(&b.ops));
 }
 
 /// Per container: run-queue waits (count, total, merged histogram), PSI and OOM sums,
@@ -654,7 +686,7 @@ fn waits_totals(d: &RunData) -> BTreeMap<String, Vec<u64>> {
                 w.windows.iter().map(|w| w.runq_count).sum(),
                 w.windows.iter().map(|w| w.throttled_ns.unwrap()).sum(),
             ];
-            v.extend(delay_buckets.0.iter().copied());
+            v.extend(delay_buckets.as_ref().unwrap().0.iter().copied());
             add(c.container.clone(), v, 0);
         }
         for pr in &p.pairs {

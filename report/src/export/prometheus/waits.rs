@@ -16,7 +16,9 @@ use super::esc;
 #[derive(Clone, Debug, Default)]
 struct Totals {
     runq_ns: u64,
-    runq_us: Log2Hist,
+    runq_count: u64,
+    /// `None` once an interval without a per-wait histogram was added.
+    runq_us: Option<Log2Hist>,
     runq: bool,
     /// PSI stall seconds: (resource, kind) → µs.
     psi_us: BTreeMap<(&'static str, &'static str), u64>,
@@ -41,9 +43,16 @@ impl WaitTotals {
     /// Adds one interval's deltas.
     pub(super) fn add(&mut self, iv: &ProbeInterval) {
         for c in &iv.containers {
-            let t = self.by_container.entry(c.container.clone()).or_default();
+            let t = self
+                .by_container
+                .entry(c.container.clone())
+                .or_insert_with(|| Totals {
+                    runq_us: Some(Log2Hist::default()),
+                    ..Totals::default()
+                });
             let w = &c.waits;
             if let RunqCell::Measured {
+                count,
                 total_ns,
                 delay_buckets,
                 ..
@@ -51,7 +60,12 @@ impl WaitTotals {
             {
                 t.runq = true;
                 t.runq_ns += total_ns;
-                t.runq_us.add(delay_buckets);
+                t.runq_count += count;
+                // The histogram family only while every interval timed its waits.
+                match (t.runq_us.as_mut(), delay_buckets) {
+                    (Some(h), Some(b)) => h.add(b),
+                    _ => t.runq_us = None,
+                }
             }
             if let PsiCell::Measured { cpu, memory, io } = &w.psi {
                 for (res, p) in [("cpu", cpu), ("memory", memory), ("io", io)] {
@@ -91,13 +105,19 @@ impl WaitTotals {
         );
         for (c, t) in self.by_container.iter().filter(|(_, t)| t.runq) {
             let l = format!("container=\"{}\"", esc(c));
+            // Without per-wait timing (no `--runq-waits`) only the +Inf bucket: the count
+            // and the sum are exact, where each wait fell is not known.
             let mut cum = 0u64;
-            for (i, n) in t.runq_us.0.iter().enumerate().take(HIST_BUCKETS - 1) {
-                cum += n;
-                let le = (1u64 << (i + 1)) as f64 * 1e-6;
-                let _ = writeln!(o, "{name}_bucket{{{l},le=\"{le}\"}} {cum}");
+            if let Some(h) = &t.runq_us {
+                for (i, n) in h.0.iter().enumerate().take(HIST_BUCKETS - 1) {
+                    cum += n;
+                    let le = (1u64 << (i + 1)) as f64 * 1e-6;
+                    let _ = writeln!(o, "{name}_bucket{{{l},le=\"{le}\"}} {cum}");
+                }
+                cum += h.0[HIST_BUCKETS - 1];
+            } else {
+                cum = t.runq_count;
             }
-            cum += t.runq_us.0[HIST_BUCKETS - 1];
             let _ = writeln!(o, "{name}_bucket{{{l},le=\"+Inf\"}} {cum}");
             let _ = writeln!(o, "{name}_sum{{{l}}} {}", t.runq_ns as f64 / 1e9);
             let _ = writeln!(o, "{name}_count{{{l}}} {cum}");
