@@ -50,8 +50,8 @@ pub struct RunConfig {
     pub probe: bool,
     /// Attach its connect() syscall tracepoints too (`--connect-syscalls`).
     pub connect_syscalls: bool,
-    /// Leave its run-queue program out (`--no-runq`).
-    pub no_runq: bool,
+    /// How it measures the run-queue delay (`--no-runq`, `--runq-waits`).
+    pub runq: crate::attach::Runq,
     /// Length of one interval of both timelines.
     pub interval: Duration,
     /// How long requests in flight may take once the plan ends or a stop arrives.
@@ -87,7 +87,7 @@ impl RunConfig {
             containers: Vec::new(),
             probe: true,
             connect_syscalls: false,
-            no_runq: false,
+            runq: crate::attach::Runq::Totals,
             interval: Duration::from_secs(1),
             grace: Duration::from_secs(5),
             live: true,
@@ -726,7 +726,7 @@ fn start_probe(
             verifier_log: false,
             connect_syscalls: config.connect_syscalls,
         },
-        config.no_runq,
+        config.runq,
         true,
     )?;
     // After the probe loads: a missing capability is the one line herd prints then.

@@ -95,7 +95,17 @@ fn runq_delay_per_container_matches_schedstat_and_herds_own_threads_have_their_r
     if !privileged("runq_delay_per_container_matches_schedstat") {
         return;
     }
-    check(RunqPrograms::Auto, "tp_btf");
+    check(RunqPrograms::Auto, true, "tp_btf");
+}
+
+/// The default: no program on a context switch, a walk of the host's threads per poll that
+/// reads the scheduler's counters themselves (the same ones schedstat prints).
+#[test]
+fn runq_delay_of_the_task_walk_matches_schedstat() {
+    if !privileged("runq_delay_of_the_task_walk_matches_schedstat") {
+        return;
+    }
+    check(RunqPrograms::Auto, false, "iter/task");
 }
 
 /// The fallback raw tracepoints, which kernels without BTF tracepoints or CONFIG_SCHED_INFO
@@ -105,17 +115,17 @@ fn runq_delay_of_the_raw_tracepoint_fallback_matches_schedstat() {
     if !privileged("runq_delay_of_the_raw_tracepoint_fallback_matches_schedstat") {
         return;
     }
-    check(RunqPrograms::Raw, "raw_tp");
+    check(RunqPrograms::Raw, true, "raw_tp");
 }
 
 /// One test at a time: both pin busy loops to the same CPUs.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn check(programs: RunqPrograms, hook: &str) {
+fn check(programs: RunqPrograms, per_wait: bool, hook: &str) {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     // Declared before the sandbox so that it is dropped after it (see the end).
     let mut slot: Option<Sampler> = None;
-    let mut sb = Sandbox::new(&format!("runq-{hook}")).unwrap();
+    let mut sb = Sandbox::new(&format!("runq-{}", hook.replace('/', "-"))).unwrap();
     let victim = sb.container("victim", None).unwrap();
     let noisy = sb.container("noisy", None).unwrap();
     let mover = sb.container("mover", None).unwrap();
@@ -130,6 +140,7 @@ fn check(programs: RunqPrograms, hook: &str) {
         &WaitOptions {
             own_tgid: Some(std::process::id()),
             programs,
+            per_wait,
             ..WaitOptions::default()
         },
     )

@@ -431,6 +431,26 @@ pub struct RunqSlot {
     pub stats: RunqStats,
 }
 
+/// One thread as the `runq_tasks` iterator writes it: who it is, where it runs and the
+/// scheduler's two run-queue counters for it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TaskWait {
+    /// Thread id (`task_struct.pid`).
+    pub tid: u32,
+    /// Process id (`task_struct.tgid`).
+    pub tgid: u32,
+    /// `task_struct.start_time` (CLOCK_MONOTONIC ns at fork): tells a new thread that reuses
+    /// an id from the one seen before.
+    pub start_time: u64,
+    /// Its cgroup v2 id.
+    pub cgroup: u64,
+    /// `sched_info.run_delay`: ns it has spent runnable and not running (schedstat field 2).
+    pub run_delay: u64,
+    /// `sched_info.pcount`: waits that ended (switch-ins after one; schedstat field 3).
+    pub pcount: u64,
+}
+
 /// Capacity of the fallback programs' per-thread `RUNQ_TASKS` map (an LRU: the threads
 /// switched in most recently are kept).
 pub const MAX_RUNQ_TASKS: u32 = 32_768;
@@ -575,6 +595,9 @@ pub mod globals {
     pub const RUNQ_BASE_MASK: &str = "RUNQ_BASE_MASK";
     /// `offsetof(struct task_struct, tgid)`.
     pub const TASK_TGID: &str = "TASK_TGID_OFF";
+    /// `offsetof(struct task_struct, sched_info.pcount)`: waits that ended (schedstat's
+    /// field 3).
+    pub const TASK_PCOUNT: &str = "TASK_PCOUNT_OFF";
     /// `offsetof(struct task_struct, cgroups)`.
     pub const TASK_CGROUPS: &str = "TASK_CGROUPS_OFF";
     /// `offsetof(struct css_set, dfl_cgrp)`: the task's cgroup v2.
@@ -674,6 +697,7 @@ mod pod {
     unsafe impl aya::Pod for super::RunqStats {}
     unsafe impl aya::Pod for super::RunqBase {}
     unsafe impl aya::Pod for super::RunqTask {}
+    unsafe impl aya::Pod for super::TaskWait {}
     unsafe impl aya::Pod for super::RetransWindowKey {}
     unsafe impl aya::Pod for super::RetransWindow {}
 }

@@ -28,7 +28,7 @@ use probe_common::{
     CGROUP_PATH_LEN, CgroupCounters, CgroupPath, Counter, Loss, MAX_CGROUPS, MAX_CREATED,
     MAX_PAIRS, MAX_RETRANS_WINDOWS, MAX_RUNQ_TASKS, MAX_SOCKS, OWN_TGID_KEY, PairKey, PairStats,
     RETRANS_WINDOW_NS, RUNQ_SLOTS_PER_CPU, RetransWindow, RetransWindowKey, RunqBase, RunqSlot,
-    RunqStats, RunqTask, SockInfo, errno, log2_bucket, tcp_state,
+    RunqStats, RunqTask, SockInfo, TaskWait, errno, log2_bucket, tcp_state,
 };
 
 /// Per-cgroup TCP counters, keyed by cgroup v2 id. Per-CPU so increments need no atomics
@@ -131,6 +131,8 @@ static TASK_PID_OFF: u64 = 0;
 /// `RUNQ_BASE`'s slots minus one (a power of two minus one).
 #[unsafe(no_mangle)]
 static RUNQ_BASE_MASK: u64 = 0;
+#[unsafe(no_mangle)]
+static TASK_PCOUNT_OFF: u64 = 0;
 #[unsafe(no_mangle)]
 static TASK_CGROUPS_OFF: u64 = 0;
 #[unsafe(no_mangle)]
@@ -705,12 +707,57 @@ fn task_key(task: *const u8) -> u64 {
     if own != 0 && u64::from(unsafe { load::<u32>(task, global(&TASK_TGID_OFF)) }) == own {
         return OWN_TGID_KEY;
     }
-    // `cgroup_id(task_dfl_cgroup(task))`: what `bpf_get_current_cgroup_id()` returns once
-    // the task runs.
+    task_cgroup(task)
+}
+
+/// `cgroup_id(task_dfl_cgroup(task))`: what `bpf_get_current_cgroup_id()` returns once the
+/// task runs.
+#[inline(always)]
+fn task_cgroup(task: *const u8) -> u64 {
+    // SAFETY (all loads): BTF-checked loads from a live task and what it points to.
     let cset: *const u8 = unsafe { load(task, global(&TASK_CGROUPS_OFF)) };
     let cgrp: *const u8 = unsafe { load(cset, global(&CSS_SET_DFL_CGRP_OFF)) };
     let kn: *const u8 = unsafe { load(cgrp, global(&CGROUP_KN_OFF)) };
     unsafe { load(kn, global(&KERNFS_NODE_ID_OFF)) }
+}
+
+/// `iter/task` (5.8): one [`TaskWait`] per thread of the host, written to the iterator's
+/// `seq_file` each time user space reads a new iterator. This is how the run-queue delay is
+/// measured by default: nothing runs on a context switch; the scheduler's own counters
+/// (`sched_info.run_delay`, `sched_info.pcount`: schedstat's fields 2 and 3) are read once per
+/// poll and user space takes each thread's growth since the previous walk.
+///
+/// The context is `struct bpf_iter__task { struct bpf_iter_meta *meta; struct task_struct
+/// *task; }`, the task NULL on the last call; `meta->seq` is the `seq_file`.
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "iter/task")]
+pub fn runq_tasks(ctx: *mut core::ffi::c_void) -> i32 {
+    // SAFETY: context loads the verifier types from `bpf_iter__task`'s BTF.
+    let meta: *const u8 = unsafe { core::ptr::read_volatile(ctx as *const *const u8) };
+    let task: *const u8 = unsafe { core::ptr::read_volatile((ctx as *const *const u8).add(1)) };
+    if task.is_null() || meta.is_null() {
+        return 0;
+    }
+    // SAFETY (all loads below): BTF-checked loads from a task the iterator holds a reference
+    // to, and the structures it points to, under RCU.
+    let seq: *mut core::ffi::c_void = unsafe { load(meta, 0) };
+    let rec = TaskWait {
+        tid: unsafe { load(task, global(&TASK_PID_OFF)) },
+        tgid: unsafe { load(task, global(&TASK_TGID_OFF)) },
+        start_time: unsafe { load(task, global(&TASK_START_TIME_OFF)) },
+        cgroup: task_cgroup(task),
+        run_delay: unsafe { load(task, global(&TASK_RUN_DELAY_OFF)) },
+        pcount: unsafe { load(task, global(&TASK_PCOUNT_OFF)) },
+    };
+    // SAFETY: the helper copies `size_of::<TaskWait>()` bytes from the stack.
+    unsafe {
+        aya_ebpf::helpers::generated::bpf_seq_write(
+            seq as *mut _,
+            &rec as *const TaskWait as *const core::ffi::c_void,
+            core::mem::size_of::<TaskWait>() as u32,
+        );
+    }
+    0
 }
 
 /// `TASK_RUNNING` (`include/linux/sched.h`).

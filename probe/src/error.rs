@@ -30,6 +30,9 @@ pub enum ProbeError {
     /// The object lacks a program the loader expects (a build mismatch).
     #[error("the embedded eBPF object has no program `{0}`; rebuild herd")]
     MissingProgram(&'static str),
+    /// Reading the task iterator (the run-queue walk) failed.
+    #[error("reading the run-queue task walk (the runq_tasks iterator): {0}")]
+    TaskWalk(#[source] std::io::Error),
     /// The object lacks a map the loader expects (a build mismatch).
     #[error("the embedded eBPF object has no map `{0}`; rebuild herd")]
     MissingMap(&'static str),

@@ -25,6 +25,7 @@ pub mod sample;
 pub mod sampler;
 pub mod sockdiag;
 mod source;
+mod task_walk;
 mod tracefs;
 
 use std::collections::HashMap;
@@ -175,9 +176,13 @@ pub struct WaitOptions {
     /// [`OWN_ROW`], instead of in their cgroup's: herd's own pid when herd drives the load, so
     /// a driver starved of CPU shows in kernel truth.
     pub own_tgid: Option<u32>,
-    /// Leave the run-queue program out (it runs on every context switch): the run-queue
-    /// delay is then unavailable with this reason.
+    /// Leave the run-queue measurement out: the run-queue delay is then unavailable with
+    /// this reason.
     pub no_runq: bool,
+    /// Time each wait with a program on every context switch (`--runq-waits`: a per-wait
+    /// histogram, at a cost on every switch) instead of counting them from the scheduler's
+    /// per-thread totals once per poll (the default: count and sum only).
+    pub per_wait: bool,
     /// Which programs measure it (`HERD_PROBE_RUNQ=raw` in the environment forces
     /// [`RunqPrograms::Raw`] too).
     pub programs: RunqPrograms,
@@ -209,6 +214,9 @@ pub struct Snapshot {
     pub runq: HashMap<u64, RunqStats>,
     /// Why there is no run-queue delay, when there is none.
     pub runq_unavailable: Option<String>,
+    /// The run-queue delay was counted from the scheduler's totals (the task walk): counts
+    /// and sums, no per-wait histogram.
+    pub runq_totals_only: bool,
     /// Retransmits per pair in the 100 ms windows that closed since the previous snapshot
     /// (each window is handed out once), oldest first.
     pub retrans_windows: Vec<(PairKey, RetransSpan)>,
@@ -260,6 +268,8 @@ pub struct KernelProbe {
     retrans_windows: std::sync::Mutex<RetransWindows>,
     /// `RUNQ_SLOTS`, mapped; `None` when the run-queue programs are not attached.
     runq_slots: Option<runq_slots::RunqSlots>,
+    /// The task walk, when it measures the run-queue delay (the default).
+    walk: Option<std::sync::Mutex<task_walk::TaskWalk>>,
 }
 
 type RetransWindows = PerCpuHashMap<MapData, RetransWindowKey, RetransWindow>;
@@ -335,6 +345,13 @@ impl KernelProbe {
             let why = "the run-queue program was left out (--no-runq)".to_owned();
             return Self::load_once(opts, &offsets, own_tgid, Runq::Off(why));
         }
+        if !waits.per_wait && !raw_forced {
+            let runq = match sched_info_on().and_then(|()| walk_offsets(&btf)) {
+                Ok(fields) => Runq::Walk(fields),
+                Err(why) => Runq::Off(format!("{why}; --runq-waits may still measure it")),
+            };
+            return Self::load_once(opts, &offsets, own_tgid, runq);
+        }
         let btf_refused = if raw_forced {
             format!("{RUNQ_PROGRAMS_ENV}=raw or RunqPrograms::Raw asked for the raw tracepoints")
         } else {
@@ -396,6 +413,13 @@ impl KernelProbe {
         let base_mask = u64::from(base_slots - 1);
         // The per-thread map of the programs that do not run holds one entry.
         match &runq {
+            Runq::Walk(fields) => {
+                for (name, value) in fields {
+                    loader.override_global(name, value, true);
+                }
+                loader.map_max_entries("RUNQ_TASKS", 1);
+                loader.map_max_entries("RUNQ_BASE", 1);
+            }
             Runq::Btf(fields) => {
                 for (name, value) in fields {
                     loader.override_global(name, value, true);
@@ -431,8 +455,22 @@ impl KernelProbe {
         for &(program, hook, needs) in PROGRAMS.iter().chain(syscalls) {
             attach(&mut ebpf, program, hook, needs, kbtf.as_ref())?;
         }
+        let mut walk = None;
         let (runq_hook, runq_unavailable) = match runq {
             Runq::Off(why) => (None, Some(why)),
+            Runq::Walk(_) => match start_walk(&mut ebpf, kbtf.as_ref(), own_tgid as u32) {
+                Ok(w) => {
+                    walk = Some(std::sync::Mutex::new(w));
+                    (Some("iter/task"), None)
+                }
+                Err(e) => (
+                    None,
+                    Some(format!(
+                        "this kernel refused the task iterator runq_tasks (BPF task \
+                         iterators: 5.8, BTF): {e}; --runq-waits may still measure it"
+                    )),
+                ),
+            },
             Runq::Btf(_) => {
                 let (program, hook, needs) = RUNQ_PROGRAM;
                 match attach(&mut ebpf, program, hook, needs, kbtf.as_ref()) {
@@ -452,7 +490,7 @@ impl KernelProbe {
             .map_err(|source| ProbeError::Map("RETRANS_WINDOWS", source))?;
         let mut runq_unavailable = runq_unavailable;
         let runq_slots = match (&runq_unavailable, ebpf.map("RUNQ_SLOTS")) {
-            (None, Some(aya::maps::Map::Array(data))) => {
+            (None, Some(aya::maps::Map::Array(data))) if walk.is_none() => {
                 match runq_slots::RunqSlots::map(data.fd(), slots) {
                     Ok(m) => Some(m),
                     Err(e) => {
@@ -467,6 +505,7 @@ impl KernelProbe {
         };
         Ok(Self {
             runq_slots,
+            walk,
             ebpf,
             runq_unavailable,
             runq_hook,
@@ -478,6 +517,8 @@ impl KernelProbe {
 /// The run-queue programs one load of the object attaches.
 #[allow(clippy::large_enum_variant)] // one value per load, on the stack
 enum Runq {
+    /// The task iterator `runq_tasks` (the default), with the offsets it reads.
+    Walk([(&'static str, u64); 7]),
     /// `runq_switch`, with the offsets it reads.
     Btf([(&'static str, u64); 11]),
     /// The raw tracepoints, with `task_struct.__state`'s offset and why `runq_switch` is not
@@ -532,6 +573,80 @@ fn sched_info_on() -> Result<(), String> {
         )),
         Some(_) => Ok(()),
     }
+}
+
+/// Loads `runq_tasks` as a task iterator and takes the first walk.
+fn start_walk(
+    ebpf: &mut Ebpf,
+    kbtf: Option<&aya::Btf>,
+    own_tgid: u32,
+) -> Result<task_walk::TaskWalk, String> {
+    let prog = ebpf
+        .program_mut("runq_tasks")
+        .ok_or("the object has no runq_tasks program")?;
+    let prog: &mut aya::programs::Iter = prog.try_into().map_err(|e| format!("{e}"))?;
+    let parsed;
+    let btf = match kbtf {
+        Some(b) => b,
+        None => {
+            parsed = aya::Btf::from_sys_fs().map_err(|e| format!("the kernel's BTF: {e}"))?;
+            &parsed
+        }
+    };
+    prog.load("task", btf).map_err(|e| {
+        let mut msg = format!("{e}");
+        let mut src = std::error::Error::source(&e);
+        while let Some(s) = src {
+            msg.push_str(&format!(": {s}"));
+            src = s.source();
+        }
+        msg
+    })?;
+    let fd = prog.fd().map_err(|e| format!("{e}"))?;
+    task_walk::TaskWalk::new(std::os::fd::AsFd::as_fd(fd), own_tgid)
+        .map_err(|e| format!("linking or reading the task iterator: {e}"))
+}
+
+/// The offsets `runq_tasks` reads, or why this kernel's BTF cannot give them.
+fn walk_offsets(btf: &btf::Btf) -> Result<[(&'static str, u64); 7], String> {
+    let field = |st: &str, path: &[&str], config: Option<&str>| {
+        btf.member_offset(st, path).map_err(|e| {
+            let needs = config.map_or(String::new(), |c| format!(", which needs {c}"));
+            format!("this kernel's BTF lacks a field the task walk reads ({e}{needs})")
+        })
+    };
+    Ok([
+        (
+            globals::TASK_RUN_DELAY,
+            field(
+                "task_struct",
+                &["sched_info", "run_delay"],
+                Some("CONFIG_SCHED_INFO"),
+            )?,
+        ),
+        (
+            globals::TASK_PCOUNT,
+            field(
+                "task_struct",
+                &["sched_info", "pcount"],
+                Some("CONFIG_SCHED_INFO"),
+            )?,
+        ),
+        (
+            globals::TASK_START_TIME,
+            field("task_struct", &["start_time"], None)?,
+        ),
+        (globals::TASK_TGID, field("task_struct", &["tgid"], None)?),
+        (globals::TASK_PID, field("task_struct", &["pid"], None)?),
+        (
+            globals::TASK_CGROUPS,
+            field("task_struct", &["cgroups"], Some("CONFIG_CGROUPS"))?,
+        ),
+        (
+            globals::CSS_SET_DFL_CGRP,
+            field("css_set", &["dfl_cgrp"], Some("CONFIG_CGROUPS"))?,
+        ),
+    ])
 }
 
 /// The offsets `runq_switch` reads, or why this kernel's BTF cannot give them (with the
@@ -657,17 +772,23 @@ impl KernelProbe {
         self.runq_unavailable.as_deref()
     }
 
-    /// How the run-queue delay is measured: `tp_btf` (one program on `sched_switch` reading
-    /// the scheduler's own accounting) or `raw_tp` (the fallback raw tracepoints), `None`
-    /// when it is not.
+    /// How the run-queue delay is measured: `iter/task` (the default: a walk of the host's
+    /// threads per poll), `tp_btf` (`--runq-waits`: one program on `sched_switch` reading the
+    /// scheduler's own accounting) or `raw_tp` (its fallback raw tracepoints), `None` when
+    /// it is not.
     pub fn runq_hook(&self) -> Option<&'static str> {
         self.runq_hook
     }
 
-    /// Run-queue delay totals by cgroup v2 id: one walk of the per-CPU `RUNQ` map (the keys
-    /// whose direct-mapped slot another key holds) and one read of the mapped `RUNQ_SLOTS`,
-    /// cheap enough for every 100 ms poll.
+    /// Run-queue delay totals by cgroup v2 id: by default one walk of the host's threads
+    /// (their growth since the previous walk added in); with the switch programs, one walk
+    /// of the per-CPU `RUNQ` map (the keys whose direct-mapped slot another key holds) and one
+    /// read of the mapped `RUNQ_SLOTS`. Cheap enough for every 100 ms poll.
     pub fn runq(&self) -> Result<HashMap<u64, RunqStats>, ProbeError> {
+        if let Some(walk) = &self.walk {
+            let mut w = walk.lock().unwrap_or_else(|e| e.into_inner());
+            return w.walk().cloned().map_err(ProbeError::TaskWalk);
+        }
         let map = self
             .ebpf
             .map("RUNQ")
@@ -687,6 +808,19 @@ impl KernelProbe {
             slots.add_to(&mut out);
         }
         Ok(out)
+    }
+
+    /// Whether a sub-second poll should walk the threads now: the walk keeps to
+    /// [`task_walk::WALK_BUDGET`] of a CPU between interval ends (always true with the
+    /// switch programs, which cost nothing to read).
+    pub fn runq_poll_due(&self) -> bool {
+        match &self.walk {
+            Some(w) => w
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .due(clock::now_ns()),
+            None => true,
+        }
     }
 
     /// Removes and returns the retransmit windows that closed before `now_ns`.
@@ -803,6 +937,7 @@ impl KernelProbe {
             pairs,
             runq,
             runq_unavailable: self.runq_unavailable.clone(),
+            runq_totals_only: self.walk.is_some(),
             retrans_windows: self.drain_retrans_windows(at_ns)?,
         })
     }

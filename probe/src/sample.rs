@@ -125,6 +125,7 @@ pub fn interval(
         Some(reason) => RunqCell::Unavailable {
             reason: reason.clone(),
         },
+        None if cur.runq_totals_only => RunqCell::totals(d),
         None => RunqCell::of(d),
     };
     let mut containers: Vec<ContainerInterval> = names

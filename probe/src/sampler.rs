@@ -219,17 +219,27 @@ impl Sampler {
     /// so each interval knows its busiest 100 ms window. A failed read is skipped: the next
     /// poll covers the gap.
     pub fn poll_cpu(&mut self) {
+        self.poll(false);
+    }
+
+    /// [`Self::poll_cpu`]; `closing`: the interval ends, so its windows close whatever the
+    /// walk's budget says.
+    fn poll(&mut self, closing: bool) {
         let now = crate::clock::now_ns();
         for s in self.cpu.values_mut() {
             let _ = s.poll(now);
         }
-        self.poll_windows(now);
+        self.poll_windows(now, closing);
     }
 
     /// Closes one sub-second window per container: the run-queue delay that ended since the
     /// last poll (the kernel map's per-cgroup deltas, attributed as the interval's are) and
     /// the throttled time its CPU sampler just read.
-    fn poll_windows(&mut self, now: u64) {
+    fn poll_windows(&mut self, now: u64, closing: bool) {
+        // A walk not due yet (many threads): the windows stay open, the next poll closes them.
+        if !closing && !self.probe.runq_poll_due() {
+            return;
+        }
         let runq = self.probe.runq().ok().flatten();
         let names = self.set.names();
         let mut per: HashMap<&str, (u64, u64)> = HashMap::new();
@@ -371,7 +381,7 @@ impl Sampler {
         // id in the maps, yet must appear within one interval (one readdir per cgroup
         // directory and a few procfs reads per container).
         self.refresh(cur.at_ns);
-        self.poll_cpu();
+        self.poll(true);
         let mut iv = interval(&self.prev, &cur, &self.set, &self.paths, &self.owners);
         iv.services = self.services.clone();
         for c in &mut iv.containers {

@@ -18,6 +18,13 @@ pub trait CounterSource: Send {
     fn runq(&self) -> Result<Option<HashMap<u64, RunqStats>>, ProbeError> {
         Ok(None)
     }
+
+    /// Whether a poll should read [`Self::runq`] now: false while reading it would cost more
+    /// than its budget (the task walk on a host with many threads), and the poll's windows
+    /// then stay open until a poll that reads it (coarser, sums unchanged).
+    fn runq_poll_due(&self) -> bool {
+        true
+    }
 }
 
 impl CounterSource for KernelProbe {
@@ -30,5 +37,9 @@ impl CounterSource for KernelProbe {
             Some(_) => Ok(None),
             None => KernelProbe::runq(self).map(Some),
         }
+    }
+
+    fn runq_poll_due(&self) -> bool {
+        KernelProbe::runq_poll_due(self)
     }
 }

@@ -49,11 +49,17 @@ pub struct ProbeArgs {
     /// local port.
     #[arg(long)]
     pub connect_syscalls: bool,
-    /// Leave out the run-queue program, which runs on every context switch of the host
-    /// (150–180 ns per switch measured on a 2-vCPU VM, docs/benchmarks.md): no run-queue delay, no
-    /// `cpu_contention` from it (PSI cpu stays), nothing else lost.
-    #[arg(long)]
+    /// Leave out the run-queue delay (by default counted from the scheduler's per-thread
+    /// totals with one walk of the host's threads per poll, nothing on a context switch): no
+    /// run-queue delay, no `cpu_contention` from it (PSI cpu stays), nothing else lost.
+    #[arg(long, conflicts_with = "runq_waits")]
     pub no_runq: bool,
+    /// Time each run-queue wait with a program on every context switch of the host: per-wait
+    /// percentiles (p99, the `runq_p99` gate, the histogram's buckets in Prometheus) beside
+    /// the count and sum. Costs 150–180 ns per switch measured on a 2-vCPU VM (7 % of a pipe
+    /// ping-pong, docs/benchmarks.md).
+    #[arg(long)]
+    pub runq_waits: bool,
     /// Serve Prometheus metrics at http://ADDR/metrics while the probe runs (e.g.
     /// 127.0.0.1:9464; port 0 picks a free one, printed at start).
     #[arg(long, value_name = "ADDR")]
@@ -269,7 +275,7 @@ pub fn run(args: &ProbeArgs) -> Result<()> {
             verifier_log: args.verbose,
             connect_syscalls: args.connect_syscalls,
         },
-        args.no_runq,
+        crate::attach::Runq::of(args.no_runq, args.runq_waits),
         false,
     )?;
     if store.is_some() {

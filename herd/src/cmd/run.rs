@@ -58,10 +58,15 @@ pub struct RunArgs {
     /// host (see `herd probe --help`).
     #[arg(long, conflicts_with = "no_probe")]
     pub connect_syscalls: bool,
-    /// Leave out the probe's run-queue program, which runs on every context switch of the
-    /// host: no run-queue delay in the report (see `herd probe --help`).
-    #[arg(long, conflicts_with = "no_probe")]
+    /// Leave out the probe's run-queue delay (no walk of the host's threads per poll): no
+    /// run-queue delay in the report (see `herd probe --help`).
+    #[arg(long, conflicts_with_all = ["no_probe", "runq_waits"])]
     pub no_runq: bool,
+    /// Time each run-queue wait with a program on every context switch of the host, for
+    /// per-wait percentiles (p99) beside the count and sum; costs on every switch (see
+    /// `herd probe --help`).
+    #[arg(long, conflicts_with = "no_probe")]
+    pub runq_waits: bool,
     /// Length of one interval of both timelines (100ms or more).
     #[arg(long, default_value = "1s", value_parser = parse_interval)]
     pub interval: Duration,
@@ -178,7 +183,7 @@ impl RunArgs {
         c.containers.clone_from(&self.containers);
         c.probe = !self.no_probe;
         c.connect_syscalls = self.connect_syscalls;
-        c.no_runq = self.no_runq;
+        c.runq = crate::attach::Runq::of(self.no_runq, self.runq_waits);
         c.interval = self.interval;
         c.grace = self.grace;
         c.live = !self.quiet;
