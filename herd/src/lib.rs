@@ -137,6 +137,7 @@ pub fn exit_code(e: &anyhow::Error) -> u8 {
             || c.is::<herd_model::ShardError>()
             || c.is::<herd_store::ShardUsageError>()
             || c.is::<cmd::merge::MergeInputError>()
+            || c.is::<cmd::compact::CompactRefused>()
     });
     if e.chain().any(|c| c.is::<Crossed>()) {
         exit::CROSSED
@@ -160,6 +161,9 @@ pub struct Cli {
 /// herd's subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Roll a finished run's rows up to a coarser resolution (e.g. 10 s) to keep an archive
+    /// of long runs small: per-phase and whole-run numbers stay exactly what they were.
+    Compact(cmd::compact::CompactArgs),
     /// Compare two recorded runs (before and after a fix): TIME_WAIT, new connections/s, CPU
     /// peaks per container, latency and errors per op, findings, with deltas and ratios.
     Compare(cmd::compare::CompareArgs),
@@ -211,6 +215,7 @@ pub fn run(cli: Cli) -> ExitCode {
         memory::trim_periodically();
     }
     let result = match &cli.command {
+        Command::Compact(a) => cmd::compact::run(a),
         Command::Compare(a) => cmd::compare::run(a),
         #[cfg(feature = "demo")]
         Command::Demo(a) => cmd::demo::run(a),

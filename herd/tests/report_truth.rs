@@ -4,7 +4,8 @@
 //! p99, whole-run and per step, equal the percentiles of the server's own delays within the
 //! histogram's precision plus loopback overhead; the whole-run histogram is the merge of the
 //! interval histograms; a broken objective exits 99 and says which; `herd compare
-//! --fail-on` exits 99 on a regression, 0 on a pass and 2 on a gate that does not parse.
+//! --fail-on` exits 99 on a regression, 0 on a pass and 2 on a gate that does not parse;
+//! `herd compact` leaves the report's per-phase and whole-run numbers as they were.
 
 use std::{
     path::Path,
@@ -340,5 +341,39 @@ fn the_reports_percentiles_are_the_servers_delays_and_crossed_limits_exit_99() {
         String::from_utf8_lossy(&bad.stderr).contains("METRIC CHANGE"),
         "{}",
         say(&bad)
+    );
+
+    // `herd compact`: run 1's 250 ms rows rolled up to 1 s; its report's per-phase and
+    // whole-run numbers stay exactly what they were, its timeline has fewer rows.
+    let before: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("run-1.json")).unwrap()).unwrap();
+    let compact = herd(&["compact", "1", "--every", "1s"], &out);
+    assert_eq!(compact.status.code(), Some(0), "{}", say(&compact));
+    assert!(
+        String::from_utf8_lossy(&compact.stdout).contains("run 1: "),
+        "{}",
+        say(&compact)
+    );
+    let again = herd(&["report", "1"], &out);
+    assert_eq!(again.status.code(), Some(0), "{}", say(&again));
+    let after: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("run-1.json")).unwrap()).unwrap();
+    for k in ["ops", "totals"] {
+        assert_eq!(before[k], after[k], "{k} changed by herd compact");
+    }
+    let rows = |v: &serde_json::Value| v["timeline"].as_array().map_or(0, Vec::len);
+    assert!(
+        rows(&after) < rows(&before),
+        "{} → {} timeline rows",
+        rows(&before),
+        rows(&after)
+    );
+    // Bad usage: a resolution finer than a second, exit 2 with what to give.
+    let fine = herd(&["compact", "1", "--every", "500ms"], &out);
+    assert_eq!(fine.status.code(), Some(2), "{}", say(&fine));
+    assert!(
+        String::from_utf8_lossy(&fine.stderr).contains("whole seconds, 1s or more"),
+        "{}",
+        say(&fine)
     );
 }

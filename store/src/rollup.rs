@@ -20,7 +20,7 @@ use anyhow::{Context as _, Result};
 use herd_model::{DriverInterval, ProbeInterval};
 use sqlx::Row as _;
 
-use crate::Store;
+use crate::{Source, Store};
 
 /// One step of a [`Policy`]: rows older than `after_ns` (behind the newest row) merge into
 /// rows of `every_ns`.
@@ -373,4 +373,136 @@ impl Roller {
         tx.commit().await.context("committing a roll-up")?;
         Ok((done, out))
     }
+}
+
+impl Store {
+    /// Rolls every driver and probe row of the finished run `run` up to `every_ns` (`herd
+    /// compact`): the same merge as the running roll-up (counters summed, histograms merged
+    /// exactly, never across a phase boundary), applied to the whole run at once, shard by
+    /// shard, a page of rows at a time. Rows already as coarse stay as they are. SQLite's
+    /// file keeps its size until [`Store::vacuum`].
+    pub async fn compact(&self, run: i64, every_ns: u64) -> Result<Rolled> {
+        let meta = self.meta(Some(run)).await?;
+        let mono0 = meta.mono_start_ns as u64;
+        let policy = Policy {
+            tiers: vec![Tier {
+                after_ns: 0,
+                every_ns,
+            }],
+        };
+        let shards: Vec<i64> =
+            sqlx::query("SELECT DISTINCT shard FROM herd_rows WHERE run_id = $1 ORDER BY shard")
+                .bind(run)
+                .fetch_all(&self.pool)
+                .await
+                .with_context(|| format!("listing the shards of run {run}"))?
+                .iter()
+                .map(|r| r.try_get("shard"))
+                .collect::<Result<_, _>>()?;
+        let mut done = Rolled::default();
+        for shard in shards {
+            let roller = |kind, source: Source| {
+                Roller::new(
+                    policy.clone(),
+                    kind,
+                    source.as_str().to_owned(),
+                    shard as u32,
+                    mono0,
+                )
+            };
+            // Driver rows first: the probe's roller needs every phase change before it
+            // merges the rows around them.
+            let mut driver = roller(Kind::Driver, Source::Driver);
+            let mut phases = Vec::new();
+            self.compact_source(run, shard, &mut driver, Some(&mut phases), &mut done)
+                .await?;
+            let mut probe = roller(Kind::Probe, Source::Probe);
+            for (start, end, phase) in phases {
+                probe.driver_interval(start, end, phase);
+            }
+            self.compact_source(run, shard, &mut probe, None, &mut done)
+                .await?;
+        }
+        Ok(done)
+    }
+
+    /// Feeds `roller` its source's rows of one shard, 2000 at a time, merging what is
+    /// complete after each page and the rest at the end; driver rows' spans and phases are
+    /// kept in `phases`.
+    async fn compact_source(
+        &self,
+        run: i64,
+        shard: i64,
+        roller: &mut Roller,
+        mut phases: Option<&mut Vec<(u64, u64, Option<usize>)>>,
+        done: &mut Rolled,
+    ) -> Result<()> {
+        let source = roller.source.clone();
+        let mut after: i64 = -1;
+        loop {
+            let rows = sqlx::query(
+                "SELECT seq, at_ns, body FROM herd_rows WHERE run_id = $1 AND shard = $2 \
+                 AND source = $3 AND seq > $4 ORDER BY seq LIMIT 2000",
+            )
+            .bind(run)
+            .bind(shard)
+            .bind(&source)
+            .bind(after)
+            .fetch_all(&self.pool)
+            .await
+            .with_context(|| format!("reading run {run}'s {source} rows to compact"))?;
+            let Some(last) = rows.last() else { break };
+            after = last.try_get("seq")?;
+            for r in &rows {
+                let seq = r.try_get::<i64, _>("seq")? as u64;
+                let at_ns = r.try_get::<i64, _>("at_ns")? as u64;
+                let body: String = r.try_get("body")?;
+                let undecodable = || format!("run {run}: {source} row {seq} does not decode");
+                let span = match roller.kind {
+                    Kind::Driver => {
+                        let iv: DriverInterval =
+                            serde_json::from_str(&body).with_context(undecodable)?;
+                        let span = iv.duration_ms * 1_000_000;
+                        if let Some(p) = phases.as_deref_mut() {
+                            p.push((at_ns.saturating_sub(span), at_ns, iv.phase_index));
+                        }
+                        span
+                    }
+                    Kind::Probe => {
+                        let iv: ProbeInterval =
+                            serde_json::from_str(&body).with_context(undecodable)?;
+                        iv.interval_ns
+                    }
+                };
+                roller.written(seq, at_ns, span);
+            }
+            let r = roller.pass(self, run).await?;
+            done.read += r.read;
+            done.written += r.written;
+        }
+        // The run is over: its last bucket is complete too.
+        roller.newest_ns = roller.newest_ns.saturating_add(roller_every(roller));
+        roller.driver_end_ns = u64::MAX;
+        let r = roller.pass(self, run).await?;
+        done.read += r.read;
+        done.written += r.written;
+        Ok(())
+    }
+
+    /// Gives SQLite's free pages back to the file system (`VACUUM`); nothing on PostgreSQL,
+    /// which reuses them.
+    pub async fn vacuum(&self) -> Result<()> {
+        if self.url.starts_with("sqlite:") {
+            sqlx::query("VACUUM")
+                .execute(&self.pool)
+                .await
+                .context("VACUUM of the SQLite store")?;
+        }
+        Ok(())
+    }
+}
+
+/// The coarsest resolution `roller` merges to.
+fn roller_every(roller: &Roller) -> u64 {
+    roller.policy.tiers.last().map_or(0, |t| t.every_ns)
 }

@@ -1,4 +1,5 @@
 //! One module per subcommand.
+pub mod compact;
 pub mod compare;
 #[cfg(feature = "demo")]
 pub mod demo;
