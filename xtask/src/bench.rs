@@ -46,6 +46,10 @@ pub struct Args {
     /// `sched_wakeup`/`sched_switch`, `HERD_PROBE_RUNQ=raw`), interleaved with the other two.
     #[arg(long)]
     pub raw: bool,
+    /// Also measure the probe with `--runq-waits` (a program on every context switch times
+    /// each run-queue wait), interleaved with the others.
+    #[arg(long)]
+    pub runq_waits: bool,
 }
 
 /// The probe's state during one measurement.
@@ -53,7 +57,9 @@ pub struct Args {
 enum Probe {
     Off,
     On,
-    /// On, with the fallback run-queue programs.
+    /// On, with `--runq-waits` (the `sched_switch` program).
+    Waits,
+    /// On, with `--runq-waits` and the fallback run-queue programs.
     Raw,
 }
 
@@ -62,7 +68,8 @@ impl Probe {
         match self {
             Probe::Off => "off",
             Probe::On => "on",
-            Probe::Raw => "on (raw_tp)",
+            Probe::Waits => "on --runq-waits",
+            Probe::Raw => "on --runq-waits (raw_tp)",
         }
     }
 }
@@ -124,13 +131,17 @@ struct ProbeProc {
 }
 
 impl ProbeProc {
-    fn start(herd: &Path, out: PathBuf, raw: bool) -> Result<Self> {
+    fn start(herd: &Path, out: PathBuf, config: Probe) -> Result<Self> {
         let mut cmd = Command::new(herd);
-        if raw {
+        if config == Probe::Raw {
             cmd.env("HERD_PROBE_RUNQ", "raw");
         }
+        cmd.arg("probe");
+        if matches!(config, Probe::Waits | Probe::Raw) {
+            cmd.arg("--runq-waits");
+        }
         let mut child = cmd
-            .args(["probe", "--duration", "10m", "--interval", "1s", "--out"])
+            .args(["--duration", "10m", "--interval", "1s", "--out"])
             .arg(&out)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -366,6 +377,9 @@ pub fn bench_probe(root: &Path, opts: &Args) -> Result<String> {
         }
     }
     let mut configs = vec![Probe::Off, Probe::On];
+    if opts.runq_waits {
+        configs.push(Probe::Waits);
+    }
     if opts.raw {
         configs.push(Probe::Raw);
     }
@@ -389,7 +403,7 @@ pub fn bench_probe(root: &Path, opts: &Args) -> Result<String> {
                 let config = configs[c];
                 let _bench = Bench::start(&workload)?;
                 let probe = (config != Probe::Off)
-                    .then(|| ProbeProc::start(&herd, tmp.clone(), config == Probe::Raw))
+                    .then(|| ProbeProc::start(&herd, tmp.clone(), config))
                     .transpose()?;
                 let before = probe.as_ref().map(|p| cpu_and_hwm(p.child.id()));
                 let t = Instant::now();

@@ -1,6 +1,7 @@
 //! `cargo xtask soak`: an hours-long `herd run` at 100 ms intervals with the probe on, 4 ops
 //! against a local nginx at a modest rate, sampling herd's memory and the run store's size
-//! every minute, then timing `herd report` on the result (docs/benchmarks.md, "Long runs").
+//! every minute, then timing `herd report` on the result and projecting a day's store from the
+//! run rolled up whole to 1 s and 10 s rows (docs/benchmarks.md, "Long runs").
 //! Root (the probe); traffic on 127.0.0.1 only; nginx and herd are stopped on every exit.
 
 use std::{
@@ -211,7 +212,64 @@ pub fn soak(herd: &Path, args: &Args) -> Result<String> {
             String::from_utf8_lossy(&report.stderr)
         );
     }
-    Ok(table(&rows, ran, store_end, report_s))
+    let tiers = tier_sizes(herd, &dir)?;
+    let mut out = table(&rows, ran, store_end, report_s);
+    out.push_str(&projection(ran, store_end, tiers));
+    Ok(out)
+}
+
+/// The run's store rolled up whole to 1 s and to 10 s rows (`herd compact` on copies,
+/// vacuumed): (bytes at 1 s, bytes at 10 s).
+fn tier_sizes(herd: &Path, dir: &Path) -> Result<(u64, u64)> {
+    let mut sizes = [0u64; 2];
+    for (i, every) in ["1s", "10s"].iter().enumerate() {
+        let copy = dir.join(format!("runs-{every}.db"));
+        std::fs::copy(dir.join("runs.db"), &copy).context("copying the run store")?;
+        let out = Command::new(herd)
+            .args(["compact", "--every", every, "--store"])
+            .arg(format!("sqlite:{}", copy.display()))
+            .output()
+            .context("running herd compact")?;
+        if !out.status.success() {
+            bail!(
+                "herd compact --every {every} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        sizes[i] = file_len(&copy);
+        std::fs::remove_file(&copy)?;
+    }
+    Ok((sizes[0], sizes[1]))
+}
+
+/// The 24-hour store under herd's roll-up policy (the last 10 minutes at full resolution,
+/// 1 s rows up to 2 hours back, 10 s rows before), from this run's measured sizes: the store
+/// as it is, plus the 1 s rows it would still gain up to 2 hours, plus 22 hours of 10 s
+/// rows, each at the bytes per hour this run takes at that resolution (`tiers`, from
+/// [`tier_sizes`]; their fixed part, the run's header and final rows, is counted in every
+/// hour, so the projection leans high).
+fn projection(ran: Duration, store_end: u64, (at_1s, at_10s): (u64, u64)) -> String {
+    let mib = |b: f64| b / (1 << 20) as f64;
+    let hours = ran.as_secs_f64() / 3600.0;
+    if hours <= 0.0 {
+        return String::new();
+    }
+    let (d1, d10) = (at_1s as f64 / hours, at_10s as f64 / hours);
+    // Hours of 1 s rows the store holds now, and at 24 h.
+    let now_1s = (hours - 1.0 / 6.0).max(0.0);
+    let day_1s = 2.0 - 1.0 / 6.0;
+    let day = store_end as f64 + d1 * (day_1s - now_1s).max(0.0) + d10 * (24.0 - 2.0);
+    format!(
+        "rolled up whole: {:.1} MiB at 1 s ({:.1} MiB/h), {:.1} MiB at 10 s ({:.2} MiB/h); \
+         24 h under the roll-up policy: {:.0} MiB (the store now + {:.1} h more of 1 s rows + \
+         22 h of 10 s rows)\n",
+        mib(at_1s as f64),
+        mib(d1),
+        mib(at_10s as f64),
+        mib(d10),
+        mib(day),
+        (day_1s - now_1s).max(0.0)
+    )
 }
 
 fn table(rows: &[(u64, u64, u64)], ran: Duration, store_end: u64, report_s: f64) -> String {
@@ -309,6 +367,16 @@ fn table(rows: &[(u64, u64, u64)], ran: Duration, store_end: u64, report_s: f64)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An hour's run: 73 MiB as stored, 60 MiB rolled up to 1 s, 6 MiB to 10 s → 73 + 1 h
+    /// of 1 s rows + 22 h of 10 s rows.
+    #[test]
+    fn the_day_is_the_store_plus_the_tiers_it_has_yet_to_fill() {
+        let m = |v: u64| v << 20;
+        let p = projection(Duration::from_secs(3600), m(73), (m(60), m(6)));
+        assert!(p.contains("24 h under the roll-up policy: 265 MiB"), "{p}");
+        assert!(p.contains("+ 1.0 h more of 1 s rows"), "{p}");
+    }
 
     /// A flat sawtooth (the minute's trim) with a high last sample: the endpoints say +10 %,
     /// the windows and the slope say flat.
