@@ -218,8 +218,17 @@ fn check(programs: RunqPrograms, per_wait: bool, hook: &str) {
         // from the snapshot's).
         let c = iv.containers.iter().find(|c| c.container == name).unwrap();
         let windows: u64 = c.waits.windows.iter().filter_map(|w| w.runq_ns).sum();
+        // One per 100 ms poll; the walk keeps to 1 % of a CPU, so where a walk is slow (a
+        // TCG guest) the polls
+        // between walks leave their windows open and fewer, longer windows hold the same sum.
+        eprintln!("{hook} {name}: {} windows", c.waits.windows.len());
+        let min_windows = if emulated && hook == "iter/task" {
+            4
+        } else {
+            15
+        };
         assert!(
-            c.waits.windows.len() >= 15,
+            c.waits.windows.len() >= min_windows,
             "{name}: {} windows",
             c.waits.windows.len()
         );
