@@ -50,6 +50,13 @@ pub struct Args {
     /// each run-queue wait), interleaved with the others.
     #[arg(long)]
     pub runq_waits: bool,
+    /// Instead of the loads: N rounds of the ping-pong alone (`--seconds` each), the probe
+    /// off, on, and on with `--runq-waits`, the probe pinned to CPU 1 away from the load on
+    /// CPU 0 and started afresh each time; mean ± standard error per configuration and the
+    /// median of each round's ratio. Short runs, many of them: the VM's drift over minutes
+    /// is larger than a 2 % effect.
+    #[arg(long, value_name = "N")]
+    pub alternate: Option<usize>,
 }
 
 /// The probe's state during one measurement.
@@ -132,7 +139,19 @@ struct ProbeProc {
 
 impl ProbeProc {
     fn start(herd: &Path, out: PathBuf, config: Probe) -> Result<Self> {
-        let mut cmd = Command::new(herd);
+        Self::start_on(herd, out, config, None)
+    }
+
+    /// [`Self::start`], pinned to `cpu` when given.
+    fn start_on(herd: &Path, out: PathBuf, config: Probe, cpu: Option<usize>) -> Result<Self> {
+        let mut cmd = match cpu {
+            Some(c) => {
+                let mut t = Command::new("taskset");
+                t.args(["-c", &c.to_string()]).arg(herd);
+                t
+            }
+            None => Command::new(herd),
+        };
         if config == Probe::Raw {
             cmd.env("HERD_PROBE_RUNQ", "raw");
         }
@@ -319,8 +338,70 @@ impl Drop for Bench {
     }
 }
 
+/// `--alternate N`: the ping-pong alone, probe off / on / on `--runq-waits` in turn.
+fn alternate(herd: &Path, rounds: usize, secs: u64) -> Result<String> {
+    let configs = [Probe::Off, Probe::On, Probe::Waits];
+    let tmp = std::env::temp_dir().join(format!("herd-alt-{}.jsonl", std::process::id()));
+    // µs per round trip, per configuration, per round.
+    let mut us: Vec<Vec<f64>> = vec![Vec::new(); configs.len()];
+    for round in 0..rounds {
+        for (c, config) in configs.iter().enumerate() {
+            let probe = (*config != Probe::Off)
+                .then(|| ProbeProc::start_on(herd, tmp.clone(), *config, Some(1)))
+                .transpose()?;
+            let trips = ping_pong(Duration::from_secs(secs))?;
+            if let Some(p) = probe {
+                p.stop()?;
+            }
+            let v = secs as f64 * 1e6 / trips.max(1) as f64;
+            eprintln!(
+                "xtask bench: round {round} probe {}: {v:.3} µs per round trip",
+                config.name()
+            );
+            us[c].push(v);
+        }
+    }
+    let _ = std::fs::remove_file(&tmp);
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    let se = |v: &[f64]| {
+        let m = mean(v);
+        (v.iter().map(|x| (x - m) * (x - m)).sum::<f64>()
+            / (v.len() as f64 * (v.len() as f64 - 1.0).max(1.0)))
+        .sqrt()
+    };
+    let mut out = format!(
+        "{rounds} rounds of the pipe ping-pong ({secs} s each, 2 threads on CPU 0; the probe on CPU 1):\n\n\
+         | probe | µs per round trip (mean ± s.e.) | against off, per round: median (mean) |\n|---|---:|---:|\n"
+    );
+    for (c, config) in configs.iter().enumerate() {
+        let ratio = if c == 0 {
+            "—".to_owned()
+        } else {
+            let mut r: Vec<f64> = us[c].iter().zip(&us[0]).map(|(a, b)| a / b).collect();
+            r.sort_by(f64::total_cmp);
+            let n = r.len();
+            let median = if n.is_multiple_of(2) {
+                (r[n / 2 - 1] + r[n / 2]) / 2.0
+            } else {
+                r[n / 2]
+            };
+            format!("{median:.3} ({:.3})", mean(&r))
+        };
+        out.push_str(&format!(
+            "| {} | {:.3} ± {:.3} | {ratio} |\n",
+            config.name(),
+            mean(&us[c]),
+            se(&us[c])
+        ));
+    }
+    Ok(out)
+}
+
 pub fn bench_probe(root: &Path, opts: &Args) -> Result<String> {
     let herd = root.join("target/release/herd");
+    if let Some(rounds) = opts.alternate {
+        return alternate(&herd, rounds.max(2), opts.seconds);
+    }
     // The test workloads' binary (integration-test builds it beside herd).
     let workload = root.join("target/release/herd-workload");
     let secs = format!("{}s", opts.seconds);
