@@ -347,7 +347,7 @@ fn table(rows: &[(u64, u64, u64)], ran: Duration, store_end: u64, report_s: f64)
             let per_h = (l.2 as f64 - w.2 as f64) / hours;
             let _ = writeln!(
                 out,
-                "store growth after {} min: {:.1} MiB/h; linear 24 h projection: {:.0} MiB",
+                "store growth after {} min: {:.1} MiB/h; linear 24 h projection, as if the 1 s rows were kept all day: {:.0} MiB",
                 w.0 / 60,
                 mib(per_h.max(0.0) as u64),
                 mib(l.2) + mib(per_h.max(0.0) as u64) * (24.0 - l.0 as f64 / 3600.0)
