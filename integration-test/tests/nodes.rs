@@ -166,7 +166,11 @@ fn watch(c: &Cluster, name: &str, stop: Arc<AtomicBool>) -> std::thread::JoinHan
             for l in ps.lines() {
                 let f: Vec<&str> = l.split(' ').collect();
                 if let [id, task, node] = f[..] {
-                    seen.placement.insert(task.to_owned(), node.to_owned());
+                    // A task is `SERVICE.SLOT`; listed while the launcher removes the service,
+                    // its name reads `SERVICE_ID.SLOT` instead: key it by the slot.
+                    let slot = task.rsplit_once('.').map_or(task, |(_, slot)| slot);
+                    seen.placement
+                        .insert(format!("{name}.{slot}"), node.to_owned());
                     seen.task_nodes.insert(id.to_owned(), node.to_owned());
                 }
             }
