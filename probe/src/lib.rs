@@ -607,103 +607,114 @@ fn start_walk(
         .map_err(|e| format!("linking or reading the task iterator: {e}"))
 }
 
-/// The offsets `runq_tasks` reads, or why this kernel's BTF cannot give them.
-fn walk_offsets(btf: &btf::Btf) -> Result<[(&'static str, u64); 7], String> {
-    let field = |st: &str, path: &[&str], config: Option<&str>| {
-        btf.member_offset(st, path).map_err(|e| {
+/// A kernel field a scheduler program reads: the program global its offset goes into, the
+/// struct and the path to the field, and the kernel option that provides it.
+type Field = (
+    &'static str,
+    &'static str,
+    &'static [&'static str],
+    Option<&'static str>,
+);
+
+const RUN_DELAY: Field = (
+    globals::TASK_RUN_DELAY,
+    "task_struct",
+    &["sched_info", "run_delay"],
+    Some("CONFIG_SCHED_INFO"),
+);
+const PCOUNT: Field = (
+    globals::TASK_PCOUNT,
+    "task_struct",
+    &["sched_info", "pcount"],
+    Some("CONFIG_SCHED_INFO"),
+);
+const LAST_QUEUED: Field = (
+    globals::TASK_LAST_QUEUED,
+    "task_struct",
+    &["sched_info", "last_queued"],
+    Some("CONFIG_SCHED_INFO"),
+);
+const START_TIME: Field = (
+    globals::TASK_START_TIME,
+    "task_struct",
+    &["start_time"],
+    None,
+);
+const TGID: Field = (globals::TASK_TGID, "task_struct", &["tgid"], None);
+const PID: Field = (globals::TASK_PID, "task_struct", &["pid"], None);
+const CGROUPS: Field = (
+    globals::TASK_CGROUPS,
+    "task_struct",
+    &["cgroups"],
+    Some("CONFIG_CGROUPS"),
+);
+const DFL_CGRP: Field = (
+    globals::CSS_SET_DFL_CGRP,
+    "css_set",
+    &["dfl_cgrp"],
+    Some("CONFIG_CGROUPS"),
+);
+const SE_CFS_RQ: Field = (
+    globals::TASK_SE_CFS_RQ,
+    "task_struct",
+    &["se", "cfs_rq"],
+    Some("CONFIG_FAIR_GROUP_SCHED"),
+);
+const CFS_RQ_RQ: Field = (
+    globals::CFS_RQ_RQ,
+    "cfs_rq",
+    &["rq"],
+    Some("CONFIG_FAIR_GROUP_SCHED"),
+);
+const RQ_CLOCK: Field = (globals::RQ_CLOCK, "rq", &["clock"], None);
+const RQ_IDLE: Field = (globals::RQ_IDLE, "rq", &["idle"], None);
+
+/// The offsets of `fields` in this kernel, or why its BTF cannot give them (with the kernel
+/// option that provides the field); `reader` names the program in the error.
+fn offsets<const N: usize>(
+    btf: &btf::Btf,
+    reader: &str,
+    fields: [Field; N],
+) -> Result<[(&'static str, u64); N], String> {
+    let mut out = [("", 0); N];
+    for (slot, (global, st, path, config)) in out.iter_mut().zip(fields) {
+        let offset = btf.member_offset(st, path).map_err(|e| {
             let needs = config.map_or(String::new(), |c| format!(", which needs {c}"));
-            format!("this kernel's BTF lacks a field the task walk reads ({e}{needs})")
-        })
-    };
-    Ok([
-        (
-            globals::TASK_RUN_DELAY,
-            field(
-                "task_struct",
-                &["sched_info", "run_delay"],
-                Some("CONFIG_SCHED_INFO"),
-            )?,
-        ),
-        (
-            globals::TASK_PCOUNT,
-            field(
-                "task_struct",
-                &["sched_info", "pcount"],
-                Some("CONFIG_SCHED_INFO"),
-            )?,
-        ),
-        (
-            globals::TASK_START_TIME,
-            field("task_struct", &["start_time"], None)?,
-        ),
-        (globals::TASK_TGID, field("task_struct", &["tgid"], None)?),
-        (globals::TASK_PID, field("task_struct", &["pid"], None)?),
-        (
-            globals::TASK_CGROUPS,
-            field("task_struct", &["cgroups"], Some("CONFIG_CGROUPS"))?,
-        ),
-        (
-            globals::CSS_SET_DFL_CGRP,
-            field("css_set", &["dfl_cgrp"], Some("CONFIG_CGROUPS"))?,
-        ),
-    ])
+            format!("this kernel's BTF lacks a field {reader} reads ({e}{needs})")
+        })?;
+        *slot = (global, offset);
+    }
+    Ok(out)
 }
 
-/// The offsets `runq_switch` reads, or why this kernel's BTF cannot give them (with the
-/// kernel option that provides the field).
+/// The offsets `runq_tasks` reads.
+fn walk_offsets(btf: &btf::Btf) -> Result<[(&'static str, u64); 7], String> {
+    offsets(
+        btf,
+        "the task walk",
+        [RUN_DELAY, PCOUNT, START_TIME, TGID, PID, CGROUPS, DFL_CGRP],
+    )
+}
+
+/// The offsets `runq_switch` reads.
 fn runq_offsets(btf: &btf::Btf) -> Result<[(&'static str, u64); 11], String> {
-    let field = |st: &str, path: &[&str], config: Option<&str>| {
-        btf.member_offset(st, path).map_err(|e| {
-            let needs = config.map_or(String::new(), |c| format!(", which needs {c}"));
-            format!("this kernel's BTF lacks a field the run-queue program reads ({e}{needs})")
-        })
-    };
-    Ok([
-        (
-            globals::TASK_LAST_QUEUED,
-            field(
-                "task_struct",
-                &["sched_info", "last_queued"],
-                Some("CONFIG_SCHED_INFO"),
-            )?,
-        ),
-        (
-            globals::TASK_RUN_DELAY,
-            field(
-                "task_struct",
-                &["sched_info", "run_delay"],
-                Some("CONFIG_SCHED_INFO"),
-            )?,
-        ),
-        (
-            globals::TASK_START_TIME,
-            field("task_struct", &["start_time"], None)?,
-        ),
-        (
-            globals::TASK_SE_CFS_RQ,
-            field(
-                "task_struct",
-                &["se", "cfs_rq"],
-                Some("CONFIG_FAIR_GROUP_SCHED"),
-            )?,
-        ),
-        (
-            globals::CFS_RQ_RQ,
-            field("cfs_rq", &["rq"], Some("CONFIG_FAIR_GROUP_SCHED"))?,
-        ),
-        (globals::RQ_CLOCK, field("rq", &["clock"], None)?),
-        (globals::RQ_IDLE, field("rq", &["idle"], None)?),
-        (globals::TASK_TGID, field("task_struct", &["tgid"], None)?),
-        (globals::TASK_PID, field("task_struct", &["pid"], None)?),
-        (
-            globals::TASK_CGROUPS,
-            field("task_struct", &["cgroups"], Some("CONFIG_CGROUPS"))?,
-        ),
-        (
-            globals::CSS_SET_DFL_CGRP,
-            field("css_set", &["dfl_cgrp"], Some("CONFIG_CGROUPS"))?,
-        ),
-    ])
+    offsets(
+        btf,
+        "the run-queue program",
+        [
+            LAST_QUEUED,
+            RUN_DELAY,
+            START_TIME,
+            SE_CFS_RQ,
+            CFS_RQ_RQ,
+            RQ_CLOCK,
+            RQ_IDLE,
+            TGID,
+            PID,
+            CGROUPS,
+            DFL_CGRP,
+        ],
+    )
 }
 
 /// Loads and attaches one program (`kbtf`: the kernel's BTF, which a BTF tracepoint needs).

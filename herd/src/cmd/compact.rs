@@ -29,13 +29,9 @@ pub struct CompactArgs {
     /// Directory of the default store.
     #[arg(long, default_value = "herd-out")]
     pub out: PathBuf,
-    /// Run store URL (default: sqlite:<out>/runs.db).
-    #[arg(long, value_name = "URL", env = "HERD_STORE")]
-    pub store: Option<String>,
-    /// Read the run store URL from FILE (a mounted secret), so that it is in no command line
-    /// or environment.
-    #[arg(long, value_name = "FILE", conflicts_with = "store")]
-    pub store_file: Option<PathBuf>,
+    /// The run store: `--store URL` or `--store-file FILE`.
+    #[command(flatten)]
+    pub store: super::StoreArg,
 }
 
 fn parse_every(s: &str) -> Result<Duration, String> {
@@ -55,10 +51,7 @@ pub struct CompactRefused(String);
 
 /// Runs `herd compact`.
 pub fn run(args: &CompactArgs) -> Result<()> {
-    let url = super::store_url(
-        &super::store_or_file(&args.store, &args.store_file)?,
-        &args.out,
-    );
+    let url = args.store.url(&args.out)?;
     let rt = super::store_runtime("compact")?;
     rt.block_on(async {
         let store = Store::open_existing(&url).await?;

@@ -32,13 +32,9 @@ pub struct CompareArgs {
     /// (`compare-<RUN_A>-<RUN_B>.md`, `.html` and `.json`).
     #[arg(long, default_value = "herd-out")]
     pub out: PathBuf,
-    /// Run store URL (default: sqlite:<out>/runs.db).
-    #[arg(long, value_name = "URL", env = "HERD_STORE")]
-    pub store: Option<String>,
-    /// Read the run store URL from FILE (a mounted secret: /run/secrets/NAME), so that it
-    /// is in no command line or environment.
-    #[arg(long, value_name = "FILE", conflicts_with = "store")]
-    pub store_file: Option<PathBuf>,
+    /// The run store: `--store URL` or `--store-file FILE`.
+    #[command(flatten)]
+    pub store: super::StoreArg,
     /// Fail (exit code 99) when the run after regressed past this gate, checked on each op's
     /// whole-run figures: `p99 +10%`, `game.state p99 +20ms`, `req/s -5%`, `errors +0.5pp`;
     /// or on each container's kernel-side waits: `runq_p99 +20%`, `gateway retransmits +0`,
@@ -56,10 +52,7 @@ fn parse_gate(s: &str) -> std::result::Result<Gate, gate::GateError> {
 
 /// Runs `herd compare`: writes the files and prints the table.
 pub fn run(args: &CompareArgs) -> Result<()> {
-    let url = super::store_url(
-        &super::store_or_file(&args.store, &args.store_file)?,
-        &args.out,
-    );
+    let url = args.store.url(&args.out)?;
     let rt = super::store_runtime("comparison")?;
     rt.block_on(async {
         let store = Store::open_existing(&url).await?;

@@ -20,23 +20,16 @@ pub struct ImportArgs {
     /// Directory of the default store.
     #[arg(long, default_value = "herd-out")]
     pub out: PathBuf,
-    /// Run store URL (default: sqlite:<out>/runs.db).
-    #[arg(long, value_name = "URL", env = "HERD_STORE")]
-    pub store: Option<String>,
-    /// Read the run store URL from FILE (a mounted secret: /run/secrets/NAME), so that it
-    /// is in no command line or environment.
-    #[arg(long, value_name = "FILE", conflicts_with = "store")]
-    pub store_file: Option<PathBuf>,
+    /// The run store: `--store URL` or `--store-file FILE`.
+    #[command(flatten)]
+    pub store: super::StoreArg,
 }
 
 /// Runs `herd import`.
 pub fn run(args: &ImportArgs) -> Result<()> {
     // A file that is missing or holds no saved run is bad input (exit 2), not a failure.
     let saved = Rows::load(&args.file).map_err(crate::environment)?;
-    let url = super::store_url(
-        &super::store_or_file(&args.store, &args.store_file)?,
-        &args.out,
-    );
+    let url = args.store.url(&args.out)?;
     let rt = super::store_runtime("import")?;
     rt.block_on(async {
         let store = Store::open(&url).await?;

@@ -42,6 +42,29 @@ pub(crate) fn store_or_file(
     Ok(Some(url.trim().to_owned()))
 }
 
+/// `--store URL` / `--store-file FILE`: the store of a command that reads or changes
+/// recorded runs (`report`, `compare`, `import`, `compact`).
+#[derive(Debug, clap::Args)]
+pub struct StoreArg {
+    /// Run store URL (default: sqlite:<out>/runs.db).
+    #[arg(long, value_name = "URL", env = "HERD_STORE")]
+    pub store: Option<String>,
+    /// Read the run store URL from FILE (a mounted secret: /run/secrets/NAME), so that it
+    /// is in no command line or environment.
+    #[arg(long, value_name = "FILE", conflicts_with = "store")]
+    pub store_file: Option<std::path::PathBuf>,
+}
+
+impl StoreArg {
+    /// The URL to open: `--store`'s, `--store-file`'s, else `sqlite:<out>/runs.db`.
+    pub(crate) fn url(&self, out: &std::path::Path) -> anyhow::Result<String> {
+        Ok(store_url(
+            &store_or_file(&self.store, &self.store_file)?,
+            out,
+        ))
+    }
+}
+
 /// A single-threaded runtime for a command that only talks to the store; `what` names the
 /// command in the error.
 pub(crate) fn store_runtime(what: &str) -> anyhow::Result<tokio::runtime::Runtime> {

@@ -23,13 +23,9 @@ pub struct ReportArgs {
     /// Directory of the default store and of the report files.
     #[arg(long, default_value = "herd-out")]
     pub out: PathBuf,
-    /// Run store URL (default: sqlite:<out>/runs.db).
-    #[arg(long, value_name = "URL", env = "HERD_STORE")]
-    pub store: Option<String>,
-    /// Read the run store URL from FILE (a mounted secret: /run/secrets/NAME), so that it
-    /// is in no command line or environment.
-    #[arg(long, value_name = "FILE", conflicts_with = "store")]
-    pub store_file: Option<PathBuf>,
+    /// The run store: `--store URL` or `--store-file FILE`.
+    #[command(flatten)]
+    pub store: super::StoreArg,
     /// List the runs in the store instead.
     #[arg(long)]
     pub list: bool,
@@ -45,10 +41,7 @@ pub struct ReportArgs {
 
 /// Runs `herd report`.
 pub fn run(args: &ReportArgs) -> Result<()> {
-    let url = super::store_url(
-        &super::store_or_file(&args.store, &args.store_file)?,
-        &args.out,
-    );
+    let url = args.store.url(&args.out)?;
     let rt = super::store_runtime("report")?;
     rt.block_on(async {
         let store = Store::open_existing(&url).await?;
