@@ -10,8 +10,13 @@
 //! preemptions, and `mover` spins while the test moves it between CPU 0 and CPU 1 every
 //! 10 ms (`sched_setaffinity`), so it is often migrated while it waits: the kernel then adds
 //! the wait so far to `run_delay` at the migration (`sched_info_dequeue`), a part the
-//! enqueue stamp alone does not show. Every thread lives for the whole test, so the sum over
-//! `cgroup.threads` read before and after covers every wait.
+//! enqueue stamp alone does not show. Those threads live for the whole test, so the sum over
+//! `cgroup.threads` read before and after covers every wait. A fourth, `churner`, runs short
+//! processes one after another on CPU 0 (each spins a few ms and exits), whose waits end with
+//! them: `herd-workload churn` starts each, reads its final schedstat while it is a zombie
+//! (a dying process preempted by the parent it wakes still waits for a CPU to finish dying),
+//! writes it to a file, then reaps it. The churner's truth at a read is its live threads'
+//! schedstat plus the lines of the processes that ended.
 
 use std::{
     collections::HashMap, os::unix::process::CommandExt as _, path::Path, process::Command,
@@ -24,7 +29,7 @@ use herd_probe::{
     sampler::Sampler,
 };
 use herd_testbed::{Container, Sandbox};
-use integration_test::{kernel_release, privileged};
+use integration_test::{kernel_release, privileged, workload_cmd};
 
 /// Pins thread or process `pid` (0: the caller) to `cpu`.
 fn pin(pid: i32, cpu: usize) -> std::io::Result<()> {
@@ -52,19 +57,55 @@ fn pinned(cpu: usize, script: &str) -> Command {
 
 /// Sums of `run_delay` (ns) and `pcount` over every thread of the cgroup.
 fn schedstat(c: &Container) -> (u64, u64) {
-    let threads = std::fs::read_to_string(c.cgroup.join("cgroup.threads")).unwrap();
-    threads
+    threads(c)
+        // A thread is in /proc/<tid> too (hidden from readdir, but reachable by name).
+        .map(|tid| task_schedstat(&Path::new("/proc").join(tid)))
+        .fold((0, 0), |(d, n), (a, b)| (d + a, n + b))
+}
+
+/// The thread ids of the cgroup (`cgroup.threads`).
+fn threads(c: &Container) -> impl Iterator<Item = String> {
+    std::fs::read_to_string(c.cgroup.join("cgroup.threads"))
+        .unwrap()
         .lines()
-        .filter_map(|tid| {
-            // A thread is in /proc/<tid> too (hidden from readdir, but reachable by name).
-            let s = std::fs::read_to_string(Path::new("/proc").join(tid).join("schedstat")).ok()?;
+        .map(str::to_owned)
+        .collect::<Vec<_>>()
+        .into_iter()
+}
+
+/// `run_delay` and `pcount` of one task (`/proc/PID`), or zeros when it is gone.
+fn task_schedstat(proc: &Path) -> (u64, u64) {
+    std::fs::read_to_string(proc.join("schedstat"))
+        .ok()
+        .and_then(|s| {
             let mut f = s.split_whitespace().skip(1);
             Some((
                 f.next()?.parse::<u64>().ok()?,
                 f.next()?.parse::<u64>().ok()?,
             ))
         })
-        .fold((0, 0), |(d, n), (a, b)| (d + a, n + b))
+        .unwrap_or((0, 0))
+}
+
+/// The `PID RUN_DELAY PCOUNT` lines `herd-workload churn` wrote, by pid.
+fn ended(path: &Path) -> HashMap<String, (u64, u64)> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.split(' ');
+            let pid = f.next()?.to_owned();
+            Some((pid, (f.next()?.parse().ok()?, f.next()?.parse().ok()?)))
+        })
+        .collect()
+}
+
+/// A file removed when the test ends, also when it fails.
+struct Removed(std::path::PathBuf);
+
+impl Drop for Removed {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }
 
 fn runq_of(iv: &ProbeInterval, name: &str) -> (u64, u64) {
@@ -135,6 +176,19 @@ fn check(programs: RunqPrograms, per_wait: bool, hook: &str) {
         .unwrap();
     let moving = sb.spawn(&mover, pinned(0, "while :; do :; done")).unwrap();
     let moving = sb.child(moving).id() as i32;
+    let churner = sb.container("churner", None).unwrap();
+    let lines = Removed(std::env::temp_dir().join(format!(
+        "herd-runq-churn-{}-{}",
+        std::process::id(),
+        hook.replace('/', "-")
+    )));
+    let mut churn = workload_cmd();
+    churn
+        .arg("churn")
+        .arg("--out")
+        .arg(&lines.0)
+        .args(["--deadline", "60s"]);
+    sb.spawn(&churner, churn).unwrap();
     let probe = KernelProbe::load_with(
         &ProbeOptions::default(),
         &WaitOptions {
@@ -162,9 +216,37 @@ fn check(programs: RunqPrograms, per_wait: bool, hook: &str) {
     );
     // Let the processes settle into their pipe and be discovered.
     std::thread::sleep(Duration::from_millis(300));
-    let all = [("victim", &victim), ("noisy", &noisy), ("mover", &mover)];
-    let read =
-        || -> HashMap<&str, (u64, u64)> { all.iter().map(|(n, c)| (*n, schedstat(c))).collect() };
+    let all = [
+        ("victim", &victim),
+        ("noisy", &noisy),
+        ("mover", &mover),
+        ("churner", &churner),
+    ];
+    // The churner's truth: its live threads' schedstat, read first, then the lines of the
+    // processes that ended (taken for a process that ended between the two).
+    let read = || -> HashMap<&str, (u64, u64)> {
+        all.iter()
+            .map(|(n, c)| match *n {
+                "churner" => {
+                    let live: Vec<(String, (u64, u64))> = threads(c)
+                        .map(|tid| {
+                            let s = task_schedstat(&Path::new("/proc").join(&tid));
+                            (tid, s)
+                        })
+                        .collect();
+                    let ended = ended(&lines.0);
+                    let (d, k) = live
+                        .into_iter()
+                        .filter(|(tid, _)| !ended.contains_key(tid))
+                        .map(|(_, s)| s)
+                        .chain(ended.values().copied())
+                        .fold((0, 0), |(d, n), (a, b)| (d + a, n + b));
+                    (*n, (d, k))
+                }
+                _ => (*n, schedstat(c)),
+            })
+            .collect()
+    };
     let before = read();
     sampler.sample().unwrap();
     let mut cpu = 0;

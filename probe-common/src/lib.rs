@@ -163,8 +163,11 @@ pub enum Loss {
     /// `RETRANS_WINDOWS` was full: a retransmit is in its pair's totals but not in a
     /// 100 ms window.
     RetransWindowFull = 7,
+    /// `RUNQ_EXITS` was full: an exiting thread's run-queue waits since the task walk's
+    /// previous poll were lost.
+    RunqExitFull = 8,
     /// Number of loss reasons; not a reason.
-    Count = 8,
+    Count = 9,
 }
 
 impl Loss {
@@ -178,6 +181,7 @@ impl Loss {
         Loss::RunqStartFull,
         Loss::RunqMapFull,
         Loss::RetransWindowFull,
+        Loss::RunqExitFull,
     ];
 
     /// The stable, snake_case name used in output.
@@ -191,6 +195,7 @@ impl Loss {
             Loss::RunqStartFull => "runq_start_full",
             Loss::RunqMapFull => "runq_map_full",
             Loss::RetransWindowFull => "retrans_window_full",
+            Loss::RunqExitFull => "runq_exit_full",
             Loss::Count => "count",
         }
     }

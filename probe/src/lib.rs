@@ -113,6 +113,14 @@ const RUNQ_PROGRAM: (&str, Hook, &str) = (
     "BTF tracepoints (5.5) and the sched_switch tracepoint",
 );
 
+/// Beside the task walk: each ended thread's last counters, so that what it waited since the
+/// previous walk is not lost with it.
+const RUNQ_EXIT_PROGRAM: (&str, Hook, &str) = (
+    "runq_exit",
+    Hook::Btf("sched_process_free"),
+    "BTF tracepoints (5.5), BPF ring buffers (5.8) and the sched_process_free tracepoint",
+);
+
 /// The fallback run-queue programs: raw tracepoints that time each wait themselves.
 const RUNQ_RAW_PROGRAMS: &[(&str, Hook, &str)] = &[
     (
@@ -412,6 +420,12 @@ impl KernelProbe {
             .next_power_of_two();
         let base_mask = u64::from(base_slots - 1);
         // The per-thread map of the programs that do not run holds one entry.
+        // A ring buffer is at least a page; only the task walk reads `RUNQ_EXITS`.
+        // SAFETY: sysconf has no preconditions.
+        let page = u32::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+        if !matches!(runq, Runq::Walk(_)) {
+            loader.map_max_entries("RUNQ_EXITS", page);
+        }
         match &runq {
             Runq::Walk(fields) => {
                 for (name, value) in fields {
@@ -602,8 +616,21 @@ fn start_walk(
         }
         msg
     })?;
-    let fd = prog.fd().map_err(|e| format!("{e}"))?;
-    task_walk::TaskWalk::new(std::os::fd::AsFd::as_fd(fd), own_tgid)
+    let fd = prog
+        .fd()
+        .map_err(|e| format!("{e}"))?
+        .try_clone()
+        .map_err(|e| format!("{e}"))?;
+    // The exits' ring buffer, where the kernel takes its program: without it a thread that
+    // exits between two walks takes what it waited since the first with it.
+    let (program, hook, needs) = RUNQ_EXIT_PROGRAM;
+    let exits = match attach(ebpf, program, hook, needs, kbtf) {
+        Ok(()) => ebpf
+            .take_map("RUNQ_EXITS")
+            .and_then(|m| aya::maps::RingBuf::try_from(m).ok()),
+        Err(_) => None,
+    };
+    task_walk::TaskWalk::new(std::os::fd::AsFd::as_fd(&fd), own_tgid, exits)
         .map_err(|e| format!("linking or reading the task iterator: {e}"))
 }
 
@@ -965,7 +992,7 @@ impl KernelProbe {
         use std::os::fd::{AsFd as _, AsRawFd as _};
         PROGRAMS
             .iter()
-            .chain([&RUNQ_PROGRAM])
+            .chain([&RUNQ_PROGRAM, &RUNQ_EXIT_PROGRAM])
             .chain(RUNQ_RAW_PROGRAMS)
             .chain([&SCHED_SWITCH_OLD])
             .filter_map(|(name, ..)| self.ebpf.program(name)?.fd().ok())

@@ -277,7 +277,7 @@ mod tests {
         let cur = Snapshot {
             at_ns: 2_000,
             by_cgroup: HashMap::from([(1, counts(8, 0)), (7, counts(1, 4)), (9, counts(2, 0))]),
-            losses: [1, 0, 0, 0, 0, 0, 0, 0],
+            losses: [1, 0, 0, 0, 0, 0, 0, 0, 0],
             ..Snapshot::default()
         };
         let i = interval(&prev, &cur, &set, &HashMap::new(), &HashMap::new());

@@ -6,9 +6,13 @@
 //! rate; the price is that the waits are counted and summed, not timed one by one (no
 //! per-wait histogram: `--runq-waits` attaches the switch program for that).
 //!
-//! Exact against schedstat for the threads alive at both walks. A thread that exits between
-//! two walks loses what it waited since the first (at most one poll's worth); a thread born
-//! since the previous walk counts from its birth.
+//! Exact against schedstat, also for threads that come and go between walks: a thread born
+//! since the first walk that no walk saw counts from its birth, and one that ends hands its final counters
+//! to the walk through `runq_exit` (`tp_btf/sched_process_free`, once per thread, a grace
+//! period after it was reaped) and the `RUNQ_EXITS` ring buffer, drained at the start of
+//! each walk; what the walks last saw of a thread is kept [`GONE_KEEP_NS`] after it leaves
+//! the iteration, for that record. Where the kernel refuses that program, a thread that
+//! ends takes what it waited since the previous walk with it (at most one poll's worth).
 
 use std::{
     collections::HashMap,
@@ -16,6 +20,7 @@ use std::{
     os::fd::{AsFd as _, AsRawFd as _, FromRawFd as _, OwnedFd},
 };
 
+use aya::maps::{MapData, RingBuf};
 use probe_common::{OWN_TGID_KEY, RunqStats, TaskWait};
 
 /// `BPF_LINK_CREATE` (`include/uapi/linux/bpf.h`).
@@ -50,6 +55,10 @@ fn bpf_fd(cmd: libc::c_long, attr: &[u32; 16]) -> std::io::Result<OwnedFd> {
 /// 100 ms poll up to about 1 300 threads, every 0.5 s with 5 000. The walk at each interval's end is always taken.
 pub const WALK_BUDGET: f64 = 0.01;
 
+/// How long a thread the iteration no longer lists is remembered, for its final counters
+/// (which come an RCU grace period after it was reaped: milliseconds, longer under load).
+pub const GONE_KEEP_NS: u64 = 5_000_000_000;
+
 /// The CPU time this thread has used (user and system), ns.
 fn thread_cpu_ns() -> u64 {
     let mut ts = libc::timespec {
@@ -64,9 +73,21 @@ fn thread_cpu_ns() -> u64 {
 /// What a thread looked like at the previous walk.
 #[derive(Clone, Copy)]
 struct Seen {
-    start_time: u64,
     run_delay: u64,
     pcount: u64,
+    /// When it was first missing from an iteration (0: in the latest one); kept
+    /// [`GONE_KEEP_NS`] for the thread's final record.
+    gone_at: u64,
+}
+
+impl Seen {
+    fn of(t: &TaskWait) -> Self {
+        Seen {
+            run_delay: t.run_delay,
+            pcount: t.pcount,
+            gone_at: 0,
+        }
+    }
 }
 
 /// The walk's state: the iterator's link, every thread as last seen, and the totals per
@@ -74,20 +95,31 @@ struct Seen {
 pub(crate) struct TaskWalk {
     link: OwnedFd,
     own_tgid: u32,
-    seen: HashMap<u32, Seen>,
-    next: HashMap<u32, Seen>,
+    /// Every thread as last seen, by thread id and start time (a thread id is reused once
+    /// its thread has been reaped, maybe before that thread's final record is read).
+    seen: HashMap<(u32, u64), Seen>,
+    next: HashMap<(u32, u64), Seen>,
     /// Monotonic time the previous walk started, `None` before the first.
     walked_at: Option<u64>,
+    /// Monotonic time the first walk started: a thread born since counts from its birth.
+    first_at: Option<u64>,
     /// CPU time the previous walk took, ns.
     cost_ns: u64,
     totals: HashMap<u64, RunqStats>,
     buf: Vec<u8>,
+    /// The exiting threads' last counters (`RUNQ_EXITS`), where `runq_exit` is attached.
+    exits: Option<RingBuf<MapData>>,
 }
 
 impl TaskWalk {
     /// Links the loaded `runq_tasks` program (its fd) as a task iterator and takes the first
-    /// walk (the baseline: what threads waited before the probe does not count).
-    pub(crate) fn new(prog: std::os::fd::BorrowedFd<'_>, own_tgid: u32) -> std::io::Result<Self> {
+    /// walk (the baseline: what threads waited before the probe does not count); `exits` is
+    /// `runq_exit`'s ring buffer where that program is attached.
+    pub(crate) fn new(
+        prog: std::os::fd::BorrowedFd<'_>,
+        own_tgid: u32,
+        exits: Option<RingBuf<MapData>>,
+    ) -> std::io::Result<Self> {
         // `link_create`: prog_fd, target_fd (0), attach_type, flags (0), iter_info (none).
         let mut attr = [0u32; 16];
         attr[0] = prog.as_raw_fd() as u32;
@@ -99,9 +131,11 @@ impl TaskWalk {
             seen: HashMap::new(),
             next: HashMap::new(),
             walked_at: None,
+            first_at: None,
             cost_ns: 0,
             totals: HashMap::new(),
             buf: Vec::with_capacity(64 << 10),
+            exits,
         };
         w.walk()?;
         Ok(w)
@@ -114,55 +148,86 @@ impl TaskWalk {
             .is_none_or(|at| now >= at.saturating_add(wait))
     }
 
+    /// Adds what `t` waited since it was `seen` to its cgroup's totals (or herd's own); all
+    /// of it when it was never seen and was born since the first walk at `first_at` (a
+    /// thread that lived and ended between two walks). A thread older than the first walk
+    /// that no walk saw is only a baseline: what it waited before the probe does not count.
+    fn add(
+        totals: &mut HashMap<u64, RunqStats>,
+        own_tgid: u32,
+        first_at: Option<u64>,
+        seen: Option<Seen>,
+        t: &TaskWait,
+    ) {
+        let base = match seen {
+            Some(s) => (s.run_delay, s.pcount),
+            None if first_at.is_some_and(|at| t.start_time > at) => (0, 0),
+            None => return,
+        };
+        let key = if own_tgid != 0 && t.tgid == own_tgid {
+            OWN_TGID_KEY
+        } else {
+            t.cgroup
+        };
+        let d_ns = t.run_delay.saturating_sub(base.0);
+        let d_n = t.pcount.saturating_sub(base.1);
+        if d_ns > 0 || d_n > 0 {
+            let e = totals.entry(key).or_default();
+            e.total_ns += d_ns;
+            e.count += d_n;
+        }
+    }
+
     /// Walks every thread once and returns the totals per cgroup v2 id (and
     /// [`OWN_TGID_KEY`]) since the first walk.
     pub(crate) fn walk(&mut self) -> std::io::Result<&HashMap<u64, RunqStats>> {
         let now = crate::clock::now_ns();
         let cpu0 = thread_cpu_ns();
+        let size = std::mem::size_of::<TaskWait>();
+        // The threads that ended since the previous walk first: their final counters against
+        // what the walks last saw of them. Drained before the iteration, so that a thread in
+        // the ring is no longer in it.
+        if let Some(exits) = &mut self.exits {
+            while let Some(item) = exits.next() {
+                if item.len() < size {
+                    continue;
+                }
+                // SAFETY: as below; the program outputs whole records.
+                let t: TaskWait = unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) };
+                drop(item);
+                let seen = self.seen.remove(&(t.tid, t.start_time));
+                Self::add(&mut self.totals, self.own_tgid, self.first_at, seen, &t);
+            }
+        }
         let mut attr = [0u32; 16];
         attr[0] = self.link.as_fd().as_raw_fd() as u32;
         let iter = bpf_fd(BPF_ITER_CREATE, &attr)?;
         let mut file = std::fs::File::from(iter);
         self.buf.clear();
         file.read_to_end(&mut self.buf)?;
-        let size = std::mem::size_of::<TaskWait>();
         self.next.clear();
         for chunk in self.buf.chunks_exact(size) {
             // SAFETY: `TaskWait` is `repr(C)` plain data, every bit pattern valid; the
             // program writes whole records.
             let t: TaskWait = unsafe { std::ptr::read_unaligned(chunk.as_ptr().cast()) };
-            let base = match self.seen.get(&t.tid) {
-                Some(s) if s.start_time == t.start_time => Some((s.run_delay, s.pcount)),
-                // Born since the previous walk: all of it is new.
-                _ if self.walked_at.is_some_and(|at| t.start_time > at) => Some((0, 0)),
-                // The first walk, or a thread the previous walk missed: a baseline.
-                _ => None,
-            };
-            if let Some((run_delay, pcount)) = base {
-                let key = if self.own_tgid != 0 && t.tgid == self.own_tgid {
-                    OWN_TGID_KEY
-                } else {
-                    t.cgroup
-                };
-                let d_ns = t.run_delay.saturating_sub(run_delay);
-                let d_n = t.pcount.saturating_sub(pcount);
-                if d_ns > 0 || d_n > 0 {
-                    let e = self.totals.entry(key).or_default();
-                    e.total_ns += d_ns;
-                    e.count += d_n;
+            let key = (t.tid, t.start_time);
+            let seen = self.seen.get(&key).copied();
+            Self::add(&mut self.totals, self.own_tgid, self.first_at, seen, &t);
+            self.next.insert(key, Seen::of(&t));
+        }
+        // A thread the iteration no longer lists has ended: its final record comes with a
+        // later drain (if runq_exit is attached), to be taken against what it was seen as.
+        if self.exits.is_some() {
+            for (key, s) in &self.seen {
+                let gone_at = if s.gone_at == 0 { now } else { s.gone_at };
+                if now.saturating_sub(gone_at) < GONE_KEEP_NS && !self.next.contains_key(key) {
+                    self.next.insert(*key, Seen { gone_at, ..*s });
                 }
             }
-            self.next.insert(
-                t.tid,
-                Seen {
-                    start_time: t.start_time,
-                    run_delay: t.run_delay,
-                    pcount: t.pcount,
-                },
-            );
         }
         std::mem::swap(&mut self.seen, &mut self.next);
         self.walked_at = Some(now);
+        self.first_at.get_or_insert(now);
         self.cost_ns = thread_cpu_ns().saturating_sub(cpu0);
         Ok(&self.totals)
     }

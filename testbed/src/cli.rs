@@ -22,6 +22,27 @@ pub enum WorkloadCmd {
         #[arg(long, default_value_t = 1)]
         count: u64,
     },
+    /// Start short processes one after another (`sh -c SCRIPT`, pinned to `cpu`), each its
+    /// own child: when one has exited, read its final `/proc/PID/schedstat` while it is a
+    /// zombie (`waitid(WNOWAIT)`), append `PID RUN_DELAY PCOUNT` to `out`, then reap it.
+    /// The ground truth of run-queue waits that end with their process.
+    Churn {
+        /// The file the lines are appended to.
+        #[arg(long)]
+        out: std::path::PathBuf,
+        /// What each process runs.
+        #[arg(
+            long,
+            default_value = "i=0; while [ $i -lt 1500 ]; do i=$((i+1)); done"
+        )]
+        script: String,
+        /// The CPU each process is pinned to.
+        #[arg(long, default_value_t = 0)]
+        cpu: usize,
+        /// Stop after this long at most.
+        #[arg(long, default_value = "1m", value_parser = parse_duration)]
+        deadline: Duration,
+    },
     /// Accept and drain TCP connections.
     TcpServer {
         /// Address to listen on.
@@ -86,6 +107,12 @@ pub enum WorkloadCmd {
 /// Runs a workload.
 pub fn run(cmd: &WorkloadCmd) -> Result<()> {
     match *cmd {
+        WorkloadCmd::Churn {
+            ref out,
+            ref script,
+            cpu,
+            deadline,
+        } => workload::churn(out, script, cpu, deadline),
         WorkloadCmd::UnixConnect { ref path, count } => {
             let failed = (0..count)
                 .filter(|_| std::os::unix::net::UnixStream::connect(path).is_err())

@@ -274,3 +274,50 @@ pub fn tcp_client(
     say(&format!("connected {ok} failed {failed}"));
     Ok(())
 }
+
+/// Starts `sh -c script` pinned to `cpu`, one process after another, until `deadline`; for
+/// each, once it has exited, reads its final schedstat while it is a zombie (so after its
+/// last wait for a CPU: a dying process preempted by the parent it wakes still waits to
+/// finish dying), appends `PID RUN_DELAY PCOUNT` to `out`, and reaps it.
+pub fn churn(out: &std::path::Path, script: &str, cpu: usize, deadline: Duration) -> Result<()> {
+    use std::os::unix::process::CommandExt as _;
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(out)
+        .with_context(|| format!("opening {}", out.display()))?;
+    let end = Instant::now() + deadline;
+    let mut started = 0u64;
+    while Instant::now() < end {
+        let mut cmd = std::process::Command::new("sh");
+        cmd.args(["-c", script]);
+        // SAFETY: only sched_setaffinity between fork and exec, its set on this stack.
+        unsafe {
+            cmd.pre_exec(move || {
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                libc::CPU_SET(cpu, &mut set);
+                if libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn().context("starting sh")?;
+        let pid = child.id();
+        // SAFETY: `info` is a valid out-pointer; WNOWAIT leaves the zombie in place.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        if unsafe { libc::waitid(libc::P_PID, pid, &mut info, libc::WEXITED | libc::WNOWAIT) } != 0
+        {
+            bail!("waitid({pid}): {}", std::io::Error::last_os_error());
+        }
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/schedstat"))
+            .with_context(|| format!("reading the schedstat of zombie {pid}"))?;
+        let mut f = stat.split_whitespace().skip(1);
+        let (delay, count) = (f.next().unwrap_or("0"), f.next().unwrap_or("0"));
+        writeln!(file, "{pid} {delay} {count}")?;
+        child.wait()?;
+        started += 1;
+    }
+    println!("churned {started} processes");
+    Ok(())
+}

@@ -482,7 +482,7 @@ mod tests {
                 Some("backend".into()),
                 st,
             )],
-            losses: [0, 0, 0, 1, 0, 0, 0, 0],
+            losses: [0, 0, 0, 1, 0, 0, 0, 0, 0],
         };
         let t = counters(&e);
         assert!(
