@@ -13,7 +13,6 @@
 //! must name `memory_pressure` for it with that number.
 
 use std::{
-    os::unix::process::CommandExt as _,
     path::{Path, PathBuf},
     process::Command,
     time::{Duration, Instant},
@@ -29,7 +28,7 @@ use herd_probe::{
     containers::ContainerSet,
     sampler::Sampler,
 };
-use herd_testbed::{Container, Sandbox};
+use herd_testbed::{Container, Sandbox, workload::pinned};
 use integration_test::{kernel_release, privileged};
 
 const LIMIT: u64 = 32 << 20;
@@ -121,22 +120,8 @@ fn oom_kills_equal_the_memory_cgroups_count_and_psi_deltas_match_the_pressure_fi
     let mut sb = Sandbox::new("oom").unwrap();
     let c = sb.container("hog", None).unwrap();
     set_limit(&c);
-    let pinned = |script: &str| {
-        let mut cmd = Command::new("sh");
-        cmd.args(["-c", script]);
-        // SAFETY: sched_setaffinity is async-signal-safe.
-        unsafe {
-            cmd.pre_exec(|| {
-                let mut set: libc::cpu_set_t = std::mem::zeroed();
-                libc::CPU_SET(0, &mut set);
-                libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set);
-                Ok(())
-            });
-        }
-        cmd
-    };
     for _ in 0..2 {
-        sb.spawn(&c, pinned("while :; do :; done")).unwrap();
+        sb.spawn(&c, pinned(0, "while :; do :; done")).unwrap();
     }
     let sampler = sampler(&mut slot, &sb);
     let (kills0, file) = oom_kills(&c);

@@ -18,59 +18,35 @@
 //! writes it to a file, then reaps it. The churner's truth at a read is its live threads'
 //! schedstat plus the lines of the processes that ended.
 
-use std::{
-    collections::HashMap, os::unix::process::CommandExt as _, path::Path, process::Command,
-    time::Duration,
-};
+use std::{collections::HashMap, path::Path, time::Duration};
 
 use herd_model::{ProbeInterval, waits::RunqCell};
 use herd_probe::{
     KernelProbe, OWN_ROW, ProbeOptions, RunqPrograms, WaitOptions, containers::ContainerSet,
     sampler::Sampler,
 };
-use herd_testbed::{Container, Sandbox};
+use herd_testbed::{
+    Container, Sandbox,
+    workload::{pin, pinned},
+};
 use integration_test::{kernel_release, privileged, workload_cmd};
-
-/// Pins thread or process `pid` (0: the caller) to `cpu`.
-fn pin(pid: i32, cpu: usize) -> std::io::Result<()> {
-    // SAFETY: sched_setaffinity is async-signal-safe; the set is built on this stack.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        if libc::sched_setaffinity(pid, size_of::<libc::cpu_set_t>(), &set) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
-    Ok(())
-}
-
-/// `sh -c SCRIPT` pinned to `cpu`.
-fn pinned(cpu: usize, script: &str) -> Command {
-    let mut cmd = Command::new("sh");
-    cmd.args(["-c", script]);
-    // SAFETY: only sched_setaffinity runs between fork and exec.
-    unsafe {
-        cmd.pre_exec(move || pin(0, cpu));
-    }
-    cmd
-}
 
 /// Sums of `run_delay` (ns) and `pcount` over every thread of the cgroup.
 fn schedstat(c: &Container) -> (u64, u64) {
     threads(c)
+        .into_iter()
         // A thread is in /proc/<tid> too (hidden from readdir, but reachable by name).
         .map(|tid| task_schedstat(&Path::new("/proc").join(tid)))
         .fold((0, 0), |(d, n), (a, b)| (d + a, n + b))
 }
 
 /// The thread ids of the cgroup (`cgroup.threads`).
-fn threads(c: &Container) -> impl Iterator<Item = String> {
+fn threads(c: &Container) -> Vec<String> {
     std::fs::read_to_string(c.cgroup.join("cgroup.threads"))
         .unwrap()
         .lines()
         .map(str::to_owned)
-        .collect::<Vec<_>>()
-        .into_iter()
+        .collect()
 }
 
 /// `run_delay` and `pcount` of one task (`/proc/PID`), or zeros when it is gone.
@@ -229,6 +205,7 @@ fn check(programs: RunqPrograms, per_wait: bool, hook: &str) {
             .map(|(n, c)| match *n {
                 "churner" => {
                     let live: Vec<(String, (u64, u64))> = threads(c)
+                        .into_iter()
                         .map(|tid| {
                             let s = task_schedstat(&Path::new("/proc").join(&tid));
                             (tid, s)

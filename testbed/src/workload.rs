@@ -275,12 +275,36 @@ pub fn tcp_client(
     Ok(())
 }
 
+/// Pins thread or process `pid` (0: the caller) to `cpu`.
+pub fn pin(pid: i32, cpu: usize) -> std::io::Result<()> {
+    // SAFETY: sched_setaffinity is async-signal-safe; the set is built on this stack.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(pid, size_of::<libc::cpu_set_t>(), &set) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// `sh -c SCRIPT` pinned to `cpu`.
+pub fn pinned(cpu: usize, script: &str) -> std::process::Command {
+    use std::os::unix::process::CommandExt as _;
+    let mut cmd = std::process::Command::new("sh");
+    cmd.args(["-c", script]);
+    // SAFETY: only sched_setaffinity runs between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || pin(0, cpu));
+    }
+    cmd
+}
+
 /// Starts `sh -c script` pinned to `cpu`, one process after another, until `deadline`; for
 /// each, once it has exited, reads its final schedstat while it is a zombie (so after its
 /// last wait for a CPU: a dying process preempted by the parent it wakes still waits to
 /// finish dying), appends `PID RUN_DELAY PCOUNT` to `out`, and reaps it.
 pub fn churn(out: &std::path::Path, script: &str, cpu: usize, deadline: Duration) -> Result<()> {
-    use std::os::unix::process::CommandExt as _;
     let mut file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -289,20 +313,7 @@ pub fn churn(out: &std::path::Path, script: &str, cpu: usize, deadline: Duration
     let end = Instant::now() + deadline;
     let mut started = 0u64;
     while Instant::now() < end {
-        let mut cmd = std::process::Command::new("sh");
-        cmd.args(["-c", script]);
-        // SAFETY: only sched_setaffinity between fork and exec, its set on this stack.
-        unsafe {
-            cmd.pre_exec(move || {
-                let mut set: libc::cpu_set_t = std::mem::zeroed();
-                libc::CPU_SET(cpu, &mut set);
-                if libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        let mut child = cmd.spawn().context("starting sh")?;
+        let mut child = pinned(cpu, script).spawn().context("starting sh")?;
         let pid = child.id();
         // SAFETY: `info` is a valid out-pointer; WNOWAIT leaves the zombie in place.
         let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
