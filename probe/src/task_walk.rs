@@ -55,8 +55,9 @@ fn bpf_fd(cmd: libc::c_long, attr: &[u32; 16]) -> std::io::Result<OwnedFd> {
 /// 100 ms poll up to about 1 300 threads, every 0.5 s with 5 000. The walk at each interval's end is always taken.
 pub const WALK_BUDGET: f64 = 0.01;
 
-/// How long a thread the iteration no longer lists is remembered, for its final counters
-/// (which come an RCU grace period after it was reaped: milliseconds, longer under load).
+/// How long a thread is remembered after the last walk that listed it, for its final
+/// counters (which come an RCU grace period after it was reaped: milliseconds, longer under
+/// load).
 pub const GONE_KEEP_NS: u64 = 5_000_000_000;
 
 /// The CPU time this thread has used (user and system), ns.
@@ -70,24 +71,14 @@ fn thread_cpu_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// What a thread looked like at the previous walk.
+/// What a thread looked like at the last walk that listed it.
 #[derive(Clone, Copy)]
 struct Seen {
     run_delay: u64,
     pcount: u64,
-    /// When it was first missing from an iteration (0: in the latest one); kept
-    /// [`GONE_KEEP_NS`] for the thread's final record.
-    gone_at: u64,
-}
-
-impl Seen {
-    fn of(t: &TaskWait) -> Self {
-        Seen {
-            run_delay: t.run_delay,
-            pcount: t.pcount,
-            gone_at: 0,
-        }
-    }
+    /// When that walk started; a thread no walk listed since is kept [`GONE_KEEP_NS`] for
+    /// its final record.
+    walked_at: u64,
 }
 
 /// The walk's state: the iterator's link, every thread as last seen, and the totals per
@@ -98,7 +89,6 @@ pub(crate) struct TaskWalk {
     /// Every thread as last seen, by thread id and start time (a thread id is reused once
     /// its thread has been reaped, maybe before that thread's final record is read).
     seen: HashMap<(u32, u64), Seen>,
-    next: HashMap<(u32, u64), Seen>,
     /// Monotonic time the previous walk started, `None` before the first.
     walked_at: Option<u64>,
     /// Monotonic time the first walk started: a thread born since counts from its birth.
@@ -129,7 +119,6 @@ impl TaskWalk {
             link,
             own_tgid,
             seen: HashMap::new(),
-            next: HashMap::new(),
             walked_at: None,
             first_at: None,
             cost_ns: 0,
@@ -205,27 +194,27 @@ impl TaskWalk {
         let mut file = std::fs::File::from(iter);
         self.buf.clear();
         file.read_to_end(&mut self.buf)?;
-        self.next.clear();
         for chunk in self.buf.chunks_exact(size) {
             // SAFETY: `TaskWait` is `repr(C)` plain data, every bit pattern valid; the
             // program writes whole records.
             let t: TaskWait = unsafe { std::ptr::read_unaligned(chunk.as_ptr().cast()) };
-            let key = (t.tid, t.start_time);
-            let seen = self.seen.get(&key).copied();
-            Self::add(&mut self.totals, self.own_tgid, self.first_at, seen, &t);
-            self.next.insert(key, Seen::of(&t));
+            let now_seen = Seen {
+                run_delay: t.run_delay,
+                pcount: t.pcount,
+                walked_at: now,
+            };
+            let before = self.seen.insert((t.tid, t.start_time), now_seen);
+            Self::add(&mut self.totals, self.own_tgid, self.first_at, before, &t);
         }
-        // A thread the iteration no longer lists has ended: its final record comes with a
-        // later drain (if runq_exit is attached), to be taken against what it was seen as.
-        if self.exits.is_some() {
-            for (key, s) in &self.seen {
-                let gone_at = if s.gone_at == 0 { now } else { s.gone_at };
-                if now.saturating_sub(gone_at) < GONE_KEEP_NS && !self.next.contains_key(key) {
-                    self.next.insert(*key, Seen { gone_at, ..*s });
-                }
-            }
-        }
-        std::mem::swap(&mut self.seen, &mut self.next);
+        // A thread this walk did not list has ended: its final record comes with a later
+        // drain (if runq_exit is attached), to be taken against what it was last seen as.
+        let keep_ns = if self.exits.is_some() {
+            GONE_KEEP_NS
+        } else {
+            0
+        };
+        self.seen
+            .retain(|_, s| s.walked_at == now || now.saturating_sub(s.walked_at) < keep_ns);
         self.walked_at = Some(now);
         self.first_at.get_or_insert(now);
         self.cost_ns = thread_cpu_ns().saturating_sub(cpu0);
