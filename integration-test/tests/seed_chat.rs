@@ -43,6 +43,17 @@ fn lines(log: &str, request: &str, status: &str) -> u64 {
         .count() as u64
 }
 
+/// How many lines of nginx's access log for `request` carry each status.
+fn statuses(log: &str, request: &str) -> std::collections::BTreeMap<String, u64> {
+    let mut by = std::collections::BTreeMap::new();
+    for l in log.lines().filter(|l| l.contains(&format!("\"{request}"))) {
+        // `"POST /pub/… HTTP/1.1" 201 …`: the status follows the request's closing quote.
+        let status = l.split("\" ").nth(1).and_then(|t| t.split(' ').next());
+        *by.entry(status.unwrap_or("?").to_owned()).or_insert(0) += 1;
+    }
+    by
+}
+
 fn ops<'a>(r: &'a serde_json::Value, op: &'a str) -> impl Iterator<Item = &'a serde_json::Value> {
     r["ops"]
         .as_array()
@@ -164,8 +175,14 @@ fn chat_delivery_breaks_its_objective_while_nginx_idles_under_its_cap() {
     );
     assert_eq!(lines(&log, "GET /presence", "204"), count(&r, "presence"));
     let sent = lines(&log, "POST /pub", "201") + lines(&log, "POST /pub", "202");
-    assert_eq!(sent, count(&r, "send"));
-    assert_eq!(ok(&r, "send"), sent);
+    // What to read when these fail: nginx's statuses for /pub and herd's outcomes for send.
+    let why = format!(
+        "nginx /pub statuses {:?}; herd send outcomes {:?}\n{say}",
+        statuses(&log, "POST /pub"),
+        ops(&r, "send").map(|o| &o["outcomes"]).collect::<Vec<_>>()
+    );
+    assert_eq!(sent, count(&r, "send"), "{why}");
+    assert_eq!(ok(&r, "send"), sent, "{why}");
     let read = ok(&r, "read");
     assert_eq!(lines(&log, "GET /sub", "200"), read, "{say}");
     // None lost: nchan kept what a reader's pause would have missed, and the conditional
